@@ -1,0 +1,42 @@
+# strait — the two set-up commands are `make lab` and `make test`; each installs what it needs.
+SHELL := /bin/bash
+.SHELLFLAGS := -eu -o pipefail -c
+.DEFAULT_GOAL := help
+
+PYTHON ?= python3
+VENV := .venv
+PY := $(VENV)/bin/python
+INSTALLED := $(VENV)/.installed
+PYTEST_ARGS ?=
+
+.PHONY: help deps lab test test-unit test-integration test-e2e clean
+
+help: ## list the targets
+	@grep -E '^[a-z-]+:.*## ' $(MAKEFILE_LIST) | awk -F ':.*## ' '{printf "  %-18s %s\n", $$1, $$2}'
+
+$(INSTALLED): pyproject.toml
+	@$(PYTHON) -c 'import sys; sys.exit(0 if sys.version_info >= (3, 11) else "strait needs Python 3.11 or newer; set PYTHON=python3.11")'
+	$(PYTHON) -m venv $(VENV)
+	$(PY) -m pip install --quiet --disable-pip-version-check -e '.[dev]'
+	touch $@
+
+deps: $(INSTALLED) ## virtualenv, Python packages, Kafka jars, redis-server, prometheus (only what is missing)
+	$(PY) -m strait.lab.deps system kafka
+
+lab: deps ## run the embedded lab (clusters A and B, Redis, Prometheus) until Ctrl-C
+	$(VENV)/bin/strait lab up
+
+test: deps ## run every test: unit, integration, e2e and slow
+	$(VENV)/bin/pytest $(PYTEST_ARGS)
+
+test-unit: deps ## only the unit tests
+	$(VENV)/bin/pytest -m unit $(PYTEST_ARGS)
+
+test-integration: deps ## only the integration tests
+	$(VENV)/bin/pytest -m integration $(PYTEST_ARGS)
+
+test-e2e: deps ## only the end-to-end tests
+	$(VENV)/bin/pytest -m e2e $(PYTEST_ARGS)
+
+clean: ## remove the virtualenv and every cache (jars, lab data, test logs)
+	rm -rf $(VENV) .cache .pytest_cache .hypothesis

@@ -1,0 +1,49 @@
+"""The `strait` command line.
+
+Each command group lives in its own module with a ``register(subparsers)`` function; this module
+wires them together and turns strait's errors into one clear line and exit code 1.
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+
+from strait import __version__
+from strait.cli import lab
+from strait.errors import StraitError
+from strait.logs import setup_logging
+
+COMMAND_GROUPS = (lab,)
+
+
+def build_parser() -> argparse.ArgumentParser:
+    """The full argument parser with every command group registered."""
+    parser = argparse.ArgumentParser(
+        prog="strait",
+        description="Cross-cluster Apache Kafka replication (MirrorMaker 2's job, exact offsets).",
+    )
+    parser.add_argument("--version", action="version", version=f"strait {__version__}")
+    parser.add_argument("--log-level", default=None, help="DEBUG, INFO (default), WARNING or ERROR")
+    subparsers = parser.add_subparsers(dest="command", metavar="COMMAND", required=True)
+    for group in COMMAND_GROUPS:
+        group.register(subparsers)
+    return parser
+
+
+def main(argv: list[str] | None = None) -> int:
+    """Entry point of the `strait` console script."""
+    parser = build_parser()
+    args = parser.parse_args(argv)
+    setup_logging(args.log_level)
+    try:
+        return int(args.handler(args) or 0)
+    except StraitError as exc:
+        print(f"strait: error: {exc}", file=sys.stderr)
+        return 1
+    except KeyboardInterrupt:
+        return 130
+
+
+if __name__ == "__main__":
+    sys.exit(main())

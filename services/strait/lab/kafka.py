@@ -1,0 +1,292 @@
+"""A real Apache Kafka 4 cluster in KRaft combined mode, run from Maven Central jars.
+
+Each node is both broker and controller (static quorum), listening on loopback. Optional extras:
+StandardAuthorizer with the right super users, and a SASL_PLAINTEXT listener with SCRAM users
+created at format time. The PLAINTEXT listener is the lab's admin door: its principal
+(``User:ANONYMOUS``) is a super user so fixtures can set things up; ACL tests connect through SASL.
+"""
+
+from __future__ import annotations
+
+import base64
+import logging
+import shutil
+import subprocess
+import uuid
+from collections.abc import Mapping
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from confluent_kafka.admin import AdminClient
+
+from strait.errors import LabError, ProcessStartError
+from strait.lab import deps
+from strait.lab.ports import claim_port, free_port
+from strait.lab.process import ManagedProcess, tail
+
+log = logging.getLogger(__name__)
+# librdkafka reports "connection refused" while a broker starts; the probe expects that, so mute it.
+_quiet_librdkafka = logging.getLogger("strait.lab.librdkafka")
+_quiet_librdkafka.setLevel(logging.CRITICAL)
+
+BROKER_MAIN = "kafka.Kafka"
+STORAGE_TOOL = "kafka.tools.StorageTool"
+SCRAM_MECHANISM = "SCRAM-SHA-512"
+AUTHORIZER = "org.apache.kafka.metadata.authorizer.StandardAuthorizer"
+ADMIN_USER = "admin"
+
+_LOG4J2 = """\
+status = warn
+appender.console.type = Console
+appender.console.name = STDOUT
+appender.console.layout.type = PatternLayout
+appender.console.layout.pattern = [%d] %p %m (%c)%n
+rootLogger.level = {level}
+rootLogger.appenderRef.stdout.ref = STDOUT
+logger.kafka.name = kafka
+logger.kafka.level = {level}
+logger.state.name = state.change.logger
+logger.state.level = WARN
+"""
+
+
+@dataclass(frozen=True)
+class KafkaClusterSpec:
+    """What cluster to run.
+
+    Args:
+        alias: the cluster's name in strait's config (A, B, ...).
+        brokers: number of combined broker+controller nodes (1 or 3 usually).
+        authorizer: enable StandardAuthorizer (ACLs enforced on the SASL listener).
+        sasl: add a SASL_PLAINTEXT listener with SCRAM-SHA-512.
+        scram_users: user -> password created at format time when ``sasl`` is on.
+        base_port: fixed ports from here (node n uses base+10n .. base+10n+2); None picks free ports.
+        overrides: extra broker properties, applied last.
+        heap: Java heap size per node.
+    """
+
+    alias: str
+    brokers: int = 1
+    authorizer: bool = False
+    sasl: bool = False
+    scram_users: Mapping[str, str] = field(default_factory=lambda: {ADMIN_USER: "admin-secret"})
+    base_port: int | None = None
+    overrides: Mapping[str, str] = field(default_factory=dict)
+    heap: str = "512m"
+
+
+@dataclass(frozen=True)
+class NodePorts:
+    """The loopback ports of one node."""
+
+    client: int
+    controller: int
+    sasl: int | None
+
+
+def new_cluster_id() -> str:
+    """A Kafka cluster id: 16 random bytes, URL-safe base64 without padding, not starting with '-'."""
+    while True:
+        cid = base64.urlsafe_b64encode(uuid.uuid4().bytes).rstrip(b"=").decode()
+        if not cid.startswith("-"):
+            return cid
+
+
+class KafkaCluster:
+    """A running (or startable) Kafka cluster of the lab.
+
+    Args:
+        spec: what to run.
+        workdir: folder for this cluster's configs, data and logs.
+    """
+
+    def __init__(self, spec: KafkaClusterSpec, workdir: Path) -> None:
+        self.spec = spec
+        self.workdir = workdir
+        self.cluster_id = new_cluster_id()
+        self.ports = [self._node_ports(n) for n in range(spec.brokers)]
+        self.nodes: list[ManagedProcess] = []
+
+    @property
+    def alias(self) -> str:
+        """The cluster alias."""
+        return self.spec.alias
+
+    @property
+    def bootstrap_servers(self) -> str:
+        """PLAINTEXT bootstrap servers (the admin door)."""
+        return ",".join(f"127.0.0.1:{p.client}" for p in self.ports)
+
+    @property
+    def sasl_bootstrap_servers(self) -> str | None:
+        """SASL_PLAINTEXT bootstrap servers, or None without SASL."""
+        if not self.spec.sasl:
+            return None
+        return ",".join(f"127.0.0.1:{p.sasl}" for p in self.ports)
+
+    def client_config(self, user: str | None = None, password: str | None = None) -> dict[str, str]:
+        """confluent-kafka settings: PLAINTEXT by default, SCRAM over SASL for ``user``."""
+        if user is None:
+            return {"bootstrap.servers": self.bootstrap_servers}
+        if not self.spec.sasl:
+            raise LabError(f"cluster {self.alias} has no SASL listener; start it with sasl=True")
+        return {
+            "bootstrap.servers": self.sasl_bootstrap_servers or "",
+            "security.protocol": "SASL_PLAINTEXT",
+            "sasl.mechanism": SCRAM_MECHANISM,
+            "sasl.username": user,
+            "sasl.password": password if password is not None else self.spec.scram_users[user],
+        }
+
+    def admin(self) -> AdminClient:
+        """An AdminClient on the PLAINTEXT (super user) listener; keep it alive while using futures."""
+        return AdminClient({**self.client_config(), "logger": _quiet_librdkafka})
+
+    # -- lifecycle -------------------------------------------------------------------------------
+
+    def start(self, timeout: float = 90.0) -> None:
+        """Launch the nodes and wait until every broker registered."""
+        self.launch()
+        self.wait_ready(timeout)
+
+    def launch(self) -> None:
+        """Format every node's storage and start the nodes, without waiting for readiness.
+
+        Must run on the thread that owns the lab: children die with the thread that forked them.
+        """
+        deps.ensure_java()
+        cp = deps.classpath("kafka")
+        self.workdir.mkdir(parents=True, exist_ok=True)
+        (self.workdir / "log4j2.properties").write_text(_LOG4J2.format(level="INFO"))
+        for n in range(self.spec.brokers):
+            self._node_dir(n).mkdir(parents=True, exist_ok=True)
+            (self._node_dir(n) / "server.properties").write_text(self._server_properties(n))
+        with ThreadPoolExecutor(max_workers=self.spec.brokers) as pool:
+            list(pool.map(lambda n: self._format(cp, n), range(self.spec.brokers)))
+        self.nodes = [self._node_process(cp, n) for n in range(self.spec.brokers)]
+        for node in self.nodes:
+            node.start()
+
+    def wait_ready(self, timeout: float = 90.0) -> None:
+        """Block until describe_cluster sees every broker of the cluster."""
+        admin = self.admin()  # must outlive its futures, or librdkafka destroys the handle
+
+        def all_brokers_registered() -> bool:
+            for node in self.nodes:
+                node.check_alive()
+            result = admin.describe_cluster(request_timeout=5).result(timeout=10)
+            return len(result.nodes) == self.spec.brokers
+        self.nodes[0].wait_until(all_brokers_registered, timeout, "describe cluster")
+        log.info("kafka cluster ready alias=%s bootstrap=%s", self.alias, self.bootstrap_servers)
+
+    def stop(self) -> None:
+        """Stop every node (SIGTERM, then SIGKILL)."""
+        for node in reversed(self.nodes):
+            node.stop()
+
+    def stop_node(self, n: int) -> None:
+        """Stop one node cleanly (fault drills)."""
+        self.nodes[n].stop()
+
+    def restart_node(self, n: int, timeout: float = 90.0) -> None:
+        """Start node ``n`` again on the same ports and data, then wait for the full cluster."""
+        self.nodes[n].stop()
+        self.nodes[n] = self._node_process(deps.classpath("kafka"), n)
+        self.nodes[n].start()
+        self.wait_ready(timeout)
+
+    def pids(self) -> list[int]:
+        """Pids of the running nodes."""
+        return [n.pid for n in self.nodes if n.pid is not None and n.alive()]
+
+    def log_paths(self) -> list[Path]:
+        """One log file per node."""
+        return [node.log_path for node in self.nodes]
+
+    # -- internals -------------------------------------------------------------------------------
+
+    def _node_ports(self, n: int) -> NodePorts:
+        base = self.spec.base_port
+        owner = f"Kafka cluster {self.spec.alias} node {n + 1}"
+        if base is None:
+            return NodePorts(free_port(), free_port(), free_port() if self.spec.sasl else None)
+        port = base + 10 * n
+        return NodePorts(
+            claim_port(port, f"{owner} (client listener)"),
+            claim_port(port + 1, f"{owner} (controller listener)"),
+            claim_port(port + 2, f"{owner} (SASL listener)") if self.spec.sasl else None,
+        )
+
+    def _node_dir(self, n: int) -> Path:
+        return self.workdir / f"node{n + 1}"
+
+    def _server_properties(self, n: int) -> str:
+        ports = self.ports[n]
+        rf = min(3, self.spec.brokers)
+        voters = ",".join(f"{i + 1}@127.0.0.1:{p.controller}" for i, p in enumerate(self.ports))
+        listeners = [f"PLAINTEXT://127.0.0.1:{ports.client}", f"CONTROLLER://127.0.0.1:{ports.controller}"]
+        advertised = [f"PLAINTEXT://127.0.0.1:{ports.client}"]
+        if ports.sasl is not None:
+            listeners.append(f"SASL_PLAINTEXT://127.0.0.1:{ports.sasl}")
+            advertised.append(f"SASL_PLAINTEXT://127.0.0.1:{ports.sasl}")
+        props: dict[str, str] = {
+            "process.roles": "broker,controller",
+            "node.id": str(n + 1),
+            "controller.quorum.voters": voters,
+            "listeners": ",".join(listeners),
+            "advertised.listeners": ",".join(advertised),
+            "inter.broker.listener.name": "PLAINTEXT",
+            "controller.listener.names": "CONTROLLER",
+            "listener.security.protocol.map":
+                "CONTROLLER:PLAINTEXT,PLAINTEXT:PLAINTEXT,SASL_PLAINTEXT:SASL_PLAINTEXT",
+            "log.dirs": str(self._node_dir(n) / "data"),
+            "num.partitions": "1",
+            "auto.create.topics.enable": "false",
+            "offsets.topic.replication.factor": str(rf),
+            "offsets.topic.num.partitions": "5",
+            "transaction.state.log.replication.factor": str(rf),
+            "transaction.state.log.min.isr": "1",
+            "transaction.state.log.num.partitions": "5",
+            "share.coordinator.state.topic.replication.factor": str(rf),
+            "share.coordinator.state.topic.min.isr": "1",
+            "group.initial.rebalance.delay.ms": "0",
+            "log.cleaner.backoff.ms": "1000",
+        }
+        if self.spec.sasl:
+            props["sasl.enabled.mechanisms"] = SCRAM_MECHANISM
+            props["listener.name.sasl_plaintext.scram-sha-512.sasl.jaas.config"] = (
+                "org.apache.kafka.common.security.scram.ScramLoginModule required;"
+            )
+        if self.spec.authorizer:
+            props["authorizer.class.name"] = AUTHORIZER
+            # Controllers and brokers talk PLAINTEXT as ANONYMOUS; they must be super users.
+            props["super.users"] = f"User:{ADMIN_USER};User:ANONYMOUS"
+            props["allow.everyone.if.no.acl.found"] = "false"
+        props.update(self.spec.overrides)
+        return "".join(f"{k}={v}\n" for k, v in props.items())
+
+    def _java(self, cp: str, main: str, *args: str, heap: str = "256m") -> list[str]:
+        java = shutil.which("java") or "java"
+        return [
+            java, f"-Xmx{heap}", "-XX:+UseG1GC", "-Djava.awt.headless=true",
+            f"-Dlog4j2.configurationFile={self.workdir / 'log4j2.properties'}",
+            "-cp", cp, main, *args,
+        ]
+
+    def _format(self, cp: str, n: int) -> None:
+        args = ["format", "-t", self.cluster_id, "-c", str(self._node_dir(n) / "server.properties")]
+        if self.spec.sasl:
+            for user, password in self.spec.scram_users.items():
+                args += ["--add-scram", f"{SCRAM_MECHANISM}=[name={user},password={password}]"]
+        log_path = self._node_dir(n) / "format.log"
+        with open(log_path, "wb") as out:
+            proc = subprocess.run(self._java(cp, STORAGE_TOOL, *args), stdout=out, stderr=subprocess.STDOUT)
+        if proc.returncode != 0:
+            raise ProcessStartError(
+                f"formatting Kafka cluster {self.alias} node {n + 1} failed; log {log_path}:\n{tail(log_path)}"
+            )
+
+    def _node_process(self, cp: str, n: int) -> ManagedProcess:
+        argv = self._java(cp, BROKER_MAIN, str(self._node_dir(n) / "server.properties"), heap=self.spec.heap)
+        return ManagedProcess(f"Kafka cluster {self.alias} node {n + 1}", argv, self._node_dir(n) / "server.log")

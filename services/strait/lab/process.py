@@ -1,0 +1,162 @@
+"""A lab process: started in its own process group, logged to a file, never leaked.
+
+Children get SIGKILL from the kernel when the process that started them dies (Linux
+``PR_SET_PDEATHSIG``), so even a SIGKILLed test run or lab leaves no broker behind.
+"""
+
+from __future__ import annotations
+
+import ctypes
+import logging
+import os
+import signal
+import subprocess
+import time
+from collections.abc import Callable, Mapping, Sequence
+from pathlib import Path
+
+from strait.errors import ProcessStartError
+
+log = logging.getLogger(__name__)
+
+_PR_SET_PDEATHSIG = 1
+
+
+def _die_with_parent() -> None:
+    """Runs in the child between fork and exec: ask the kernel to kill it when its parent dies."""
+    os.setsid()
+    try:
+        libc = ctypes.CDLL("libc.so.6", use_errno=True)
+        libc.prctl(_PR_SET_PDEATHSIG, signal.SIGKILL)
+    except OSError:
+        pass  # not Linux: stop() and the lab's state file still clean up
+
+
+def tail(path: Path, lines: int = 20) -> str:
+    """The last lines of a log file, for error messages."""
+    try:
+        content = path.read_text(errors="replace").splitlines()
+    except FileNotFoundError:
+        return "(no log written)"
+    return "\n".join(content[-lines:])
+
+
+class ManagedProcess:
+    """One child process of the lab with its log file.
+
+    Args:
+        name: what the operator calls it (``kafka A broker 1``), used in messages.
+        argv: the command line.
+        log_path: where stdout and stderr go.
+        env: extra environment variables.
+        cwd: working directory.
+    """
+
+    def __init__(
+        self,
+        name: str,
+        argv: Sequence[str],
+        log_path: Path,
+        env: Mapping[str, str] | None = None,
+        cwd: Path | None = None,
+    ) -> None:
+        self.name = name
+        self.argv = list(argv)
+        self.log_path = log_path
+        self.env = dict(env or {})
+        self.cwd = cwd
+        self._popen: subprocess.Popen[bytes] | None = None
+
+    @property
+    def pid(self) -> int | None:
+        """The child's pid while it was started, else None."""
+        return self._popen.pid if self._popen else None
+
+    def start(self) -> None:
+        """Start the process; its output is appended to the log file."""
+        self.log_path.parent.mkdir(parents=True, exist_ok=True)
+        with open(self.log_path, "ab") as out:
+            try:
+                self._popen = subprocess.Popen(
+                    self.argv,
+                    stdout=out,
+                    stderr=subprocess.STDOUT,
+                    stdin=subprocess.DEVNULL,
+                    env={**os.environ, **self.env},
+                    cwd=self.cwd,
+                    preexec_fn=_die_with_parent,
+                )
+            except FileNotFoundError as exc:
+                raise ProcessStartError(f"{self.name}: cannot run {self.argv[0]!r}: {exc}") from exc
+        log.info("started process=%r pid=%s log=%s", self.name, self._popen.pid, self.log_path)
+
+    def alive(self) -> bool:
+        """True while the child runs."""
+        return self._popen is not None and self._popen.poll() is None
+
+    def returncode(self) -> int | None:
+        """The exit code once the child has ended."""
+        return self._popen.poll() if self._popen else None
+
+    def check_alive(self) -> None:
+        """Raise with the log's tail when the child has already exited."""
+        if self._popen is not None and self._popen.poll() is not None:
+            raise ProcessStartError(
+                f"{self.name} exited with code {self._popen.returncode}; log {self.log_path}:\n"
+                f"{tail(self.log_path)}"
+            )
+
+    def wait_until(self, ready: Callable[[], bool], timeout: float, what: str) -> None:
+        """Poll ``ready`` until it is true; fail early if the child dies, or at the timeout."""
+        deadline = time.monotonic() + timeout
+        while time.monotonic() < deadline:
+            self.check_alive()
+            try:
+                if ready():
+                    return
+            except Exception as exc:  # readiness probes fail until the server is up
+                log.debug("not ready yet process=%r probe=%s error=%s", self.name, what, exc)
+            time.sleep(0.2)
+        raise ProcessStartError(
+            f"{self.name} was not ready ({what}) within {timeout:.0f}s; log {self.log_path}:\n"
+            f"{tail(self.log_path)}"
+        )
+
+    def signal(self, sig: int) -> None:
+        """Send a signal to the child's whole process group (SIGSTOP/SIGCONT/SIGKILL in drills)."""
+        if self.alive():
+            os.killpg(self._popen.pid, sig)  # type: ignore[union-attr]
+
+    def stop(self, timeout: float = 15.0) -> None:
+        """SIGTERM the process group, then SIGKILL what is left after ``timeout`` seconds."""
+        if self._popen is None:
+            return
+        if self._popen.poll() is None:
+            try:
+                os.killpg(self._popen.pid, signal.SIGCONT)  # a stopped child cannot handle TERM
+                os.killpg(self._popen.pid, signal.SIGTERM)
+            except ProcessLookupError:
+                pass
+            try:
+                self._popen.wait(timeout)
+            except subprocess.TimeoutExpired:
+                log.warning("killing process=%r after %.0fs without exit", self.name, timeout)
+                self.kill()
+        self._reap_group()
+
+    def kill(self) -> None:
+        """SIGKILL the process group at once and wait for the child."""
+        if self._popen is None:
+            return
+        try:
+            os.killpg(self._popen.pid, signal.SIGKILL)
+        except ProcessLookupError:
+            pass
+        self._popen.wait()
+
+    def _reap_group(self) -> None:
+        """Kill anything the child left in its group (e.g. a forked helper)."""
+        try:
+            os.killpg(self._popen.pid, signal.SIGKILL)  # type: ignore[union-attr]
+        except ProcessLookupError:
+            pass

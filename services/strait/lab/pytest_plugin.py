@@ -1,0 +1,139 @@
+"""pytest fixtures on the real lab: Kafka clusters, Redis, Prometheus, unique names.
+
+Loaded by strait's own test suite (``-p strait.lab.pytest_plugin``). Session fixtures start the
+processes once; every test gets unique topic and group names instead of a fresh cluster. Component
+logs live under ``.cache/test-labs/<run>``: kept when a test failed (their paths are added to the
+failure report), removed after an all-green run.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+import shutil
+import time
+import uuid
+from collections.abc import Callable, Iterator
+from pathlib import Path
+
+import pytest
+
+from strait.lab.kafka import KafkaCluster, KafkaClusterSpec
+from strait.lab.prometheus import PrometheusServer
+from strait.lab.redis import RedisServer
+from strait.paths import cache_dir
+
+_MARKER_BY_FOLDER = {"unit": "unit", "integration": "integration", "e2e": "e2e"}
+_failed_key = pytest.StashKey[bool]()
+_log_dirs_key = pytest.StashKey[list[Path]]()
+
+
+def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
+    """Mark each test by its folder (tests/unit, tests/integration, tests/e2e)."""
+    for item in items:
+        for part in Path(str(item.fspath)).parts:
+            if part in _MARKER_BY_FOLDER:
+                item.add_marker(_MARKER_BY_FOLDER[part])
+
+
+@pytest.hookimpl(hookwrapper=True)
+def pytest_runtest_makereport(item: pytest.Item, call: pytest.CallInfo[None]) -> Iterator[None]:
+    """On failure, name the lab log folders in the report and keep them after the run."""
+    outcome = yield
+    report = outcome.get_result()
+    if report.failed:
+        item.session.config.stash[_failed_key] = True
+        dirs = item.session.config.stash.get(_log_dirs_key, [])
+        if dirs:
+            report.sections.append(("strait lab logs (kept)", "\n".join(str(d) for d in dirs)))
+
+
+@pytest.fixture(scope="session")
+def lab_root(request: pytest.FixtureRequest) -> Iterator[Path]:
+    """This run's folder for lab component data and logs."""
+    root = cache_dir() / "test-labs" / f"{time.strftime('%Y%m%d-%H%M%S')}-{os.getpid()}"
+    root.mkdir(parents=True)
+    request.config.stash[_log_dirs_key] = [root]
+    yield root
+    if not request.config.stash.get(_failed_key, False) and request.session.testsfailed == 0:
+        shutil.rmtree(root, ignore_errors=True)
+
+
+@pytest.fixture(scope="session")
+def kafka_cluster_factory(lab_root: Path) -> Iterator[Callable[..., KafkaCluster]]:
+    """Start more clusters: ``factory("C", brokers=3, authorizer=True, sasl=True)``; stopped at the end."""
+    started: list[KafkaCluster] = []
+
+    def start(alias: str, **spec: object) -> KafkaCluster:
+        cluster = KafkaCluster(
+            KafkaClusterSpec(alias, **spec),  # type: ignore[arg-type]
+            lab_root / f"kafka-{alias}-{uuid.uuid4().hex[:6]}",
+        )
+        started.append(cluster)
+        cluster.start()
+        return cluster
+
+    yield start
+    for cluster in reversed(started):
+        cluster.stop()
+
+
+@pytest.fixture(scope="session")
+def source_cluster(kafka_cluster_factory: Callable[..., KafkaCluster]) -> KafkaCluster:
+    """Cluster A, the replication source (1 broker)."""
+    return kafka_cluster_factory("A")
+
+
+@pytest.fixture(scope="session")
+def target_cluster(kafka_cluster_factory: Callable[..., KafkaCluster]) -> KafkaCluster:
+    """Cluster B, the replication target (1 broker)."""
+    return kafka_cluster_factory("B")
+
+
+@pytest.fixture(scope="session")
+def redis_server_factory(lab_root: Path) -> Iterator[Callable[..., RedisServer]]:
+    """Start a dedicated Redis (for restart or password tests); stopped at the end."""
+    started: list[RedisServer] = []
+
+    def start(password: str | None = None) -> RedisServer:
+        server = RedisServer(lab_root / f"redis-{uuid.uuid4().hex[:6]}", password=password)
+        started.append(server)
+        server.start()
+        return server
+
+    yield start
+    for server in started:
+        server.stop()
+
+
+@pytest.fixture(scope="session")
+def redis_server(redis_server_factory: Callable[..., RedisServer]) -> RedisServer:
+    """The session's shared Redis."""
+    return redis_server_factory()
+
+
+@pytest.fixture
+def redis_url(redis_server: RedisServer) -> str:
+    """URL of the shared Redis, emptied for this test."""
+    redis_server.client().flushall()
+    return redis_server.url
+
+
+@pytest.fixture(scope="session")
+def prometheus_server(lab_root: Path) -> Iterator[PrometheusServer]:
+    """A Prometheus scraping whatever tests register with ``add_target``."""
+    server = PrometheusServer(lab_root / "prometheus")
+    server.start()
+    yield server
+    server.stop()
+
+
+@pytest.fixture
+def unique_name(request: pytest.FixtureRequest) -> Callable[[str], str]:
+    """Names unique to this test: ``unique_name("orders")`` -> ``orders-test_x-1a2b3c``."""
+    test = re.sub(r"[^A-Za-z0-9_-]+", "-", request.node.name)[:40]
+
+    def make(prefix: str) -> str:
+        return f"{prefix}-{test}-{uuid.uuid4().hex[:6]}"
+
+    return make

@@ -1,0 +1,229 @@
+"""Runs a whole lab (clusters, Redis, Prometheus) in this process and reports where it listens.
+
+`Lab` starts and stops the components; `run_foreground` is what `make lab` and `strait lab up` run:
+it writes a state file that `strait lab status|down` read, serves the lab's own /metrics, and tears
+everything down on Ctrl-C or SIGTERM.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import os
+import shutil
+import signal
+import threading
+import time
+from collections.abc import Iterator
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from prometheus_client import CollectorRegistry, start_http_server
+from prometheus_client.core import GaugeMetricFamily
+
+from strait.errors import LabError
+from strait.lab.kafka import KafkaCluster
+from strait.lab.ports import claim_port, free_port
+from strait.lab.process import ManagedProcess
+from strait.lab.prometheus import PrometheusServer
+from strait.lab.redis import RedisServer
+from strait.lab.topology import LabSpec
+
+log = logging.getLogger(__name__)
+
+STATE_FILE = "state.json"
+
+
+class Lab:
+    """The components of one lab, started and stopped together.
+
+    Args:
+        spec: what to run.
+        workdir: folder for every component's config, data and logs.
+    """
+
+    def __init__(self, spec: LabSpec, workdir: Path) -> None:
+        self.spec = spec
+        self.workdir = workdir
+        self.clusters: dict[str, KafkaCluster] = {
+            c.alias: KafkaCluster(c, workdir / f"kafka-{c.alias}") for c in spec.clusters
+        }
+        self.redis = RedisServer(workdir / "redis", port=spec.port(79)) if spec.redis else None
+        self.prometheus = (
+            PrometheusServer(workdir / "prometheus", port=spec.port(90)) if spec.prometheus else None
+        )
+        self.metrics_endpoints: dict[str, str] = {}
+
+    def processes(self) -> Iterator[ManagedProcess]:
+        """Every started process of the lab."""
+        for cluster in self.clusters.values():
+            yield from cluster.nodes
+        for server in (self.redis, self.prometheus):
+            if server is not None and server.process is not None:
+                yield server.process
+
+    def up(self) -> None:
+        """Start everything; on any failure stop what already started and re-raise."""
+        try:
+            for cluster in self.clusters.values():
+                cluster.launch()
+            if self.redis:
+                self.redis.start()
+            if self.prometheus:
+                self.prometheus.start()
+            for cluster in self.clusters.values():
+                cluster.wait_ready()
+        except BaseException:
+            self.down()
+            raise
+
+    def down(self) -> None:
+        """Stop everything that runs, Prometheus first and brokers last."""
+        for server in (self.prometheus, self.redis):
+            if server is not None:
+                server.stop()
+        for cluster in self.clusters.values():
+            cluster.stop()
+
+    def add_metrics_endpoint(self, name: str, address: str) -> None:
+        """Register a process's /metrics address; Prometheus scrapes it from now on."""
+        self.metrics_endpoints[name] = f"http://{address}/metrics"
+        if self.prometheus:
+            self.prometheus.add_target(address, job=name)
+
+    def describe(self) -> dict[str, Any]:
+        """Where everything listens, as printed by `strait lab up|status --json`."""
+        return {
+            "clusters": {
+                alias: {
+                    "bootstrap_servers": c.bootstrap_servers,
+                    **({"sasl_bootstrap_servers": c.sasl_bootstrap_servers} if c.spec.sasl else {}),
+                    "brokers": c.spec.brokers,
+                }
+                for alias, c in self.clusters.items()
+            },
+            "flows": list(self.spec.flows),
+            "redis_url": self.redis.url if self.redis else None,
+            "prometheus_url": self.prometheus.url if self.prometheus else None,
+            "metrics_endpoints": dict(self.metrics_endpoints),
+            "logs": str(self.workdir),
+        }
+
+
+class _ProcessUpCollector:
+    """Exposes ``strait_lab_process_up{process=...}``: 1 while a lab process runs."""
+
+    def __init__(self, lab: Lab) -> None:
+        self.lab = lab
+
+    def collect(self) -> Iterator[GaugeMetricFamily]:
+        gauge = GaugeMetricFamily("strait_lab_process_up", "1 while a lab process runs", labels=["process"])
+        for process in self.lab.processes():
+            gauge.add_metric([process.name], 1.0 if process.alive() else 0.0)
+        yield gauge
+
+
+@dataclass(frozen=True)
+class LabState:
+    """The state file of a running lab, read by `strait lab status|down`."""
+
+    path: Path
+
+    def read(self) -> dict[str, Any] | None:
+        """The state, or None when no lab was started here."""
+        try:
+            return json.loads(self.path.read_text())
+        except FileNotFoundError:
+            return None
+
+    def write(self, state: dict[str, Any]) -> None:
+        """Replace the state atomically."""
+        self.path.parent.mkdir(parents=True, exist_ok=True)
+        tmp = self.path.with_suffix(".tmp")
+        tmp.write_text(json.dumps(state, indent=2))
+        tmp.replace(self.path)
+
+    def clear(self) -> None:
+        """Forget the lab."""
+        self.path.unlink(missing_ok=True)
+
+
+def pid_alive(pid: int) -> bool:
+    """True when a process with this pid exists (and is not a zombie we could reap)."""
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        return True
+    try:
+        with open(f"/proc/{pid}/stat") as stat:
+            return stat.read().split(")")[-1].split()[0] != "Z"
+    except OSError:
+        return True
+
+
+def running_lab(workdir: Path) -> dict[str, Any] | None:
+    """The state of the lab running from ``workdir``, or None when none runs."""
+    state = LabState(workdir / STATE_FILE).read()
+    if state and pid_alive(int(state.get("supervisor_pid", -1))):
+        return state
+    return None
+
+
+def _clear_component_dirs(workdir: Path) -> None:
+    """Each lab starts from empty clusters, like a compose lab without volumes."""
+    for child in workdir.iterdir():
+        if child.is_dir():
+            shutil.rmtree(child)
+
+
+def run_foreground(spec: LabSpec, workdir: Path, on_ready: Any = None, stop: threading.Event | None = None) -> None:
+    """Start the lab, write its state, call ``on_ready(description)``, and run until a signal.
+
+    SIGINT (Ctrl-C) and SIGTERM (`strait lab down`) stop every component before returning.
+    """
+    if running_lab(workdir):
+        raise LabError(f"a lab already runs from {workdir}: run `strait lab down` first")
+    workdir.mkdir(parents=True, exist_ok=True)
+    state = LabState(workdir / STATE_FILE)
+    state.write({"supervisor_pid": os.getpid(), "status": "starting"})
+    stop = stop or threading.Event()
+    previous = {sig: signal.signal(sig, lambda *_: stop.set()) for sig in (signal.SIGINT, signal.SIGTERM)}
+    lab: Lab | None = None
+    failed = False
+    try:
+        started = time.monotonic()
+        try:
+            _clear_component_dirs(workdir)
+            lab = Lab(spec, workdir)
+            lab.up()
+            metrics_port = claim_port(spec.port(91), "lab metrics") if spec.base_port else free_port()
+            registry = CollectorRegistry()
+            registry.register(_ProcessUpCollector(lab))  # type: ignore[arg-type]
+            start_http_server(metrics_port, addr="127.0.0.1", registry=registry)
+            lab.add_metrics_endpoint("lab", f"127.0.0.1:{metrics_port}")
+        except Exception as exc:
+            failed = True  # the state keeps the error for `strait lab up --detach` to print
+            state.write({"supervisor_pid": os.getpid(), "status": "failed", "error": str(exc).splitlines()[0]})
+            raise
+        description = {**lab.describe(), "startup_seconds": round(time.monotonic() - started, 1)}
+        state.write({"supervisor_pid": os.getpid(), "status": "ready", **description,
+                     "pids": [p.pid for p in lab.processes() if p.pid]})
+        if on_ready:
+            on_ready(description)
+        reported: set[str] = set()
+        while not stop.wait(1.0):
+            for process in lab.processes():
+                if not process.alive() and process.name not in reported:
+                    reported.add(process.name)  # the rest of the lab keeps running
+                    log.error("lab process=%r exited with code %s; log %s",
+                              process.name, process.returncode(), process.log_path)
+    finally:
+        if lab is not None:
+            lab.down()
+        if not failed:
+            state.clear()
+        for sig, handler in previous.items():
+            signal.signal(sig, handler)
