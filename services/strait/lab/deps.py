@@ -23,12 +23,13 @@ from strait.paths import jars_dir
 
 log = logging.getLogger(__name__)
 
-JAR_SETS = {"kafka": "kafka-pom.xml"}
+JAR_SETS = {"kafka": "kafka-pom.xml", "mm2": "mm2-pom.xml"}
 _STAMP = ".resolved"
 
 # Binary name -> Debian package that provides it.
 SYSTEM_PACKAGES = {
     "java": "openjdk-17-jre-headless",
+    "javac": "openjdk-17-jdk-headless",
     "mvn": "maven",
     "redis-server": "redis-server",
     "prometheus": "prometheus",
@@ -163,7 +164,7 @@ def main(argv: list[str] | None = None) -> int:
     """Command line: ``python -m strait.lab.deps [system] [jars NAME ...]``."""
     parser = argparse.ArgumentParser(prog="python -m strait.lab.deps", description=__doc__)
     parser.add_argument("what", nargs="*", default=["system", "kafka"],
-                        help="`system` for OS packages, or a jar set name (kafka)")
+                        help="`system` for OS packages, or a jar set name (kafka, mm2)")
     args = parser.parse_args(argv)
     logging.basicConfig(level="INFO", format="%(message)s")
     try:
