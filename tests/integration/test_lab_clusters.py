@@ -63,7 +63,7 @@ def test_acls_are_enforced_for_scram_users(secured_cluster: KafkaCluster, unique
 
 
 def test_admin_user_is_a_super_user_over_sasl(secured_cluster: KafkaCluster) -> None:
-    admin = AdminClient(secured_cluster.client_config("admin"))
+    admin = AdminClient({**secured_cluster.client_config("admin"), "logger": _silent()})
     assert len(admin.describe_cluster(request_timeout=10).result(timeout=15).nodes) == 3
 
 

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import logging
 import time
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
@@ -12,6 +13,9 @@ from confluent_kafka.admin import AdminClient, NewTopic
 from strait.errors import StraitError
 
 Headers = tuple[tuple[str, bytes | None], ...]
+
+# librdkafka logs through Python logging (captured by pytest), not straight to stderr.
+librdkafka_log = logging.getLogger("strait.lab.librdkafka")
 
 
 @dataclass(frozen=True)
@@ -39,7 +43,7 @@ def create_topic(
 
 def produce(config: Mapping[str, str], topic: str, records: Iterable[Record], timeout: float = 60.0) -> int:
     """Produce records (to their partition when set) and wait for every delivery; returns the count."""
-    producer = Producer({**config, "linger.ms": 5, "enable.idempotence": True})
+    producer = Producer({**config, "linger.ms": 5, "enable.idempotence": True, "logger": librdkafka_log})
     errors: list[str] = []
 
     def on_delivery(err: object, _msg: object) -> None:
@@ -73,7 +77,7 @@ def consume_all(
     config: Mapping[str, str], topic: str, partitions: Sequence[int] | None = None, timeout: float = 60.0,
 ) -> list[Record]:
     """Read every record of a topic from the start up to the end offsets seen at call time."""
-    consumer = Consumer({**config, "group.id": f"strait-reader-{time.monotonic_ns()}",
+    consumer = Consumer({**config, "group.id": f"strait-reader-{time.monotonic_ns()}", "logger": librdkafka_log,
                          "enable.auto.commit": False, "auto.offset.reset": "earliest"})
     try:
         if partitions is None:
