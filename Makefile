@@ -21,7 +21,7 @@ $(INSTALLED): pyproject.toml
 	touch $@
 
 deps: $(INSTALLED) ## virtualenv, Python packages, Kafka jars, redis-server, prometheus (only what is missing)
-	$(PY) -m strait.lab.deps system kafka mm2
+	$(PY) -m strait.lab.deps system kafka mm2 spark-kafka
 
 lab: deps ## run the embedded lab (clusters A and B, Redis, Prometheus) until Ctrl-C
 	$(VENV)/bin/strait lab up

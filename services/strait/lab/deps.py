@@ -23,7 +23,7 @@ from strait.paths import jars_dir
 
 log = logging.getLogger(__name__)
 
-JAR_SETS = {"kafka": "kafka-pom.xml", "mm2": "mm2-pom.xml"}
+JAR_SETS = {"kafka": "kafka-pom.xml", "mm2": "mm2-pom.xml", "spark-kafka": "spark-kafka-pom.xml"}
 _STAMP = ".resolved"
 
 # Binary name -> Debian package that provides it.
@@ -65,7 +65,7 @@ def ensure_jars(name: str) -> Path:
     target.mkdir(parents=True)
     log.info("resolving jar set=%s from Maven Central into %s", name, target)
     cmd = [
-        "mvn", "-q", "-B", "-f", str(pom), "dependency:copy-dependencies",
+        "mvn", "-q", "-B", "-Dstyle.color=never", "-f", str(pom), "dependency:copy-dependencies",
         f"-DoutputDirectory={target}", "-DincludeScope=runtime",
     ]
     settings = os.environ.get("STRAIT_MAVEN_SETTINGS")
