@@ -1,0 +1,165 @@
+"""Exact offset translation: sync points and translation, checked against a simulated replicator."""
+
+from __future__ import annotations
+
+import random
+
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from strait.offsets import OffsetTranslationError, PartitionTranslator, SyncPoint, sync_points
+
+
+def test_contiguous_batch_needs_only_its_ends() -> None:
+    assert sync_points([5, 6, 7, 8], [0, 1, 2, 3]) == [SyncPoint(5, 0), SyncPoint(8, 3)]
+
+
+def test_single_record_batch() -> None:
+    assert sync_points([9], [4]) == [SyncPoint(9, 4)]
+
+
+def test_source_gap_gets_syncs_on_both_sides() -> None:
+    # offsets 3 and 4 were compacted away upstream
+    assert sync_points([1, 2, 5, 6], [10, 11, 12, 13]) == [
+        SyncPoint(1, 10), SyncPoint(2, 11), SyncPoint(5, 12), SyncPoint(6, 13)
+    ]
+
+
+def test_target_gap_gets_syncs_on_both_sides() -> None:
+    assert sync_points([1, 2, 3], [10, 11, 13]) == [SyncPoint(1, 10), SyncPoint(2, 11), SyncPoint(3, 13)]
+
+
+def test_out_of_order_offsets_are_refused() -> None:
+    with pytest.raises(OffsetTranslationError):
+        sync_points([1, 1], [1, 2])
+    with pytest.raises(OffsetTranslationError):
+        sync_points([1, 2], [1])
+
+
+def test_translation_through_a_compaction_hole() -> None:
+    t = PartitionTranslator()
+    for p in sync_points([0, 1, 2, 7, 8, 9], [0, 1, 2, 3, 4, 5]):
+        t.add(p)
+    assert t.translate(0) == 0
+    assert t.translate(2) == 2
+    assert t.translate(3) == 3  # consumed 0..2; 3..6 do not exist; next is 7 at target 3
+    assert t.translate(6) == 3
+    assert t.translate(7) == 3
+    assert t.translate(9) == 5
+    assert t.translate(10) == 6  # everything consumed: resume after the last copy
+    assert t.translate(11) is None  # offset 10 is not replicated yet
+
+
+def test_replayed_batch_supersedes_its_first_copy() -> None:
+    t = PartitionTranslator()
+    for p in sync_points(range(0, 50), range(0, 50)) + sync_points(range(50, 100), range(50, 100)):
+        t.add(p)
+    for p in sync_points(range(50, 100), range(100, 150)):  # the uncommitted batch, copied again
+        t.add(p)
+    assert t.translate(10) == 10
+    assert t.translate(50) == 100
+    assert t.translate(75) == 125
+    assert t.translate(100) == 150
+
+
+def test_replay_drops_breaks_of_the_superseded_copy() -> None:
+    t = PartitionTranslator()
+    for p in sync_points(range(50, 60), [50, 51, 52, 53, 54, 56, 57, 58, 59, 60]):  # a marker at 55
+        t.add(p)
+    for p in sync_points(range(50, 60), range(100, 110)):
+        t.add(p)
+    assert len(t) == 2
+    assert t.translate(55) == 105
+
+
+def test_empty_translator_knows_nothing() -> None:
+    assert PartitionTranslator().translate(5) is None
+
+
+# -- property: a simulated replicator with holes, target gaps, crashes and replays ----------------
+
+@st.composite
+def replication_runs(draw: st.DrawFn) -> tuple[list[int], list[list[int]], list[dict]]:
+    """Source offsets with holes, batches of them, and what happens to each attempt of a batch."""
+    gaps = draw(st.lists(st.integers(0, 3), min_size=1, max_size=60))
+    offsets, current = [], draw(st.integers(0, 5))
+    for gap in gaps:
+        current += gap
+        offsets.append(current)
+        current += 1
+    sizes = draw(st.lists(st.integers(1, 12), min_size=1, max_size=20))
+    batches, i = [], 0
+    for size in sizes:
+        if i >= len(offsets):
+            break
+        batches.append(offsets[i:i + size])
+        i += size
+    if i < len(offsets):
+        batches.append(offsets[i:])
+    attempts = [
+        draw(st.fixed_dictionaries({
+            "failures": st.lists(st.tuples(st.sampled_from(["dark", "partial-syncs"]), st.floats(0, 1)),
+                                 max_size=2),
+            "seed": st.integers(0, 2**32 - 1),
+        }))
+        for b in batches
+    ]
+    return offsets, batches, attempts
+
+
+def _valid(target_log: list[tuple[int, int]], source: list[int], committed: int, position: int) -> bool:
+    """No record before ``committed`` at or after ``position``; every later record has a copy there."""
+    after = [s for t, s in target_log if t >= position]
+    return all(s >= committed for s in after) and {s for s in source if s >= committed} <= set(after)
+
+
+@settings(max_examples=300, deadline=None)
+@given(replication_runs())
+def test_translation_is_exact_under_holes_gaps_and_replays(run: tuple[list[int], list[list[int]], list[dict]]) -> None:
+    source, batches, attempts = run
+    target_log: list[tuple[int, int]] = []  # (target offset, source offset)
+    next_target = 0
+    translator = PartitionTranslator()
+    copied: list[int] = []
+
+    def copy(records: list[int], rng: random.Random) -> list[int]:
+        nonlocal next_target
+        targets = []
+        for s in records:
+            next_target += rng.choice((0, 0, 0, 1, 2))  # transaction markers or other non-data offsets
+            target_log.append((next_target, s))
+            targets.append(next_target)
+            next_target += 1
+        return targets
+
+    for batch, attempt in zip(batches, attempts):
+        rng = random.Random(attempt["seed"])  # each attempt meets different target gaps
+        for kind, fraction in attempt["failures"]:
+            cut = int(len(batch) * fraction)
+            if kind == "dark":  # crash mid-copy: some records on the target, no syncs
+                copy(batch[:cut], rng)
+            else:  # every record copied, crash while emitting syncs
+                points = sync_points(batch, copy(batch, rng))
+                for p in points[:int(len(points) * fraction)]:
+                    translator.add(p)
+            _check_never_wrong(translator, target_log, source, copied)
+        for p in sync_points(batch, copy(batch, rng)):
+            translator.add(p)
+        copied.extend(batch)
+        _check_never_wrong(translator, target_log, source, copied)
+
+    for committed in range(source[0], source[-1] + 2):
+        position = translator.translate(committed)
+        assert position is not None, f"no translation for {committed} after a clean run"
+
+
+def _check_never_wrong(translator: PartitionTranslator, target_log: list[tuple[int, int]],
+                       source: list[int], copied: list[int]) -> None:
+    if not copied:
+        return
+    for committed in range(source[0], copied[-1] + 2):
+        position = translator.translate(committed)
+        if position is not None:
+            replicated = [s for s in source if s <= copied[-1]]
+            assert _valid(target_log, replicated, committed, position), (committed, position)
