@@ -1,0 +1,114 @@
+"""`strait config apply|show`: validate a configuration file, store it in Redis, print what is stored."""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import sys
+from collections.abc import Iterator
+from contextlib import contextmanager
+from pathlib import Path
+from typing import Any
+
+import yaml
+
+from strait.config import DEFAULT_REDIS_URL, StraitConfig, config_to_dict, load_config, mask_url
+from strait.config.secrets import mask_text, url_password
+from strait.config.store import apply_config, check_storable, latest_version, read_stored_config
+from strait.config.validate import describe_inline_secrets, inline_secrets
+from strait.coord.redis_client import CoordinationError, connect
+from strait.errors import StraitError
+
+REDIS_URL_ENV = "STRAIT_REDIS_URL"
+
+
+def register(subparsers: argparse._SubParsersAction) -> None:
+    """Add the `config` command group."""
+    config = subparsers.add_parser("config", help="validate, store and show the replication configuration")
+    commands = config.add_subparsers(dest="config_command", metavar="COMMAND", required=True)
+    redis_help = f"Redis to use (default: ${REDIS_URL_ENV}, else {DEFAULT_REDIS_URL}, the lab's)"
+
+    apply = commands.add_parser(
+        "apply", help="validate FILE (strait YAML or MM2 .properties) and store it as a new version",
+        description="Validate FILE and store it in Redis as a new configuration version; every strait "
+                    "process picks it up without restarting. Secrets must be ${env:VAR} or "
+                    "${file:/path[:key]} references: inline secrets are refused (--dry-run accepts them).",
+    )
+    apply.add_argument("file", metavar="FILE", type=Path,
+                       help="strait YAML (.yaml) or MM2 properties (.properties)")
+    apply.add_argument("--redis-url", default=None, help=redis_help)
+    apply.add_argument("--dry-run", action="store_true", help="validate and print the result; store nothing")
+    apply.set_defaults(handler=_apply)
+
+    show = commands.add_parser("show", help="print the stored configuration, secrets masked")
+    show.add_argument("--redis-url", default=None, help=redis_help)
+    show.add_argument("--json", action="store_true", help="print as JSON")
+    show.add_argument("--version", dest="config_version", type=int, default=None, metavar="N",
+                      help="this version instead of the latest")
+    show.set_defaults(handler=_show)
+
+
+def redis_url(args: argparse.Namespace) -> str:
+    """The Redis URL from --redis-url, else $STRAIT_REDIS_URL, else the embedded lab's."""
+    return args.redis_url or os.environ.get(REDIS_URL_ENV) or DEFAULT_REDIS_URL
+
+
+def _apply(args: argparse.Namespace) -> int:
+    config = load_config(args.file)
+    if args.dry_run:
+        print(_as_yaml(config_to_dict(config, secrets="mask")), end="")
+        refused = inline_secrets(config)
+        if refused:
+            keys = describe_inline_secrets(refused, str(args.file))
+            print(f"strait: warning: apply would refuse the inline secrets at {keys}; use ${{env:VAR}} "
+                  "or ${file:/path:key} references", file=sys.stderr)
+        print(f"{args.file} is valid: {_summary(config)} (not stored: --dry-run)", file=sys.stderr)
+        return 0
+    check_storable(config, str(args.file))  # before connecting: nothing is stored on refusal
+    url = redis_url(args)
+    with _redis(url) as client:
+        before = latest_version(client)
+        version = apply_config(client, config, str(args.file))
+    state = "unchanged, still" if version == before else "stored as"
+    print(f"configuration {state} version {version} in {mask_url(url)}: {_summary(config)}")
+    return 0
+
+
+def _show(args: argparse.Namespace) -> int:
+    url = redis_url(args)
+    with _redis(url) as client:
+        stored = read_stored_config(client, args.config_version)
+    body = config_to_dict(stored.config, secrets="mask")
+    if args.json:
+        meta = {"version": stored.version, "source": stored.source, "applied_at": stored.applied_at}
+        print(json.dumps({**meta, "config": body}, indent=2))
+        return 0
+    print(f"# strait configuration version {stored.version}, "
+          f"applied from {stored.source} at {stored.applied_at}")
+    print(_as_yaml(body), end="")
+    return 0
+
+
+def _summary(config: StraitConfig) -> str:
+    flows = ", ".join(flow.name + ("" if flow.enabled else " (disabled)") for flow in config.flows) or "none"
+    return f"clusters {', '.join(config.clusters) or 'none'}; flows {flows}"
+
+
+def _as_yaml(body: dict[str, Any]) -> str:
+    return yaml.safe_dump(body, sort_keys=False, default_flow_style=False, width=120)
+
+
+@contextmanager
+def _redis(url: str) -> Iterator[Any]:
+    """A checked Redis client for one command; failing to reach it is one clear strait error."""
+    try:
+        client = connect(url)
+    except CoordinationError as exc:
+        problem = mask_text(str(exc), [url_password(url) or ""])
+        raise StraitError(f"{problem} (Redis URL from --redis-url, ${REDIS_URL_ENV} or the lab's default "
+                          f"{DEFAULT_REDIS_URL}; `strait lab up` starts the lab)") from None
+    try:
+        yield client
+    finally:
+        client.close()

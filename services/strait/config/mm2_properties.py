@@ -1,0 +1,506 @@
+"""Read a MirrorMaker 2 ``connect-mirror-maker.properties`` file into a :class:`StraitConfig`.
+
+Scoping is MM2's: ``x.y`` is global, ``<alias>.x`` belongs to a cluster, ``<src>-><tgt>.x`` to a
+flow and overrides the global ``x``. Top-level client security settings (``security.protocol``,
+``sasl.*``, ``ssl.*``) and ``consumer.*``/``producer.*``/``admin.*`` apply to every cluster that
+does not set its own. A flow exists when any ``A->B.`` key names it; as in MM2 it is disabled until
+``A->B.enabled=true``. MM2 keys strait has no use for are listed in a warning; unknown keys are
+errors. strait's own extension keys: ``strait.redis.url`` and
+``[A->B.]strait.rate.limit.records.per.second``.
+"""
+
+from __future__ import annotations
+
+import difflib
+import logging
+import re
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from strait.config.document import ALIAS_PATTERN
+from strait.config.model import (
+    CLIENT_ROLES,
+    DEFAULT_REDIS_URL,
+    OFFSET_SYNCS_LOCATIONS,
+    ClusterConfig,
+    FlowConfig,
+    StraitConfig,
+)
+from strait.config.properties import Property, parse_properties, read_properties_file
+from strait.config.secrets import SecretRef, SettingValue, has_reference, is_secret_key, setting_value
+from strait.config.validate import Problems, check_flows, policy_name, policy_problem, regex_problem
+from strait.filters import parse_pattern_list
+from strait.errors import ConfigError
+
+log = logging.getLogger(__name__)
+
+REDIS_URL_KEY = "strait.redis.url"
+RATE_LIMIT_KEY = "strait.rate.limit.records.per.second"
+
+_SCHEDULES = {
+    "refresh.topics": "refresh_topics",
+    "refresh.groups": "refresh_groups",
+    "sync.topic.configs": "sync_topic_configs",
+    "sync.topic.acls": "sync_topic_acls",
+    "emit.heartbeats": "emit_heartbeats",
+    "emit.checkpoints": "emit_checkpoints",
+    "sync.group.offsets": "sync_group_offsets",
+}
+_SELECTIONS = {
+    "topics": ("topics", "include"),
+    "topics.exclude": ("topics", "exclude"),
+    "topics.blacklist": ("topics", "exclude"),
+    "groups": ("groups", "include"),
+    "groups.exclude": ("groups", "exclude"),
+    "groups.blacklist": ("groups", "exclude"),
+}
+_LEGACY = {"topics.blacklist": "topics.exclude", "groups.blacklist": "groups.exclude",
+           "config.properties.blacklist": "config.properties.exclude"}
+FLOW_KEYS = (
+    *_SELECTIONS, "replication.policy.class", "replication.policy.separator",
+    "replication.policy.internal.topic.separator.enabled", "offset-syncs.topic.location",
+    "replication.factor", "heartbeats.replication.enabled", "config.properties.exclude",
+    "config.properties.blacklist", RATE_LIMIT_KEY,
+    *(f"{prefix}.{suffix}" for prefix in _SCHEDULES for suffix in ("enabled", "interval.seconds")),
+)
+
+# MM2 and Connect settings that mean nothing to strait (its own runtime replaces them).
+_IGNORED = re.compile(
+    r"(tasks\.max|.+\.replication\.factor|(offset|config|status)\.storage\..+|offset\.flush\..+"
+    r"|(key|value|header)\.converter(\..+)?|offset\.lag\.max|emit\.offset-syncs\.enabled"
+    r"|(topic|group|config\.property)\.filter\.class|use\.defaults\.from|use\.incremental\.alter\.configs"
+    r"|admin\.timeout\.ms|consumer\.poll\.timeout\.ms|forwarding\.admin\.class|metric\.reporters|metrics\..+"
+    r"|dedicated\.mode\.enable\.internal\.rest|exactly\.once\.(source\.)?support|transaction\.boundary.*"
+    r"|add\.source\.alias\.to\.metrics|(source|target)\.cluster\.alias|checkpoints\.topic\..+"
+    r"|offset-syncs\.topic\.(?!location$).+|heartbeats\.topic\..+|config\.providers(\..+)?|listeners"
+    r"|rest\..+|plugin\.path|scheduled\.rebalance\.max\.delay\.ms|config\.action\.reload|errors\..+"
+    r"|group\.id|(consumer|producer|admin)\.override\..+)"
+)
+_CLIENT_SETTING = re.compile(
+    r"(security\..+|sasl\..+|ssl\..+|client\.id|client\.dns\.lookup|client\.rack|request\.timeout\.ms"
+    r"|retry\.backoff(\.max)?\.ms|reconnect\.backoff(\.max)?\.ms|metadata\.max\.age\.ms"
+    r"|connections\.max\.idle\.ms|socket\.connection\.setup\.timeout(\.max)?\.ms|receive\.buffer\.bytes"
+    r"|send\.buffer\.bytes|default\.api\.timeout\.ms)"
+)
+# Security settings of the Java client and of librdkafka, to catch misspellings under sasl./ssl.
+_KNOWN_SECURITY = frozenset({
+    "security.protocol", "sasl.mechanism", "sasl.mechanisms", "sasl.jaas.config", "sasl.username",
+    "sasl.password", "sasl.client.callback.handler.class", "sasl.oauthbearer.config",
+    "ssl.protocol", "ssl.provider", "ssl.cipher.suites", "ssl.enabled.protocols", "ssl.keystore.type",
+    "ssl.keystore.location", "ssl.keystore.password", "ssl.key.password", "ssl.keystore.key",
+    "ssl.keystore.certificate.chain", "ssl.truststore.certificates", "ssl.truststore.type",
+    "ssl.truststore.location", "ssl.truststore.password", "ssl.keymanager.algorithm",
+    "ssl.trustmanager.algorithm", "ssl.endpoint.identification.algorithm", "ssl.secure.random.implementation",
+    "ssl.engine.factory.class", "ssl.key.location", "ssl.key.pem", "ssl.certificate.location",
+    "ssl.certificate.pem", "ssl.ca.location", "ssl.ca.pem", "ssl.crl.location", "ssl.curves.list",
+    "ssl.sigalgs.list", "ssl.ca.certificate.stores", "ssl.engine.location", "ssl.engine.id",
+})
+_OPEN_SECURITY_PREFIXES = ("sasl.oauthbearer.", "sasl.login.", "sasl.kerberos.", "sasl.server.")
+_GLOBAL_CLIENT_SETTING = re.compile(r"(bootstrap\.servers|security\..+|sasl\..+|ssl\..+)")
+_ROLE = re.compile(r"(consumer|producer|admin)\.(.+)")
+
+
+@dataclass(frozen=True)
+class Mm2File:
+    """What an MM2 file gave: the configuration and the MM2 keys strait ignores."""
+
+    config: StraitConfig
+    ignored_keys: tuple[str, ...]
+
+
+def load_mm2_properties(path: str | Path) -> StraitConfig:
+    """Load and validate an MM2 properties file; raises ConfigError naming file, line and key."""
+    return read_mm2_properties(path).config
+
+
+def read_mm2_properties(path: str | Path) -> Mm2File:
+    """Like :func:`load_mm2_properties`, also returning the ignored MM2 keys."""
+    path = Path(path)
+    loaded = _Reader(read_properties_file(path), str(path)).read()
+    log.info("loaded MM2 configuration file=%s clusters=%d flows=%d", path,
+             len(loaded.config.clusters), len(loaded.config.flows))
+    return loaded
+
+
+def parse_mm2_properties(text: str, origin: str = "<text>") -> Mm2File:
+    """Parse MM2 properties text (see :func:`load_mm2_properties`)."""
+    try:
+        entries = parse_properties(text)
+    except ConfigError as exc:
+        raise ConfigError(f"{origin}:{exc}") from None
+    return _Reader(entries, origin).read()
+
+
+class _Reader:
+    """One pass over a file's entries: sort them into scopes, then build the model."""
+
+    def __init__(self, entries: list[Property], origin: str) -> None:
+        self.origin = origin
+        self.problems = Problems(origin)
+        self.entries = self._last_wins(entries)
+        self.aliases: tuple[str, ...] = ()
+        self.global_: dict[str, Property] = {}
+        self.cluster_keys: dict[str, dict[str, Property]] = {}
+        self.flow_keys: dict[tuple[str, str], dict[str, Property]] = {}
+        self.ignored: list[str] = []
+
+    def _last_wins(self, entries: list[Property]) -> dict[str, Property]:
+        by_key: dict[str, Property] = {}
+        for entry in entries:
+            if entry.key in by_key:
+                log.warning("repeated key, the last one wins file=%s key=%s lines=%d,%d",
+                            self.origin, entry.key, by_key[entry.key].line, entry.line)
+            by_key[entry.key] = entry
+        return by_key
+
+    def read(self) -> Mm2File:
+        """Build the configuration, raising one ConfigError with every problem found."""
+        self.aliases = self._clusters()
+        for entry in self.entries.values():
+            if entry.key != "clusters":
+                self._sort(entry)
+        clusters = {alias: cluster for alias in self.aliases if (cluster := self._cluster(alias))}
+        self._flow_layer(self.global_, "")  # report bad global values even when no flow uses them
+        flows = [self._flow(src, tgt) for src, tgt in self.flow_keys]
+        redis_url = self._redis_url()
+        self.problems.raise_if_any()
+        config = StraitConfig(clusters=clusters, flows=tuple(flows), redis_url=redis_url)
+        check_flows(config, self.problems, lambda _, flow: flow.name)
+        self.problems.raise_if_any()
+        self._warn_deprecated()
+        if self.ignored:
+            log.warning("ignoring MM2 settings strait does not use file=%s keys=%s",
+                        self.origin, ",".join(self.ignored))
+        return Mm2File(config, tuple(self.ignored))
+
+    def _warn_deprecated(self) -> None:
+        used = {key: current for key in self.entries for old, current in _LEGACY.items()
+                if key == old or key.endswith(f".{old}")}
+        if used:
+            log.warning("deprecated MM2 key names (removed in Kafka 4.0) file=%s keys=%s replacements=%s",
+                        self.origin, ",".join(used), ",".join(sorted(set(used.values()))))
+
+    def _where(self, entry: Property) -> str:
+        return f"line {entry.line}: {entry.key}"
+
+    def _clusters(self) -> tuple[str, ...]:
+        entry = self.entries.get("clusters")
+        if entry is None:
+            self.problems.add("clusters", "missing; list the cluster aliases, e.g. clusters = A, B")
+            return ()
+        aliases = tuple(_list(entry.value))
+        for alias in aliases:
+            if not ALIAS_PATTERN.fullmatch(alias):
+                self.problems.add(self._where(entry),
+                                  f"cluster alias {alias!r} must be letters, digits, '_' and '-'")
+        if not aliases:
+            self.problems.add(self._where(entry), "lists no cluster")
+        return tuple(a for a in aliases if ALIAS_PATTERN.fullmatch(a))
+
+    def _sort(self, entry: Property) -> None:
+        key = entry.key
+        if "->" in key:
+            self._sort_flow_key(entry)
+            return
+        alias = _longest_prefix(key, self.aliases, ".")
+        if alias is not None:
+            self.cluster_keys.setdefault(alias, {})[key[len(alias) + 1:]] = entry
+            return
+        self.global_[key] = entry
+
+    def _sort_flow_key(self, entry: Property) -> None:
+        source, _, rest = entry.key.partition("->")
+        target = _longest_prefix(rest, self.aliases, ".")
+        if source not in self.aliases or target is None:
+            named = f"{source}->{rest.split('.', 1)[0]}"
+            listed = ", ".join(self.aliases)
+            self.problems.add(self._where(entry),
+                              f"flow {named} names a cluster not listed in clusters = {listed}")
+            return
+        self.flow_keys.setdefault((source, target), {})[rest[len(target) + 1:]] = entry
+
+    # --- clusters ----------------------------------------------------------------------------------
+
+    def _cluster(self, alias: str) -> ClusterConfig | None:
+        own = self.cluster_keys.get(alias, {})
+        scopes: dict[str, dict[str, SettingValue]] = {"client": {}, **{role: {} for role in CLIENT_ROLES}}
+        servers: str | None = None
+        for key, entry in self._cluster_entries(own).items():
+            if key == "bootstrap.servers":
+                servers = self._bootstrap(entry)
+                continue
+            scope, setting = self._cluster_scope(key, entry, alias, key in own)
+            if scope is not None:
+                self._setting(scopes[scope], setting, entry)
+        if servers is None:
+            self.problems.add(f"{alias}.bootstrap.servers",
+                              f"missing; cluster {alias} needs its bootstrap servers")
+            return None
+        return ClusterConfig(alias=alias, bootstrap_servers=servers, **scopes)
+
+    def _cluster_entries(self, own: dict[str, Property]) -> dict[str, Property]:
+        inherited = {key: entry for key, entry in self.global_.items() if _is_role_setting(key) or (
+            _GLOBAL_CLIENT_SETTING.fullmatch(key) and not _misspelt_security_key(key))}
+        return {**inherited, **own}
+
+    def _cluster_scope(self, key: str, entry: Property, alias: str, own: bool) -> tuple[str | None, str]:
+        if _IGNORED.fullmatch(key):
+            if own:
+                self._ignore(entry)
+            return None, key
+        role = _ROLE.fullmatch(key)
+        if role:
+            return role.group(1), role.group(2)
+        if _CLIENT_SETTING.fullmatch(key) and not _misspelt_security_key(key):
+            return "client", key
+        self._unknown(entry, [f"{alias}.{k}" for k in ("bootstrap.servers", *_KNOWN_SECURITY)],
+                      hint=f"; settings for one kind of client go under {alias}.consumer., {alias}.producer. "
+                           f"or {alias}.admin.")
+        return None, key
+
+    def _bootstrap(self, entry: Property) -> str | None:
+        if not entry.value:
+            self.problems.add(self._where(entry), "is empty")
+            return None
+        if has_reference(entry.value):
+            self.problems.add(self._where(entry), "cannot be a ${...} reference")
+            return None
+        return entry.value
+
+    def _setting(self, scope: dict[str, SettingValue], key: str, entry: Property) -> None:
+        try:
+            scope[key] = setting_value(key, entry.value)
+        except ConfigError as exc:
+            # A secret's reference text is kept out of the message, whatever is wrong with it.
+            message = "invalid ${...} reference" if is_secret_key(key) else str(exc)
+            self.problems.add(self._where(entry), message)
+
+    # --- flows -------------------------------------------------------------------------------------
+
+    def _flow(self, source: str, target: str) -> FlowConfig:
+        own = self.flow_keys[(source, target)]
+        enabled_entry = own.pop("enabled", None)
+        enabled = _bool(enabled_entry, self) if enabled_entry else False
+        layer = self._flow_layer({**self.global_, **own}, f"{source}->{target}.", own)
+        return FlowConfig.from_layers(source, target, layer, {"enabled": bool(enabled)})
+
+    def _flow_layer(self, entries: Mapping[str, Property], prefix: str,
+                    own: Mapping[str, Property] | None = None) -> dict[str, Any]:
+        """Typed partial flow settings from the flow keys among ``entries``.
+
+        Only keys in ``own`` (all keys when it is None) are reported when unknown.
+        """
+        layer: dict[str, Any] = {}
+        for key, entry in _without_shadowed_aliases(entries, own or {}).items():
+            schedule = _schedule_key(key)
+            if key in _SELECTIONS:
+                self._put(layer, *_SELECTIONS[key], self._regexes(entry))
+            elif key in _SCALAR_READERS:
+                name, parse = _SCALAR_READERS[key]
+                self._put(layer, name, None, parse(entry, self))
+            elif schedule is not None:
+                self._schedule(layer, *schedule, entry)
+            elif own is None or key in own:
+                self._other_flow_key(key, entry, prefix)
+        for partial in layer.values():
+            if isinstance(partial, dict) and partial.pop(_OFF, False):
+                partial["enabled"] = False
+        return layer
+
+    def _schedule(self, layer: dict[str, Any], name: str, part: str, entry: Property) -> None:
+        if part == "enabled":
+            self._put(layer, name, part, _bool(entry, self))
+            return
+        seconds = _interval(entry, self)
+        if seconds is not _INVALID and seconds < 0:  # MM2 turns a task off with a negative interval
+            self._put(layer, name, _OFF, True)
+        else:
+            self._put(layer, name, part, seconds)
+
+    def _other_flow_key(self, key: str, entry: Property, prefix: str) -> None:
+        if not prefix:
+            self._global_other(key, entry)
+        elif _IGNORED.fullmatch(key):
+            self._ignore(entry)
+        else:
+            self._unknown(entry, [prefix + k for k in (*FLOW_KEYS, "enabled")])
+
+    def _global_other(self, key: str, entry: Property) -> None:
+        if key == REDIS_URL_KEY or _is_role_setting(key):
+            return
+        if _GLOBAL_CLIENT_SETTING.fullmatch(key) and not _misspelt_security_key(key):
+            return
+        if _IGNORED.fullmatch(key):
+            self._ignore(entry)
+            return
+        self._unknown(entry, ["clusters", REDIS_URL_KEY, *FLOW_KEYS, *_KNOWN_SECURITY])
+
+    def _put(self, layer: dict[str, Any], name: str, part: str | None, value: Any) -> None:
+        if value is _INVALID:
+            return
+        if part is None:
+            layer[name] = value
+        else:
+            layer.setdefault(name, {})[part] = value
+
+    def _regexes(self, entry: Property) -> Any:
+        try:
+            patterns = parse_pattern_list(entry.value)
+        except ConfigError as exc:
+            return self.invalid(entry, str(exc))
+        bad = [(i, p) for i, p in enumerate(patterns) if regex_problem(p)]
+        for index, pattern in bad:
+            self.problems.add(f"{self._where(entry)} entry {index + 1}", str(regex_problem(pattern)))
+        return _INVALID if bad else patterns
+
+    def _redis_url(self) -> SettingValue:
+        entry = self.global_.get(REDIS_URL_KEY)
+        if entry is None:
+            return DEFAULT_REDIS_URL
+        try:
+            return SecretRef(entry.value) if has_reference(entry.value) else entry.value
+        except ConfigError as exc:
+            self.problems.add(self._where(entry), str(exc))
+            return DEFAULT_REDIS_URL
+
+    # --- reporting ---------------------------------------------------------------------------------
+
+    def _ignore(self, entry: Property) -> None:
+        if entry.key not in self.ignored:
+            self.ignored.append(entry.key)
+
+    def _unknown(self, entry: Property, known: list[str], hint: str = "") -> None:
+        close = difflib.get_close_matches(entry.key, known, n=1, cutoff=0.75)
+        suggestion = f"; did you mean {close[0]!r}?" if close else hint
+        self.problems.add(self._where(entry), f"unknown key{suggestion}")
+
+    def invalid(self, entry: Property, message: str) -> object:
+        """Record a problem with an entry's value; returns the marker of an unusable value."""
+        self.problems.add(self._where(entry), message)
+        return _INVALID
+
+
+_INVALID = object()
+_OFF = "_off"
+
+
+def _schedule_key(key: str) -> tuple[str, str] | None:
+    for prefix, name in _SCHEDULES.items():
+        if key == f"{prefix}.enabled":
+            return name, "enabled"
+        if key == f"{prefix}.interval.seconds":
+            return name, "interval_seconds"
+    return None
+
+
+def _without_shadowed_aliases(entries: Mapping[str, Property],
+                              own: Mapping[str, Property]) -> dict[str, Property]:
+    """Drop a deprecated alias or its current name when both apply: the flow's own key wins over a
+    global one (unlike MM2, which would let a global ``topics.exclude`` hide ``A->B.topics.blacklist``),
+    and within one scope the current name wins."""
+    kept = dict(entries)
+    for alias, current in _LEGACY.items():
+        if alias in kept and current in kept:
+            flow_alias_only = alias in own and current not in own
+            del kept[current if flow_alias_only else alias]
+    return kept
+
+
+def _longest_prefix(key: str, aliases: tuple[str, ...], separator: str) -> str | None:
+    matches = [alias for alias in aliases if key.startswith(alias + separator)]
+    return max(matches, key=len) if matches else None
+
+
+def _misspelt_security_key(key: str) -> bool:
+    """A sasl./ssl. key that is not a known setting but close to one (other unknown ones pass through)."""
+    if key in _KNOWN_SECURITY or key.startswith(_OPEN_SECURITY_PREFIXES):
+        return False
+    if not key.startswith(("sasl.", "ssl.")):
+        return False
+    return bool(difflib.get_close_matches(key, _KNOWN_SECURITY, n=1, cutoff=0.8))
+
+
+def _is_role_setting(key: str) -> bool:
+    return _ROLE.fullmatch(key) is not None and not _IGNORED.fullmatch(key)
+
+
+def _list(text: str) -> list[str]:
+    return [item.strip() for item in text.split(",") if item.strip()]
+
+
+def _bool(entry: Property, reader: _Reader) -> Any:
+    lowered = entry.value.lower()
+    if lowered in ("true", "false"):
+        return lowered == "true"
+    return reader.invalid(entry, f"expected true or false, got {entry.value!r}")
+
+
+def _number(text: str) -> float | None:
+    try:
+        return float(int(text))
+    except ValueError:
+        try:
+            return float(text)
+        except ValueError:
+            return None
+
+
+def _interval(entry: Property, reader: _Reader) -> Any:
+    seconds = _number(entry.value)
+    if seconds is None or seconds == 0:
+        return reader.invalid(entry, "expected a number of seconds (negative turns the task off), "
+                                     f"got {entry.value!r}")
+    return seconds
+
+
+def _policy(entry: Property, reader: _Reader) -> Any:
+    problem = policy_problem(entry.value)
+    return reader.invalid(entry, problem) if problem else policy_name(entry.value)
+
+
+def _separator(entry: Property, reader: _Reader) -> Any:
+    return entry.value if entry.value else reader.invalid(entry, "must not be empty")
+
+
+def _location(entry: Property, reader: _Reader) -> Any:
+    lowered = entry.value.lower()
+    if lowered in OFFSET_SYNCS_LOCATIONS:
+        return lowered
+    return reader.invalid(entry, f"expected source or target, got {entry.value!r}")
+
+
+def _replication_factor(entry: Property, reader: _Reader) -> Any:
+    try:
+        value = int(entry.value)
+    except ValueError:
+        value = 0
+    if value >= 1 or value == -1:
+        return value
+    return reader.invalid(entry, f"expected a whole number of at least 1 (or -1 for the broker default), "
+                                 f"got {entry.value!r}")
+
+
+def _rate_limit(entry: Property, reader: _Reader) -> Any:
+    value = _number(entry.value)
+    if value is not None and value > 0:
+        return value
+    return reader.invalid(entry, f"expected records per second above 0, got {entry.value!r}")
+
+
+def _config_excludes(entry: Property, reader: _Reader) -> Any:
+    return reader._regexes(entry)
+
+
+_SCALAR_READERS: dict[str, tuple[str, Callable[[Property, _Reader], Any]]] = {
+    "replication.policy.class": ("replication_policy", _policy),
+    "replication.policy.separator": ("separator", _separator),
+    "replication.policy.internal.topic.separator.enabled": ("internal_topic_separator_enabled", _bool),
+    "offset-syncs.topic.location": ("offset_syncs_topic_location", _location),
+    "replication.factor": ("replication_factor", _replication_factor),
+    "heartbeats.replication.enabled": ("heartbeats_replication_enabled", _bool),
+    "config.properties.exclude": ("config_properties_exclude", _config_excludes),
+    "config.properties.blacklist": ("config_properties_exclude", _config_excludes),
+    RATE_LIMIT_KEY: ("rate_limit_records_per_second", _rate_limit),
+}

@@ -1,0 +1,283 @@
+"""strait's configuration model: clusters, flows and where the coordination Redis is.
+
+Every class is a frozen dataclass; mappings are read-only views. Values of client settings are
+plain strings, :class:`SecretRef` (resolved only when a client is built) or :class:`Secret` (inline,
+masked when printed). Defaults are MM2's except where MM2 is slow: strait refreshes topics, groups,
+configs and ACLs every 30 s, checkpoints every 5 s, heartbeats every 1 s, syncs group offsets every
+5 s when enabled.
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass, field, fields, replace
+from types import MappingProxyType
+from typing import Any, Literal
+
+from strait.config.clients import librdkafka_settings
+from strait.config.secrets import SecretRef, SettingValue, has_reference, mask_url, resolve_value
+from strait.errors import ConfigError
+from strait.filters import (
+    CONFIG_PROPERTIES_EXCLUDE_DEFAULT,
+    GROUPS_EXCLUDE_DEFAULT,
+    GROUPS_INCLUDE_DEFAULT,
+    TOPICS_EXCLUDE_DEFAULT,
+    TOPICS_INCLUDE_DEFAULT,
+    ConfigPropertyFilter,
+    GroupFilter,
+    TopicFilter,
+)
+from strait.policy import ReplicationPolicy, policy_from_name
+
+DEFAULT_REDIS_URL = "redis://127.0.0.1:19079/0"
+POLICY_NAMES = ("default", "identity")
+OFFSET_SYNCS_LOCATIONS = ("source", "target")
+CLIENT_ROLES = ("consumer", "producer", "admin")
+
+Role = Literal["consumer", "producer", "admin"]
+
+
+def _frozen_mapping(values: Mapping[str, Any]) -> Mapping[str, Any]:
+    return MappingProxyType(dict(values))
+
+
+def _empty() -> Mapping[str, SettingValue]:
+    return MappingProxyType({})
+
+
+@dataclass(frozen=True)
+class Selection:
+    """Include and exclude regex lists; a name must fully match an include and no exclude."""
+
+    include: tuple[str, ...]
+    exclude: tuple[str, ...]
+
+    def __post_init__(self) -> None:
+        object.__setattr__(self, "include", tuple(self.include))
+        object.__setattr__(self, "exclude", tuple(self.exclude))
+
+
+@dataclass(frozen=True)
+class Schedule:
+    """A periodic task of a flow: whether it runs and how often."""
+
+    enabled: bool
+    interval_seconds: float
+
+    def __post_init__(self) -> None:
+        object.__setattr__(self, "interval_seconds", float(self.interval_seconds))
+
+
+@dataclass(frozen=True)
+class ClusterConfig:
+    """One Kafka cluster: its alias, bootstrap servers and client settings (incl. security).
+
+    ``client`` applies to every client of the cluster; ``consumer``, ``producer`` and ``admin``
+    override it for that kind of client (MM2's ``<alias>.consumer.*`` and so on). Keys are Kafka
+    client property names as the user wrote them (Java or librdkafka spelling).
+    """
+
+    alias: str
+    bootstrap_servers: str
+    client: Mapping[str, SettingValue] = field(default_factory=_empty)
+    consumer: Mapping[str, SettingValue] = field(default_factory=_empty)
+    producer: Mapping[str, SettingValue] = field(default_factory=_empty)
+    admin: Mapping[str, SettingValue] = field(default_factory=_empty)
+
+    def __post_init__(self) -> None:
+        for name in ("client", *CLIENT_ROLES):
+            object.__setattr__(self, name, _frozen_mapping(getattr(self, name)))
+
+    def __hash__(self) -> int:
+        scopes = tuple(tuple(sorted(getattr(self, name).items())) for name in ("client", *CLIENT_ROLES))
+        return hash((self.alias, self.bootstrap_servers, scopes))
+
+    def unresolved_settings(self, role: Role | None = None) -> dict[str, SettingValue]:
+        """Settings for one kind of client before resolution: bootstrap, shared, then role overrides."""
+        merged: dict[str, SettingValue] = {"bootstrap.servers": self.bootstrap_servers, **self.client}
+        if role is not None:
+            merged.update(getattr(self, role))
+        return merged
+
+    def settings(self, role: Role | None = None, environ: Mapping[str, str] | None = None,
+                 skip: tuple[str, ...] = ()) -> dict[str, str]:
+        """Resolved settings with the keys as written (for Java clients, e.g. Spark's ``kafka.*``).
+
+        Secrets are resolved here, at use time, and never cached; raises ConfigError naming the
+        cluster, key and reference when one cannot be resolved.
+        """
+        source = os.environ if environ is None else environ
+        resolved: dict[str, str] = {}
+        for key, value in self.unresolved_settings(role).items():
+            if key in skip:
+                continue
+            try:
+                resolved[key] = resolve_value(value, source)
+            except ConfigError as exc:
+                raise ConfigError(f"cluster {self.alias}: {key}: {exc}") from None
+        return resolved
+
+    def librdkafka_config(self, role: Role | None = None,
+                          environ: Mapping[str, str] | None = None) -> dict[str, str]:
+        """A confluent-kafka (librdkafka) config dict with secrets resolved.
+
+        Java-only settings an MM2 file carries are translated (``sasl.jaas.config`` for PLAIN and
+        SCRAM to ``sasl.username``/``sasl.password``, PEM truststores to ``ssl.ca.location``).
+        """
+        source = os.environ if environ is None else environ
+        jaas = self.unresolved_settings(role).get("sasl.jaas.config")
+        settings = self.settings(role, source, skip=("sasl.jaas.config",))
+        try:
+            if isinstance(jaas, SecretRef):
+                return librdkafka_settings(settings, jaas.text, _jaas_option_resolver(source))
+            return librdkafka_settings(settings, None if jaas is None else resolve_value(jaas))
+        except ConfigError as exc:
+            raise ConfigError(f"cluster {self.alias}: {exc}") from None
+
+
+def _jaas_option_resolver(environ: Mapping[str, str]) -> Callable[[str], str]:
+    """Resolves references in one JAAS option value, after the JAAS text itself was parsed."""
+
+    def resolve(text: str) -> str:
+        if not has_reference(text):
+            return text
+        try:
+            return SecretRef(text).resolve(environ)
+        except ConfigError as exc:
+            raise ConfigError(f"sasl.jaas.config: {exc}") from None
+
+    return resolve
+
+
+@dataclass(frozen=True)
+class FlowConfig:
+    """One replication flow from ``source`` to ``target`` (named ``"A->B"``) and how it runs.
+
+    ``replication_factor`` is MM2's 2 for remote topics (``-1`` uses the target broker's default):
+    a disaster-recovery copy should never be single-replica by accident. ``rate_limit_records_per_second``
+    of None means unlimited.
+    """
+
+    source: str
+    target: str
+    enabled: bool = True
+    topics: Selection = Selection(TOPICS_INCLUDE_DEFAULT, TOPICS_EXCLUDE_DEFAULT)
+    groups: Selection = Selection(GROUPS_INCLUDE_DEFAULT, GROUPS_EXCLUDE_DEFAULT)
+    replication_policy: str = "default"
+    separator: str = "."
+    internal_topic_separator_enabled: bool = True
+    refresh_topics: Schedule = Schedule(True, 30.0)
+    refresh_groups: Schedule = Schedule(True, 30.0)
+    sync_topic_configs: Schedule = Schedule(True, 30.0)
+    sync_topic_acls: Schedule = Schedule(True, 30.0)
+    emit_heartbeats: Schedule = Schedule(True, 1.0)
+    emit_checkpoints: Schedule = Schedule(True, 5.0)
+    sync_group_offsets: Schedule = Schedule(False, 5.0)
+    offset_syncs_topic_location: str = "source"
+    replication_factor: int = 2
+    rate_limit_records_per_second: float | None = None
+    heartbeats_replication_enabled: bool = True
+    config_properties_exclude: tuple[str, ...] = CONFIG_PROPERTIES_EXCLUDE_DEFAULT
+
+    def __post_init__(self) -> None:
+        object.__setattr__(self, "config_properties_exclude", tuple(self.config_properties_exclude))
+        if self.rate_limit_records_per_second is not None:
+            rate = float(self.rate_limit_records_per_second)
+            object.__setattr__(self, "rate_limit_records_per_second", rate)
+
+    @property
+    def name(self) -> str:
+        """The flow's name, ``"<source>-><target>"`` as in MM2."""
+        return f"{self.source}->{self.target}"
+
+    def policy(self) -> ReplicationPolicy:
+        """The flow's replication policy (its source alias set, as MM2 sets it for identity)."""
+        return policy_from_name(self.replication_policy, self.separator,
+                                self.internal_topic_separator_enabled, source_cluster_alias=self.source)
+
+    def topic_filter(self) -> TopicFilter:
+        """The flow's topic filter."""
+        return TopicFilter(self.topics.include, self.topics.exclude)
+
+    def group_filter(self) -> GroupFilter:
+        """The flow's consumer-group filter."""
+        return GroupFilter(self.groups.include, self.groups.exclude)
+
+    def config_property_filter(self) -> ConfigPropertyFilter:
+        """Which topic config properties the flow never syncs."""
+        return ConfigPropertyFilter(self.config_properties_exclude)
+
+    @classmethod
+    def from_layers(cls, source: str, target: str, *layers: Mapping[str, Any]) -> FlowConfig:
+        """Build a flow from partial settings, later layers winning (defaults, then the flow's own).
+
+        A layer maps field names to values; for ``Selection`` and ``Schedule`` fields the value is
+        itself a partial mapping of their fields, merged field by field.
+        """
+        merged = merge_layers(*layers)
+        base = cls(source=source, target=target)
+        values: dict[str, Any] = {}
+        for name, value in merged.items():
+            current = getattr(base, name)
+            values[name] = replace(current, **value) if isinstance(current, (Selection, Schedule)) else value
+        return replace(base, **values)
+
+
+FLOW_FIELDS = tuple(f.name for f in fields(FlowConfig))
+NESTED_FLOW_FIELDS: Mapping[str, type] = MappingProxyType({
+    f.name: type(f.default) for f in fields(FlowConfig) if isinstance(f.default, (Selection, Schedule))
+})
+
+
+def merge_layers(*layers: Mapping[str, Any]) -> dict[str, Any]:
+    """Merge partial flow settings; nested partial mappings merge one level deep."""
+    merged: dict[str, Any] = {}
+    for layer in layers:
+        for name, value in layer.items():
+            if name in NESTED_FLOW_FIELDS and isinstance(value, Mapping):
+                merged[name] = {**merged.get(name, {}), **value}
+            else:
+                merged[name] = value
+    return merged
+
+
+@dataclass(frozen=True)
+class StraitConfig:
+    """The whole configuration: clusters by alias, flows, and the coordination Redis URL."""
+
+    clusters: Mapping[str, ClusterConfig]
+    flows: tuple[FlowConfig, ...] = ()
+    redis_url: SettingValue = DEFAULT_REDIS_URL
+
+    def __post_init__(self) -> None:
+        object.__setattr__(self, "clusters", _frozen_mapping(self.clusters))
+        object.__setattr__(self, "flows", tuple(self.flows))
+
+    def __hash__(self) -> int:
+        return hash((tuple(sorted(self.clusters.items())), self.flows, self.redis_url))
+
+    def __repr__(self) -> str:
+        redis_url = mask_url(self.redis_url) if isinstance(self.redis_url, str) else self.redis_url
+        clusters = dict(self.clusters)
+        return f"StraitConfig(clusters={clusters!r}, flows={self.flows!r}, redis_url={redis_url!r})"
+
+    __str__ = __repr__
+
+    def cluster(self, alias: str) -> ClusterConfig:
+        """The cluster with this alias; raises ConfigError when there is none."""
+        if alias not in self.clusters:
+            raise ConfigError(f"no cluster {alias!r}; clusters are {', '.join(self.clusters) or 'none'}")
+        return self.clusters[alias]
+
+    def flow(self, name: str) -> FlowConfig:
+        """The flow named ``"A->B"``; raises ConfigError when there is none."""
+        for flow in self.flows:
+            if flow.name == name:
+                return flow
+        raise ConfigError(f"no flow {name!r}; flows are {', '.join(f.name for f in self.flows) or 'none'}")
+
+    @property
+    def enabled_flows(self) -> tuple[FlowConfig, ...]:
+        """The flows that replicate."""
+        return tuple(flow for flow in self.flows if flow.enabled)

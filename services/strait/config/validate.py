@@ -1,0 +1,189 @@
+"""Checks on a configuration that span more than one value, and error collection.
+
+Loaders check each value where they read it (they know its key path); this module checks what only
+the whole picture shows: flows naming unknown clusters, self-loops, duplicates, loops of flows the
+replication policy cannot break, and inline secrets that must not reach Redis.
+"""
+
+from __future__ import annotations
+
+import difflib
+from collections.abc import Callable, Iterable, Sequence
+from dataclasses import dataclass
+
+from strait.config.model import POLICY_NAMES, FlowConfig, StraitConfig
+from strait.config.secrets import Secret, url_password
+from strait.errors import ConfigError
+from strait.filters import compile_pattern_list
+from strait.policy import IdentityReplicationPolicy, policy_from_name
+
+_MAX_LISTED = 20
+
+
+class Problems:
+    """Collects every problem of one file, then raises them as one ConfigError."""
+
+    def __init__(self, origin: str) -> None:
+        self.origin = origin
+        self.items: list[str] = []
+
+    def add(self, where: str, message: str) -> None:
+        """Record a problem at a key path (``flows[0].topics.include[2]``) or a line."""
+        item = f"{where}: {message}" if where else message
+        if item not in self.items:  # a global MM2 key is read once per flow
+            self.items.append(item)
+
+    def raise_if_any(self) -> None:
+        """Raise a ConfigError naming the file and every problem, if there is any."""
+        if not self.items:
+            return
+        if len(self.items) == 1:
+            raise ConfigError(f"{self.origin}: {self.items[0]}")
+        listed = self.items[:_MAX_LISTED]
+        more = len(self.items) - len(listed)
+        lines = [f"{self.origin}: {len(self.items)} problems:", *(f"  {item}" for item in listed)]
+        if more:
+            lines.append(f"  ... and {more} more")
+        raise ConfigError("\n".join(lines))
+
+
+def regex_problem(pattern: str) -> str | None:
+    """Why a filter regex cannot be used (compiled as strait.filters will), or None when it can."""
+    try:
+        compile_pattern_list([pattern])
+    except ConfigError as exc:
+        return str(exc)
+    return None
+
+
+def policy_name(value: str) -> str:
+    """The short name (``default``/``identity``) of a policy name or MM2 class; raises ConfigError."""
+    policy = policy_from_name(value)
+    return "identity" if isinstance(policy, IdentityReplicationPolicy) else "default"
+
+
+def policy_problem(value: str) -> str | None:
+    """Why a replication policy name or MM2 class is unusable, or None."""
+    try:
+        policy_name(value)
+    except ConfigError as exc:
+        close = difflib.get_close_matches(value, POLICY_NAMES, n=1)
+        return f"{exc}" + (f"; did you mean {close[0]!r}?" if close else "")
+    return None
+
+
+def check_flows(config: StraitConfig, problems: Problems, label: Callable[[int, FlowConfig], str]) -> None:
+    """Add the problems of the flows as a whole; ``label`` names a flow in messages (key path)."""
+    seen: dict[str, str] = {}
+    for index, flow in enumerate(config.flows):
+        where = label(index, flow)
+        for role, alias in (("source", flow.source), ("target", flow.target)):
+            if alias not in config.clusters:
+                problems.add(where, f"{role} cluster {alias!r} is not defined{_known(config.clusters)}")
+        if flow.source == flow.target:
+            problems.add(where, f"source and target are both {flow.source!r}; a flow needs two clusters")
+        if flow.name in seen:
+            problems.add(where, f"flow {flow.name} is defined twice (also at {seen[flow.name]})")
+        seen.setdefault(flow.name, where)
+    for loop in identity_loops(config.flows):
+        problems.add(f"flows {', '.join(f.name for f in loop)}", _loop_message(loop))
+
+
+def _known(names: Iterable[str]) -> str:
+    listed = ", ".join(sorted(names))
+    return f" (clusters: {listed})" if listed else " (no clusters are defined)"
+
+
+def identity_loops(flows: Sequence[FlowConfig]) -> list[tuple[FlowConfig, ...]]:
+    """Loops of enabled flows that contain a flow with the identity policy, one per such flow.
+
+    Cycle detection works on topic names only: the identity policy keeps names unchanged, so a
+    topic that came round a loop looks local again and would be replicated forever.
+    """
+    enabled = [f for f in flows if f.enabled and f.source != f.target]
+    loops: list[tuple[FlowConfig, ...]] = []
+    covered: set[frozenset[str]] = set()
+    for flow in enabled:
+        if flow.replication_policy != "identity":
+            continue
+        back = _path(enabled, flow.target, flow.source)
+        if back is None:
+            continue
+        loop = (flow, *back)
+        key = frozenset(f.name for f in loop)
+        if key not in covered:
+            covered.add(key)
+            loops.append(loop)
+    return loops
+
+
+def _path(flows: Sequence[FlowConfig], start: str, goal: str) -> tuple[FlowConfig, ...] | None:
+    frontier: list[tuple[str, tuple[FlowConfig, ...]]] = [(start, ())]
+    visited = {start}
+    while frontier:
+        node, path = frontier.pop(0)
+        for flow in flows:
+            if flow.source != node or (flow.target in visited and flow.target != goal):
+                continue
+            if flow.target == goal:
+                return (*path, flow)
+            visited.add(flow.target)
+            frontier.append((flow.target, (*path, flow)))
+    return None
+
+
+def _loop_message(loop: tuple[FlowConfig, ...]) -> str:
+    identity = [f.name for f in loop if f.replication_policy == "identity"]
+    route = " -> ".join([loop[0].source, *(f.target for f in loop)])
+    return (
+        f"these enabled flows form a loop ({route}) and {', '.join(identity)} "
+        f"{'uses' if len(identity) == 1 else 'use'} the identity replication policy. Identity keeps topic "
+        "names unchanged, so a replicated topic cannot be recognised when it comes back round and its "
+        "records would be replicated forever. Use the default policy on every flow of the loop, or "
+        "disable one of them"
+    )
+
+
+@dataclass(frozen=True)
+class InlineSecret:
+    """Where an inline (not referenced) secret sits in a configuration."""
+
+    cluster: str | None
+    scope: str
+    key: str
+
+    @property
+    def path(self) -> str:
+        """Key path in strait's YAML form, e.g. ``clusters.A.client.sasl.password``."""
+        if self.cluster is None:
+            return self.key
+        return f"clusters.{self.cluster}.{self.scope}.{self.key}"
+
+    @property
+    def mm2_key(self) -> str:
+        """The key as an MM2 properties file spells it, e.g. ``A.sasl.password``."""
+        if self.cluster is None:
+            return "strait.redis.url"
+        scope = "" if self.scope == "client" else f"{self.scope}."
+        return f"{self.cluster}.{scope}{self.key}"
+
+
+def describe_inline_secrets(found: list[InlineSecret], source_name: str) -> str:
+    """The keys of inline secrets as the file spells them (MM2 names for a .properties file)."""
+    mm2 = source_name.endswith(".properties")
+    return ", ".join(secret.mm2_key if mm2 else secret.path for secret in found)
+
+
+def inline_secrets(config: StraitConfig) -> list[InlineSecret]:
+    """Every inline secret of a configuration (client settings and the Redis URL's password)."""
+    found = []
+    for alias, cluster in config.clusters.items():
+        for scope in ("client", "consumer", "producer", "admin"):
+            for key, value in getattr(cluster, scope).items():
+                if isinstance(value, Secret):
+                    found.append(InlineSecret(alias, scope, key))
+    if isinstance(config.redis_url, Secret) or (
+        isinstance(config.redis_url, str) and url_password(config.redis_url)
+    ):
+        found.append(InlineSecret(None, "", "redis_url"))
+    return found
