@@ -1,0 +1,31 @@
+"""`strait run COMPONENT`: one process of a strait component (what each compose service runs)."""
+
+from __future__ import annotations
+
+import argparse
+from pathlib import Path
+
+
+def register(subparsers: argparse._SubParsersAction) -> None:
+    """Add the `run` command group."""
+    run = subparsers.add_parser("run", help="run one process of a strait component")
+    components = run.add_subparsers(dest="component", metavar="COMPONENT", required=True)
+    replicator = components.add_parser("replicator", help="the PySpark data plane: one query per enabled flow")
+    source = replicator.add_mutually_exclusive_group()
+    source.add_argument("--redis-url", help="read the configuration from this Redis, live (default $STRAIT_REDIS_URL)")
+    source.add_argument("--config", type=Path, help="run from a YAML or MM2 properties file instead (no live control)")
+    replicator.add_argument("--flow", action="append", default=[], help="run only this flow (repeatable)")
+    replicator.add_argument("--master", help="Spark master URL (default local[*] or $STRAIT_SPARK_MASTER)")
+    replicator.add_argument("--state-dir", type=Path, help="Spark checkpoints (default .cache/replicator)")
+    replicator.add_argument("--metrics-port", type=int, default=0, help="port of /metrics (0: a free one)")
+    replicator.add_argument("--trigger-seconds", type=float, default=0.25, help="micro-batch trigger interval")
+    replicator.set_defaults(handler=_replicator)
+
+
+def _replicator(args: argparse.Namespace) -> int:
+    from strait_replicator.app import ReplicatorOptions, main  # pyspark loads only for this command
+
+    return main(ReplicatorOptions(
+        redis_url=args.redis_url, config_file=args.config, state_dir=args.state_dir, master=args.master,
+        metrics_port=args.metrics_port, trigger_seconds=args.trigger_seconds, flows=tuple(args.flow),
+    ))

@@ -1,0 +1,139 @@
+"""Admin calls on a cluster, idempotent and with errors that name cluster, topic and fix.
+
+Topic creation treats "already exists" as success, partitions only grow, and internal topics get
+MM2's settings (one partition, ``cleanup.policy=compact``).
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass, field
+
+from confluent_kafka import KafkaError, KafkaException
+from confluent_kafka.admin import AdminClient, ConfigResource, ConfigSource, NewPartitions, NewTopic, ResourceType
+
+from strait.errors import StraitError
+
+log = logging.getLogger(__name__)
+librdkafka_log = logging.getLogger("strait.librdkafka")
+
+DEFAULT_TIMEOUT = 30.0
+
+
+class KafkaAdminError(StraitError):
+    """An admin call on a cluster failed; the message names the cluster and what to do."""
+
+
+class ClusterUnreachableError(KafkaAdminError):
+    """No broker of the cluster answered."""
+
+
+class KafkaPermissionError(KafkaAdminError):
+    """The principal lacks an ACL for the call; the message names the operation to allow."""
+
+
+@dataclass(frozen=True)
+class TopicSpec:
+    """A topic to create: name, partitions, replication factor (-1: broker default), configs."""
+
+    name: str
+    partitions: int
+    replication_factor: int = -1
+    config: Mapping[str, str] = field(default_factory=dict)
+
+
+def admin_client(config: Mapping[str, str]) -> AdminClient:
+    """An AdminClient whose librdkafka logs go through Python logging."""
+    return AdminClient({**config, "logger": librdkafka_log})
+
+
+def _explain(exc: BaseException, alias: str, action: str) -> KafkaAdminError:
+    error = exc.args[0] if exc.args and isinstance(exc.args[0], KafkaError) else None
+    if error is not None and error.code() in (
+        KafkaError.TOPIC_AUTHORIZATION_FAILED, KafkaError.CLUSTER_AUTHORIZATION_FAILED,
+    ):
+        return KafkaPermissionError(f"cluster {alias}: {action}: not authorized ({error.str()}); "
+                                    f"grant the needed ACL to strait's principal on cluster {alias}")
+    if error is not None and error.code() in (KafkaError._TRANSPORT, KafkaError._TIMED_OUT,
+                                              KafkaError._ALL_BROKERS_DOWN):
+        return ClusterUnreachableError(f"cluster {alias}: {action}: no broker answered ({error.str()}); "
+                                       f"check bootstrap servers and that cluster {alias} runs")
+    detail = error.str() if error is not None else str(exc)
+    return KafkaAdminError(f"cluster {alias}: {action}: {detail}")
+
+
+def topic_partitions(admin: AdminClient, alias: str, timeout: float = DEFAULT_TIMEOUT) -> dict[str, int]:
+    """Every topic of the cluster with its partition count (topics in error are left out and logged)."""
+    try:
+        metadata = admin.list_topics(timeout=timeout)
+    except KafkaException as exc:
+        raise _explain(exc, alias, "listing topics") from None
+    counts: dict[str, int] = {}
+    for name, topic in metadata.topics.items():
+        if topic.error is not None:
+            log.warning("cluster=%s topic=%s metadata error: %s", alias, name, topic.error)
+            continue
+        counts[name] = len(topic.partitions)
+    return counts
+
+
+def create_topics(admin: AdminClient, alias: str, specs: Iterable[TopicSpec],
+                  timeout: float = DEFAULT_TIMEOUT) -> list[str]:
+    """Create the topics that do not exist yet; returns the names actually created."""
+    new = [NewTopic(s.name, s.partitions, s.replication_factor, config=dict(s.config)) for s in specs]
+    if not new:
+        return []
+    created: list[str] = []
+    for name, future in admin.create_topics(new, operation_timeout=timeout, request_timeout=timeout).items():
+        try:
+            future.result(timeout=timeout)
+            created.append(name)
+            log.info("created cluster=%s topic=%s", alias, name)
+        except KafkaException as exc:
+            if exc.args[0].code() == KafkaError.TOPIC_ALREADY_EXISTS:
+                continue
+            raise _explain(exc, alias, f"creating topic {name}") from None
+    return created
+
+
+def grow_partitions(admin: AdminClient, alias: str, counts: Mapping[str, int],
+                    timeout: float = DEFAULT_TIMEOUT) -> None:
+    """Raise each topic's partition count to the given one (never shrinks)."""
+    if not counts:
+        return
+    requests = [NewPartitions(topic, count) for topic, count in counts.items()]
+    for topic, future in admin.create_partitions(requests, operation_timeout=timeout,
+                                                 request_timeout=timeout).items():
+        try:
+            future.result(timeout=timeout)
+            log.info("grew cluster=%s topic=%s partitions=%s", alias, topic, counts[topic])
+        except KafkaException as exc:
+            if exc.args[0].code() == KafkaError.INVALID_PARTITIONS and "already has" in exc.args[0].str():
+                continue  # another replica grew it first
+            raise _explain(exc, alias, f"growing topic {topic} to {counts[topic]} partitions") from None
+
+
+def topic_configs(admin: AdminClient, alias: str, topics: Iterable[str],
+                  timeout: float = DEFAULT_TIMEOUT) -> dict[str, dict[str, str]]:
+    """The configs set explicitly on each topic (not broker defaults), by topic."""
+    resources = [ConfigResource(ResourceType.TOPIC, topic) for topic in topics]
+    if not resources:
+        return {}
+    configs: dict[str, dict[str, str]] = {}
+    for resource, future in admin.describe_configs(resources, request_timeout=timeout).items():
+        try:
+            entries = future.result(timeout=timeout)
+        except KafkaException as exc:
+            raise _explain(exc, alias, f"describing configs of topic {resource.name}") from None
+        configs[resource.name] = {
+            name: entry.value for name, entry in entries.items()
+            if entry.source == ConfigSource.DYNAMIC_TOPIC_CONFIG.value and not entry.is_sensitive
+            and entry.value is not None
+        }
+    return configs
+
+
+def internal_topic(name: str, replication_factor: int = -1) -> TopicSpec:
+    """An MM2 internal topic (heartbeats, checkpoints, offset syncs): 1 partition, compacted."""
+    return TopicSpec(name, 1, replication_factor, {"cleanup.policy": "compact"})

@@ -1,0 +1,67 @@
+"""strait's own components as lab processes (`strait run COMPONENT`), with their /metrics."""
+
+from __future__ import annotations
+
+import sys
+import urllib.request
+from collections.abc import Mapping, Sequence
+from pathlib import Path
+
+from prometheus_client.parser import text_string_to_metric_families
+
+from strait.lab.ports import free_port
+from strait.lab.process import ManagedProcess
+
+
+class StraitProcess:
+    """One `strait run COMPONENT` process.
+
+    Args:
+        component: replicator, configsync, heartbeat or checkpoint.
+        args: extra command-line arguments.
+        workdir: folder for its log.
+        env: extra environment variables.
+        name: process name in messages (defaults to the component).
+    """
+
+    def __init__(self, component: str, args: Sequence[str], workdir: Path,
+                 env: Mapping[str, str] | None = None, name: str | None = None) -> None:
+        self.component = component
+        self.metrics_port = free_port()
+        argv = [sys.executable, "-m", "strait.cli", "run", component,
+                "--metrics-port", str(self.metrics_port), *args]
+        self.process = ManagedProcess(name or f"strait {component}", argv, workdir / f"{name or component}.log",
+                                      env=env)
+
+    @property
+    def metrics_address(self) -> str:
+        """host:port of its /metrics."""
+        return f"127.0.0.1:{self.metrics_port}"
+
+    def start(self, timeout: float = 60.0) -> None:
+        """Start and wait until /metrics answers."""
+        self.process.start()
+        self.process.wait_until(lambda: bool(self.scrape_text()), timeout, "/metrics")
+
+    def scrape_text(self) -> str:
+        """The raw /metrics page."""
+        with urllib.request.urlopen(f"http://{self.metrics_address}/metrics", timeout=5) as resp:
+            return resp.read().decode()
+
+    def sample(self, name: str, **labels: str) -> float | None:
+        """The value of one sample (summed over samples matching the labels), or None when absent."""
+        total, found = 0.0, False
+        for family in text_string_to_metric_families(self.scrape_text()):
+            for sample in family.samples:
+                if sample.name == name and all(sample.labels.get(k) == v for k, v in labels.items()):
+                    total += sample.value
+                    found = True
+        return total if found else None
+
+    def kill(self) -> None:
+        """SIGKILL (fault drills)."""
+        self.process.kill()
+
+    def stop(self) -> None:
+        """SIGTERM, then SIGKILL after a grace period."""
+        self.process.stop(timeout=60)

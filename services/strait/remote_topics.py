@@ -1,0 +1,77 @@
+"""Which source topics a flow replicates, under what remote names, and keeping those topics in shape.
+
+Shared by the replicator (which must never write to a topic that does not exist) and the config-sync
+service: both call :func:`reconcile_remote_topics`, which is idempotent.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Mapping
+from dataclasses import dataclass
+
+from confluent_kafka.admin import AdminClient
+
+from strait.config.model import FlowConfig
+from strait.kafka.admin import TopicSpec, create_topics, grow_partitions, topic_configs
+from strait.policy import should_replicate_topic
+
+log = logging.getLogger(__name__)
+
+
+@dataclass(frozen=True)
+class RemoteTopic:
+    """A replicated topic: its source name, its name on the target, and the source's partitions."""
+
+    source: str
+    remote: str
+    partitions: int
+
+
+@dataclass(frozen=True)
+class ReconcileReport:
+    """What one reconciliation did and what it could not fix."""
+
+    created: tuple[str, ...] = ()
+    grown: tuple[str, ...] = ()
+    # remote topics with more partitions than their source: records keep their partition number,
+    # so the extra partitions stay empty; reported, never shrunk
+    more_partitions_than_source: tuple[str, ...] = ()
+
+
+def replicated_topics(flow: FlowConfig, source_partitions: Mapping[str, int]) -> list[RemoteTopic]:
+    """The source topics the flow replicates (MM2's filter, internal-topic and cycle rules), sorted."""
+    policy, topic_filter = flow.policy(), flow.topic_filter()
+    return [
+        RemoteTopic(topic, policy.format_remote_topic(flow.source, topic), count)
+        for topic, count in sorted(source_partitions.items())
+        if should_replicate_topic(policy, topic_filter, topic, flow.target, flow.heartbeats_replication_enabled)
+    ]
+
+
+def reconcile_remote_topics(
+    flow: FlowConfig, topics: list[RemoteTopic], target_partitions: Mapping[str, int],
+    source_admin: AdminClient, target_admin: AdminClient,
+) -> ReconcileReport:
+    """Create missing remote topics like their source (partitions, configs) and grow the ones behind.
+
+    New remote topics get the source topic's explicitly set configs that the flow's property filter
+    lets through: retention above all, or records with old timestamps would be deleted on arrival.
+    """
+    missing = [t for t in topics if t.remote not in target_partitions]
+    configs = topic_configs(source_admin, flow.source, [t.source for t in missing])
+    allowed = flow.config_property_filter()
+    created = create_topics(target_admin, flow.target, [
+        TopicSpec(t.remote, t.partitions, flow.replication_factor,
+                  {k: v for k, v in configs.get(t.source, {}).items() if allowed.should_replicate_config_property(k)})
+        for t in missing
+    ])
+    behind = {t.remote: t.partitions for t in topics
+              if t.remote in target_partitions and target_partitions[t.remote] < t.partitions}
+    grow_partitions(target_admin, flow.target, behind)
+    ahead = tuple(t.remote for t in topics
+                  if t.remote in target_partitions and target_partitions[t.remote] > t.partitions)
+    for remote in ahead:
+        log.warning("flow=%s topic=%s has more partitions on %s than on %s; extra partitions stay empty",
+                    flow.name, remote, flow.target, flow.source)
+    return ReconcileReport(tuple(created), tuple(sorted(behind)), ahead)

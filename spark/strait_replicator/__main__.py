@@ -1,0 +1,7 @@
+"""``spark-submit spark/strait_replicator/__main__.py [options]`` or ``python -m strait_replicator``."""
+
+import sys
+
+from strait.cli import main
+
+sys.exit(main(["run", "replicator", *sys.argv[1:]]))

@@ -1,0 +1,28 @@
+"""The replicator's metrics, served by the driver (names per the design's metric contract)."""
+
+from __future__ import annotations
+
+from prometheus_client import Counter, Gauge, Histogram
+
+from strait.metrics import BucketedHistogram
+from strait_replicator.writer import LATENCY_BUCKETS
+
+SERVICE = "replicator"
+
+RECORDS = Counter("strait_replicated_records_total", "Records copied to the target", ["flow", "topic"])
+BYTES = Counter("strait_replicated_bytes_total", "Key and value bytes copied to the target", ["flow", "topic"])
+OFFSET_SYNCS = Counter("strait_offset_syncs_total", "Offset syncs emitted", ["flow"])
+LATENCY = BucketedHistogram(
+    "strait_replication_latency_seconds",
+    "Target acknowledgement time minus source record timestamp",
+    ["flow", "topic"], LATENCY_BUCKETS,
+)
+SOURCE_LAG = Gauge("strait_source_lag_records", "Source records not yet copied", ["flow", "topic", "partition"])
+BATCH_DURATION = Histogram(
+    "strait_replicator_batch_duration_seconds", "Wall time of one micro-batch", ["flow"],
+    buckets=(0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30, 60, 120),
+)
+ERRORS = Counter("strait_errors_total", "Errors by kind", ["service", "flow", "kind"])
+TOPICS_REPLICATED = Gauge("strait_flow_topics", "Source topics the flow replicates", ["flow"])
+DATA_LOSS = Counter("strait_source_data_loss_total",
+                    "Times the source had already deleted records not yet copied", ["flow"])

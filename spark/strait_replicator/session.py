@@ -1,0 +1,53 @@
+"""The SparkSession of the replicator: local mode by default, any master URL when given.
+
+Spark's Kafka connector comes from the jar set resolved by Maven (``spark-kafka``); jars that
+pyspark already ships are left out so the class path holds one copy of each library.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+import sys
+from pathlib import Path
+
+import pyspark
+from pyspark.sql import SparkSession
+
+from strait.lab import deps
+
+_VERSIONED_JAR = re.compile(r"^(?P<artifact>.+?)-\d[\w.]*\.jar$")
+
+
+def _artifact(jar: Path) -> str:
+    match = _VERSIONED_JAR.match(jar.name)
+    return match.group("artifact") if match else jar.stem
+
+
+def connector_jars() -> list[str]:
+    """The Kafka connector jars Spark needs beyond those pyspark ships."""
+    folder = deps.ensure_jars("spark-kafka")
+    shipped = {_artifact(jar) for jar in (Path(pyspark.__file__).parent / "jars").glob("*.jar")}
+    return sorted(str(jar) for jar in folder.glob("*.jar") if _artifact(jar) not in shipped)
+
+
+def build_session(master: str | None = None, app_name: str = "strait-replicator",
+                  driver_memory: str = "2g") -> SparkSession:
+    """Create (or get) the replicator's SparkSession."""
+    os.environ.setdefault("PYSPARK_PYTHON", sys.executable)  # executors run strait's interpreter
+    master = master or os.environ.get("STRAIT_SPARK_MASTER", "local[*]")
+    builder = (
+        SparkSession.builder.master(master).appName(app_name)
+        .config("spark.jars", ",".join(connector_jars()))
+        .config("spark.driver.memory", driver_memory)
+        .config("spark.sql.shuffle.partitions", "2")
+        .config("spark.ui.enabled", os.environ.get("STRAIT_SPARK_UI", "false"))
+        .config("spark.ui.showConsoleProgress", "false")
+        .config("spark.sql.execution.arrow.maxRecordsPerBatch", "10000")
+        .config("spark.sql.streaming.stopTimeout", "30s")
+    )
+    if master.startswith("local"):
+        builder = builder.config("spark.driver.bindAddress", "127.0.0.1").config("spark.driver.host", "127.0.0.1")
+    session = builder.getOrCreate()
+    session.sparkContext.setLogLevel(os.environ.get("STRAIT_SPARK_LOG_LEVEL", "WARN"))
+    return session

@@ -1,0 +1,173 @@
+"""The PySpark replicator on real clusters: fidelity, syncs, discovery, bad input, metrics."""
+
+from __future__ import annotations
+
+import os
+import random
+from collections.abc import Callable, Iterator
+from pathlib import Path
+
+import pytest
+from confluent_kafka.admin import AlterConfigOpType, ConfigEntry, ConfigResource, NewPartitions, ResourceType
+
+from strait.lab.clients import Record, consume_all, create_topic, produce
+from strait.lab.kafka import KafkaCluster
+from strait.lab.services import StraitProcess
+from strait.offsets import PartitionTranslator, SyncPoint
+from strait.records import OffsetSync
+from tests.integration.replicator_support import (
+    count,
+    flow_config,
+    records_by_partition,
+    wait_for,
+    write_config,
+)
+
+pytestmark = pytest.mark.slow
+
+KEEP_FOREVER = {"retention.ms": "-1"}  # retention acts on record timestamps; tests use old ones
+BIG = 1024 * 1024
+
+
+@pytest.fixture
+def replicator(tmp_path: Path, lab_root: Path) -> Iterator[Callable[..., StraitProcess]]:
+    started: list[StraitProcess] = []
+
+    def start(*args: str) -> StraitProcess:
+        process = StraitProcess("replicator", ["--state-dir", str(tmp_path / "state"), *args],
+                                lab_root / "replicator", name=f"replicator-{len(started)}-{tmp_path.name}")
+        started.append(process)
+        process.start(timeout=120)
+        return process
+
+    yield start
+    for process in started:
+        process.stop()
+
+
+def _mixed_records(n: int, partitions: int) -> list[Record]:
+    rng = random.Random(7)
+    records = []
+    for i in range(n):
+        shape = i % 10
+        key = None if shape == 0 else f"key-{i}".encode()
+        value = b"" if shape == 1 else None if shape == 2 else rng.randbytes(rng.randrange(1, 400))
+        if i % 2500 == 3:
+            value = rng.randbytes(BIG)  # 1 MiB values
+        headers = tuple((f"h{j}", None if j == 3 else rng.randbytes(j * 3)) for j in range(20)) if shape == 4 else \
+            (("trace", f"{i}".encode()),)
+        timestamp = 1_000_000_000_000 + i * 37 if shape in (5, 6) else 1_700_000_000_000 + i
+        records.append(Record(key, value, headers, timestamp, i % partitions))
+    return records
+
+
+def test_fidelity_of_mixed_records_byte_for_byte(
+    source_cluster: KafkaCluster, target_cluster: KafkaCluster, replicator: Callable[..., StraitProcess],
+    unique_name: Callable[[str], str], tmp_path: Path,
+) -> None:
+    topic = unique_name("fidelity")
+    create_topic(source_cluster.admin(), topic, partitions=6, config={**KEEP_FOREVER, "max.message.bytes": str(2 * BIG)})
+    sent = _mixed_records(50_000, 6)
+    produce({**source_cluster.client_config(), "message.max.bytes": str(4 * BIG)}, topic, sent)
+    config = write_config(tmp_path / "strait.yaml", flow_config(source_cluster, target_cluster, [topic]))
+
+    process = replicator("--config", str(config))
+    remote = f"A.{topic}"
+    wait_for(lambda: count(target_cluster, remote) >= 50_000, 240, f"50,000 records on {remote}")
+
+    source_records, target_records = records_by_partition(source_cluster, topic), records_by_partition(target_cluster, remote)
+    assert sorted(target_records) == list(range(6))
+    for partition in range(6):
+        expected = [(r.key, r.value, r.headers, r.timestamp_ms) for r in source_records[partition]]
+        got = [(r.key, r.value, r.headers, r.timestamp_ms) for r in target_records[partition]]
+        assert got == expected, f"partition {partition} differs"
+    assert process.sample("strait_replicated_records_total", flow="A->B", topic=topic) == 50_000
+    _check_offset_syncs_translate_exactly(source_cluster, topic, source_records, target_records)
+
+
+def _check_offset_syncs_translate_exactly(source: KafkaCluster, topic: str, source_records: dict, target_records: dict) -> None:
+    translators: dict[int, PartitionTranslator] = {}
+    for record in consume_all(source.client_config(), "mm2-offset-syncs.B.internal"):
+        sync = OffsetSync.from_record(record.key, record.value)
+        if sync.topic == topic:
+            translators.setdefault(sync.partition, PartitionTranslator()).add(
+                SyncPoint(sync.upstream_offset, sync.downstream_offset))
+    for partition, records in source_records.items():
+        target = {r.offset: r for r in target_records[partition]}
+        for record in records[:: max(1, len(records) // 50)]:
+            position = translators[partition].translate(record.offset)
+            assert target[position].value == record.value and target[position].key == record.key
+        assert translators[partition].translate(records[-1].offset + 1) == target_records[partition][-1].offset + 1
+
+
+def test_heartbeats_new_topics_and_new_partitions_are_picked_up(
+    source_cluster: KafkaCluster, target_cluster: KafkaCluster, replicator: Callable[..., StraitProcess],
+    unique_name: Callable[[str], str], tmp_path: Path,
+) -> None:
+    prefix = unique_name("disc")
+    first, second = f"{prefix}.one", f"{prefix}.two"
+    create_topic(source_cluster.admin(), first, partitions=2, config=KEEP_FOREVER)
+    if "heartbeats" not in source_cluster.admin().list_topics(timeout=10).topics:
+        create_topic(source_cluster.admin(), "heartbeats", partitions=1, config={"cleanup.policy": "compact"})
+    produce(source_cluster.client_config(), "heartbeats", [Record(b"\x00\x01A\x00\x01B", b"\x00" * 10)])
+    produce(source_cluster.client_config(), first, [Record(b"k", b"v", partition=p) for p in (0, 1)])
+    config = write_config(tmp_path / "strait.yaml", flow_config(source_cluster, target_cluster, [rf"{prefix}\..*"]))
+    process = replicator("--config", str(config))
+
+    wait_for(lambda: count(target_cluster, f"A.{first}") == 2, 120, "the first topic")
+    wait_for(lambda: count(target_cluster, "A.heartbeats") >= 1, 60, "A.heartbeats on the target")
+
+    create_topic(source_cluster.admin(), second, partitions=3, config=KEEP_FOREVER)
+    produce(source_cluster.client_config(), second, [Record(b"k", b"v2", partition=p) for p in (0, 1, 2)])
+    wait_for(lambda: count(target_cluster, f"A.{second}") == 3, 120, "a topic created while running")
+
+    admin = source_cluster.admin()  # must outlive the future
+    admin.create_partitions([NewPartitions(first, 4)])[first].result(30)
+    wait_for(lambda: len(source_cluster.admin().list_topics(first, timeout=10).topics[first].partitions) == 4, 30, "growth")
+    produce(source_cluster.client_config(), first, [Record(b"k", b"new", partition=3)])
+    wait_for(lambda: count(target_cluster, f"A.{first}") == 3, 120, "a record in a new partition")
+    assert len(target_cluster.admin().list_topics(f"A.{first}", timeout=10).topics[f"A.{first}"].partitions) == 4
+    assert process.sample("strait_flow_topics", flow="A->B") >= 2
+
+
+def test_remote_topic_with_fewer_partitions_is_grown(
+    source_cluster: KafkaCluster, target_cluster: KafkaCluster, replicator: Callable[..., StraitProcess],
+    unique_name: Callable[[str], str], tmp_path: Path,
+) -> None:
+    topic = unique_name("grow")
+    create_topic(source_cluster.admin(), topic, partitions=4, config=KEEP_FOREVER)
+    create_topic(target_cluster.admin(), f"A.{topic}", partitions=1, config=KEEP_FOREVER)
+    produce(source_cluster.client_config(), topic, [Record(b"k", str(i).encode(), partition=i % 4) for i in range(40)])
+    replicator("--config", str(write_config(tmp_path / "s.yaml", flow_config(source_cluster, target_cluster, [topic]))))
+    wait_for(lambda: count(target_cluster, f"A.{topic}") == 40, 120, "all records in the grown topic")
+    target = records_by_partition(target_cluster, f"A.{topic}")
+    assert {p: len(r) for p, r in target.items()} == {0: 10, 1: 10, 2: 10, 3: 10}
+
+
+def test_record_too_large_for_the_target_stops_the_flow_and_loses_nothing(
+    source_cluster: KafkaCluster, target_cluster: KafkaCluster, replicator: Callable[..., StraitProcess],
+    unique_name: Callable[[str], str], tmp_path: Path,
+) -> None:
+    topic = unique_name("large")
+    remote = f"A.{topic}"
+    create_topic(source_cluster.admin(), topic, partitions=1, config=KEEP_FOREVER)
+    create_topic(target_cluster.admin(), remote, partitions=1, config={**KEEP_FOREVER, "max.message.bytes": "2000"})
+    records = [Record(b"k", b"small-1"), Record(b"k", os.urandom(50_000)), Record(b"k", b"small-2")]
+    produce(source_cluster.client_config(), topic, records)
+    process = replicator("--config", str(write_config(tmp_path / "s.yaml", flow_config(source_cluster, target_cluster, [topic]))))
+
+    wait_for(lambda: (process.sample("strait_errors_total", flow="A->B", kind="query") or 0) >= 1, 120, "an error metric")
+    assert process.sample("strait_flow_state", flow="A->B", state="error") == 1
+    log_text = process.process.log_path.read_text()
+    assert f"topic {remote} partition 0 on cluster B failed" in log_text and "MSG_SIZE_TOO_LARGE" in log_text
+    big = records[1].value
+    assert big not in [r.value for r in consume_all(target_cluster.client_config(), remote)]
+
+    resource = ConfigResource(ResourceType.TOPIC, remote, incremental_configs=[
+        ConfigEntry("max.message.bytes", "1000000", incremental_operation=AlterConfigOpType.SET)])
+    admin = target_cluster.admin()
+    admin.incremental_alter_configs([resource])[resource].result(30)
+    wait_for(lambda: count(target_cluster, remote) >= 3, 180, "the flow to recover after the target was fixed")
+    values = [r.value for r in consume_all(target_cluster.client_config(), remote)]
+    assert values[-3:] == [r.value for r in records] or values == [r.value for r in records]
+    wait_for(lambda: process.sample("strait_flow_state", flow="A->B", state="running") == 1, 60, "running state")
