@@ -74,3 +74,25 @@ def count(cluster: KafkaCluster, topic: str) -> int:
         return total
     finally:
         consumer.close()
+
+
+def last_values(cluster: KafkaCluster, topic: str) -> dict[int, bytes | None]:
+    """The value of the last record of each non-empty partition."""
+    from confluent_kafka import Consumer, TopicPartition
+
+    consumer = Consumer({**cluster.client_config(), "group.id": "strait-tail", "enable.auto.commit": False})
+    try:
+        metadata = consumer.list_topics(topic, timeout=10).topics.get(topic)
+        if metadata is None or metadata.error is not None:
+            return {}
+        values: dict[int, bytes | None] = {}
+        for p in metadata.partitions:
+            low, high = consumer.get_watermark_offsets(TopicPartition(topic, p), timeout=10)
+            if high > low:
+                consumer.assign([TopicPartition(topic, p, high - 1)])
+                message = consumer.poll(10)
+                if message is not None and not message.error():
+                    values[p] = message.value()
+        return values
+    finally:
+        consumer.close()

@@ -1,0 +1,136 @@
+"""At-least-once with zero loss: the replicator SIGKILLed at random moments under load."""
+
+from __future__ import annotations
+
+import json
+import os
+import random
+import threading
+import time
+from collections.abc import Callable
+from pathlib import Path
+
+import pytest
+from confluent_kafka import Producer
+
+from strait.lab.clients import create_topic
+from strait.lab.kafka import KafkaCluster
+from strait.lab.services import StraitProcess
+from tests.integration.replicator_support import flow_config, last_values, records_by_partition, wait_for, write_config
+
+pytestmark = pytest.mark.slow
+
+PARTITIONS = 6
+TOTAL = 200_000
+KILLS = 3
+
+
+def _load(cluster: KafkaCluster, topic: str, stop: threading.Event, done: threading.Event) -> None:
+    """Produce TOTAL keyed records, value "<partition>:<sequence>", over about 40 seconds."""
+    producer = Producer({**cluster.client_config(), "linger.ms": 5, "enable.idempotence": True})
+    per_tick = TOTAL // 400
+    for tick in range(400):
+        if stop.is_set():
+            break
+        for i in range(tick * per_tick, (tick + 1) * per_tick):
+            partition = i % PARTITIONS
+            while True:
+                try:
+                    producer.produce(topic, key=f"k{i}".encode(), value=f"{partition}:{i // PARTITIONS}".encode(),
+                                     partition=partition, headers=[("seq", str(i).encode())])
+                    break
+                except BufferError:
+                    producer.poll(0.05)
+        producer.poll(0)
+        time.sleep(0.1)
+    assert producer.flush(60) == 0
+    done.set()
+
+
+def _batch_ranges(checkpoint: Path, topic: str) -> dict[int, list[tuple[int, int]]]:
+    """Each partition's [start, end) offset range of every micro-batch, from Spark's offsets log."""
+    ends: list[dict[int, int]] = []
+    for path in sorted((checkpoint / "offsets").iterdir(), key=lambda p: int(p.name) if p.name.isdigit() else -1):
+        if not path.name.isdigit():
+            continue
+        lines = path.read_text().splitlines()
+        offsets = json.loads(lines[-1]).get(topic, {})
+        ends.append({int(p): int(o) for p, o in offsets.items()})
+    ranges: dict[int, list[tuple[int, int]]] = {p: [] for p in range(PARTITIONS)}
+    previous = {p: 0 for p in range(PARTITIONS)}
+    for batch in ends:
+        for p, end in batch.items():
+            ranges[p].append((previous[p], end))
+            previous[p] = end
+    return ranges
+
+
+def test_sigkill_under_load_loses_nothing_and_bounds_duplicates(
+    source_cluster: KafkaCluster, target_cluster: KafkaCluster, unique_name: Callable[[str], str],
+    tmp_path: Path, lab_root: Path,
+) -> None:
+    seed = int(os.environ.get("STRAIT_FAULT_SEED", time.time()))
+    rng = random.Random(seed)
+    print(f"fault seed {seed}")
+    topic = unique_name("kill")
+    remote = f"A.{topic}"
+    create_topic(source_cluster.admin(), topic, partitions=PARTITIONS, config={"retention.ms": "-1"})
+    config = write_config(tmp_path / "s.yaml", flow_config(source_cluster, target_cluster, [topic]))
+    state = tmp_path / "state"
+    stop, done = threading.Event(), threading.Event()
+    loader = threading.Thread(target=_load, args=(source_cluster, topic, stop, done), daemon=True)
+    loader.start()
+    processes: list[StraitProcess] = []
+    try:
+        for kill in range(KILLS + 1):
+            process = StraitProcess("replicator", ["--config", str(config), "--state-dir", str(state)],
+                                    lab_root / "replicator", name=f"replicator-kill-{kill}-{topic}")
+            processes.append(process)
+            process.start(timeout=120)
+            if kill == KILLS:
+                break
+            time.sleep(rng.uniform(6, 16))  # past start-up, usually in the middle of a batch
+            process.kill()
+            print(f"killed replicator after run {kill}")
+        wait_for(done.is_set, 180, "the load to finish")
+        last = last_values(source_cluster, topic)
+        wait_for(lambda: last_values(target_cluster, remote) == last, 300, f"every partition of {remote} caught up")
+        time.sleep(3)  # let an in-flight batch finish so the offsets log is complete
+    finally:
+        stop.set()
+        for process in processes:
+            process.stop()
+
+    source = records_by_partition(source_cluster, topic)
+    target = records_by_partition(target_cluster, remote)
+    ranges = _batch_ranges(state / "A_to_B" / "checkpoint", topic)
+    duplicates = 0
+    for partition in range(PARTITIONS):
+        expected = [r.value for r in source[partition]]
+        got = [int(r.value.split(b":")[1]) for r in target[partition]]
+        assert len(expected) == len(range(partition, TOTAL, PARTITIONS))
+        assert set(got) == set(range(len(expected))), f"partition {partition} lost records"
+        duplicates += len(got) - len(set(got))
+        _assert_replays_within_one_batch(got, ranges[partition], partition)
+        assert [r.headers for r in target[partition][-3:]] == [r.headers for r in source[partition][-3:]]
+    print(f"duplicates after {KILLS} SIGKILLs: {duplicates} of {TOTAL} records")
+
+
+def _assert_replays_within_one_batch(sequence: list[int], batches: list[tuple[int, int]], partition: int) -> None:
+    """The target is the source in order, except that a replay may repeat part of one batch."""
+    high = -1
+    i = 0
+    while i < len(sequence):
+        if sequence[i] == high + 1:
+            high = sequence[i]
+            i += 1
+            continue
+        assert sequence[i] <= high, f"partition {partition}: gap before source offset {sequence[i]}"
+        start = sequence[i]
+        batch = next((b for b in batches if b[0] <= start < b[1]), None)
+        assert batch is not None, f"partition {partition}: replay from {start} matches no batch"
+        while i < len(sequence) and sequence[i] <= high:  # the replayed copy, in order
+            assert batch[0] <= sequence[i] < batch[1], f"partition {partition}: replay crosses batch {batch}"
+            if i + 1 < len(sequence) and sequence[i + 1] <= high:
+                assert sequence[i + 1] == sequence[i] + 1, f"partition {partition}: replay out of order"
+            i += 1
