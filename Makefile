@@ -9,7 +9,7 @@ PY := $(VENV)/bin/python
 INSTALLED := $(VENV)/.installed
 PYTEST_ARGS ?=
 
-.PHONY: help deps lab test test-unit test-integration test-e2e clean
+.PHONY: help deps lab test test-unit test-integration test-e2e clean bench-paths
 
 help: ## list the targets
 	@grep -E '^[a-z-]+:.*## ' $(MAKEFILE_LIST) | awk -F ':.*## ' '{printf "  %-18s %s\n", $$1, $$2}'
@@ -40,3 +40,6 @@ test-e2e: deps ## only the end-to-end tests
 
 clean: ## remove the virtualenv and every cache (jars, lab data, test logs)
 	rm -rf $(VENV) .cache .pytest_cache .hypothesis
+
+bench-paths: deps ## measure Spark's Kafka sink against strait's writer (records/s, MB/s)
+	$(PY) -m strait_replicator.bench_paths

@@ -10,7 +10,7 @@ import logging
 import threading
 from collections.abc import Iterator, Sequence
 
-from prometheus_client import REGISTRY, CollectorRegistry, Gauge, start_http_server
+from prometheus_client import REGISTRY, CollectorRegistry, Counter, Gauge, start_http_server
 from prometheus_client.core import HistogramMetricFamily
 
 log = logging.getLogger(__name__)
@@ -18,6 +18,7 @@ log = logging.getLogger(__name__)
 FLOW_STATES = ("starting", "running", "stopped", "disabled", "error")
 
 SERVICE_UP = Gauge("strait_service_up", "1 while this strait process runs", ["service"])
+ERRORS = Counter("strait_errors_total", "Errors by service, flow and kind", ["service", "flow", "kind"])
 FLOW_STATE = Gauge("strait_flow_state", "1 for the flow's current state in this process", ["flow", "state", "service"])
 
 

@@ -10,17 +10,14 @@ from __future__ import annotations
 
 import logging
 import os
-import signal
 import threading
 from dataclasses import dataclass
 from pathlib import Path
 
-from strait.config import load_config
-from strait.config.model import StraitConfig
-from strait.config.store import load_stored_config, watch_config
+from strait.config.model import DEFAULT_REDIS_URL
 from strait.coord.redis_client import connect
-from strait.metrics import SERVICE_UP, serve_metrics
 from strait.paths import cache_dir
+from strait.service import ConfigFeed, follow_config, run_service
 from strait_replicator import metrics
 from strait_replicator.flow import FlowRunner
 from strait_replicator.session import build_session
@@ -49,24 +46,15 @@ class Replicator:
         self.state_dir = options.state_dir or Path(os.environ.get("STRAIT_STATE_DIR", cache_dir() / "replicator"))
         self.spark = build_session(options.master)
         self.runners: dict[str, FlowRunner] = {}
-        self._config: StraitConfig | None = None
-        self._changed = threading.Event()
-        self._lock = threading.Lock()
-
-    def set_config(self, config: StraitConfig) -> None:
-        """Adopt a new configuration (called by the Redis watcher thread)."""
-        with self._lock:
-            self._config = config
-        self._changed.set()
+        self.feed = ConfigFeed()
 
     def step(self) -> None:
         """One control-loop pass: reconcile every flow, export progress."""
-        with self._lock:
-            config = self._config
+        config = self.feed.current()
         if config is None:
             return
-        force = self._changed.is_set()
-        self._changed.clear()
+        force = self.feed.changed.is_set()
+        self.feed.changed.clear()
         wanted = {f.name: f for f in config.flows
                   if f.enabled and (not self.options.flows or f.name in self.options.flows)}
         for name in list(self.runners):
@@ -87,26 +75,20 @@ class Replicator:
 
     def run(self, stop: threading.Event) -> None:
         """Run until ``stop`` is set, then stop every query and the session."""
-        watcher = None
-        if self.options.config_file is not None:
-            self.set_config(load_config(self.options.config_file))
-        else:
-            client = connect(self.options.redis_url or os.environ.get("STRAIT_REDIS_URL", "redis://127.0.0.1:19079/0"))
-            _version, config = load_stored_config(client)
-            self.set_config(config)
-            watcher = watch_config(client, self.set_config, poll_interval=2.0)
-        SERVICE_UP.labels(service=metrics.SERVICE).set(1)
+        client = None
+        if self.options.config_file is None:
+            client = connect(self.options.redis_url or os.environ.get("STRAIT_REDIS_URL", DEFAULT_REDIS_URL))
+        watcher = follow_config(self.feed, self.options.config_file, client)
         try:
             while not stop.is_set():
                 self.step()
-                self._changed.wait(1.0)
+                self.feed.changed.wait(1.0)
         finally:
             if watcher is not None:
                 watcher.stop()
             for runner in self.runners.values():
                 runner.stop()
             self.spark.stop()
-            SERVICE_UP.labels(service=metrics.SERVICE).set(0)
 
 
 def _dirname(flow: str) -> str:
@@ -115,10 +97,4 @@ def _dirname(flow: str) -> str:
 
 def main(options: ReplicatorOptions) -> int:
     """Run the replicator until SIGINT or SIGTERM."""
-    stop = threading.Event()
-    for sig in (signal.SIGINT, signal.SIGTERM):
-        signal.signal(sig, lambda *_: stop.set())
-    port = serve_metrics(options.metrics_port)
-    print(f"replicator metrics on http://127.0.0.1:{port}/metrics", flush=True)
-    Replicator(options).run(stop)
-    return 0
+    return run_service(metrics.SERVICE, options.metrics_port, lambda stop, _port: Replicator(options).run(stop))

@@ -11,6 +11,7 @@ from __future__ import annotations
 import json
 import logging
 import re
+import threading
 import time
 from dataclasses import dataclass
 from functools import partial
@@ -30,6 +31,16 @@ from strait_replicator.writer import SUMMARY_SCHEMA, WriterSettings, copy_partit
 log = logging.getLogger(__name__)
 
 MAX_BACKOFF = 60.0
+# A rate limit is records per trigger; with triggers at least this far apart, batches (which take
+# a few hundred milliseconds) finish before the next trigger and the limit holds as a rate.
+RATE_LIMITED_TRIGGER_SECONDS = 1.0
+# Interrupting a query inside its foreachBatch callback can wedge py4j's callback channel, so a stop
+# first lets the running batch finish (a stopping flag makes the next batch fail before any work).
+GRACEFUL_STOP_SECONDS = 120.0
+
+
+class StopRequested(Exception):
+    """Raised by a batch that starts after its query was asked to stop: nothing is written or committed."""
 _TASK_ERROR = re.compile(r"(?:ReplicationWriteError|StraitError|KafkaException): (.+)")
 _ANY_ERROR = re.compile(r"^\S*(?:Error|Exception): (.+)$", re.MULTILINE)
 
@@ -40,6 +51,7 @@ class FlowPlan:
 
     topics: tuple[RemoteTopic, ...]
     max_offsets_per_trigger: int | None
+    trigger_seconds: float
     source_settings: tuple[tuple[str, str], ...]
     writer: WriterSettings
 
@@ -64,6 +76,7 @@ class FlowRunner:
         self._failures = 0
         self._retry_at = 0.0
         self._next_refresh = 0.0
+        self._stopping = threading.Event()
         set_flow_state(metrics.SERVICE, flow_name, "starting")
 
     # -- planning --------------------------------------------------------------------------------
@@ -81,6 +94,7 @@ class FlowRunner:
         syncs_admin = source_admin if syncs_alias == flow.source else target_admin
         create_topics(syncs_admin, syncs_alias, [internal_topic(syncs_topic, flow.replication_factor)])
         rate = flow.rate_limit_records_per_second
+        trigger = max(self.trigger_seconds, RATE_LIMITED_TRIGGER_SECONDS) if rate else self.trigger_seconds
         writer = WriterSettings(
             flow=flow.name, source_alias=flow.source, target_alias=flow.target, policy=policy,
             target_producer=target.librdkafka_config("producer"),
@@ -90,7 +104,8 @@ class FlowRunner:
         )
         return FlowPlan(
             topics=tuple(topics),
-            max_offsets_per_trigger=max(1, int(rate * self.trigger_seconds)) if rate else None,
+            max_offsets_per_trigger=max(1, int(rate * trigger)) if rate else None,
+            trigger_seconds=trigger,
             source_settings=tuple(sorted(source.settings("consumer").items())),
             writer=writer,
         )
@@ -143,17 +158,18 @@ class FlowRunner:
             reader = reader.option("maxOffsetsPerTrigger", str(plan.max_offsets_per_trigger))
         checkpoint = self.state_dir / "checkpoint"
         checkpoint.mkdir(parents=True, exist_ok=True)
+        self._stopping = threading.Event()
         return (reader.load().writeStream
                 .queryName(f"strait {self.flow_name}")
-                .foreachBatch(partial(_write_batch, flow=self.flow_name, writer=plan.writer))
+                .foreachBatch(partial(_write_batch, flow=self.flow_name, writer=plan.writer, stopping=self._stopping))
                 .option("checkpointLocation", str(checkpoint))
-                .trigger(processingTime=f"{int(self.trigger_seconds * 1000)} milliseconds")
+                .trigger(processingTime=f"{int(plan.trigger_seconds * 1000)} milliseconds")
                 .start())
 
     def _on_query_ended(self) -> None:
         error = self.query.exception() if self.query is not None else None
         self.query = None
-        if error is not None:
+        if error is not None and not self._stopping.is_set():
             self._fail("query", _first_task_error(str(error)))
 
     def _fail(self, kind: str, message: str) -> None:
@@ -169,12 +185,23 @@ class FlowRunner:
         """Stop the query (the checkpoint keeps its progress)."""
         if self.query is not None:
             try:
+                self._stopping.set()
+                self._wait_for_batch_end()
                 self.query.stop()
+            except Exception as exc:  # e.g. the JVM already went down with the process group
+                log.warning("flow=%s stopping its query failed: %s", self.flow_name, str(exc).splitlines()[0])
             finally:
                 self.query = None
         self.plan = None if state else self.plan
         if state:
             set_flow_state(metrics.SERVICE, self.flow_name, state)
+
+    def _wait_for_batch_end(self) -> None:
+        deadline = time.monotonic() + GRACEFUL_STOP_SECONDS
+        while self.query is not None and self.query.isActive and time.monotonic() < deadline:
+            if not self.query.status.get("isTriggerActive", False):
+                return
+            time.sleep(0.1)
 
     def observe(self) -> None:
         """Export source lag from the last progress; notice a failed query."""
@@ -215,8 +242,11 @@ def _first_task_error(text: str) -> str:
     return match.group(1).strip()[:500] if match else text.strip().splitlines()[0][:500]
 
 
-def _write_batch(batch: DataFrame, batch_id: int, flow: str, writer: WriterSettings) -> None:
+def _write_batch(batch: DataFrame, batch_id: int, flow: str, writer: WriterSettings,
+                 stopping: threading.Event) -> None:
     """foreachBatch: copy the batch through the executors, then account for it on the driver."""
+    if stopping.is_set():
+        raise StopRequested(f"flow {flow}: batch {batch_id} not started, the query is stopping")
     started = time.monotonic()
     rows = batch.mapInArrow(partial(copy_partition, settings=writer), SUMMARY_SCHEMA).collect()
     for row in rows:

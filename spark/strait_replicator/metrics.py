@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from prometheus_client import Counter, Gauge, Histogram
 
-from strait.metrics import BucketedHistogram
+from strait.metrics import ERRORS, BucketedHistogram
 from strait_replicator.writer import LATENCY_BUCKETS
 
 SERVICE = "replicator"
@@ -22,7 +22,6 @@ BATCH_DURATION = Histogram(
     "strait_replicator_batch_duration_seconds", "Wall time of one micro-batch", ["flow"],
     buckets=(0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30, 60, 120),
 )
-ERRORS = Counter("strait_errors_total", "Errors by kind", ["service", "flow", "kind"])
 TOPICS_REPLICATED = Gauge("strait_flow_topics", "Source topics the flow replicates", ["flow"])
 DATA_LOSS = Counter("strait_source_data_loss_total",
                     "Times the source had already deleted records not yet copied", ["flow"])

@@ -37,13 +37,22 @@ def write_config(path: Path, config: Mapping[str, Any]) -> Path:
 
 
 def wait_for(condition: Callable[[], Any], timeout: float, what: str, interval: float = 1.0) -> Any:
-    """Poll until ``condition()`` is truthy; fail naming ``what`` at the timeout."""
+    """Poll until ``condition()`` is truthy; fail naming ``what`` at the timeout.
+
+    Transient Kafka errors (a partition's leader moving after growth, say) count as "not yet".
+    """
+    from confluent_kafka import KafkaException
+
     deadline = time.monotonic() + timeout
     last: Any = None
     while time.monotonic() < deadline:
-        last = condition()
-        if last:
-            return last
+        try:
+            last = condition()
+        except KafkaException as exc:
+            last = exc
+        else:
+            if last:
+                return last
         time.sleep(interval)
     raise AssertionError(f"timed out after {timeout:.0f}s waiting for {what} (last: {last!r})")
 

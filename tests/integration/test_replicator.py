@@ -4,14 +4,19 @@ from __future__ import annotations
 
 import os
 import random
+import time
 from collections.abc import Callable, Iterator
 from pathlib import Path
 
 import pytest
 from confluent_kafka.admin import AlterConfigOpType, ConfigEntry, ConfigResource, NewPartitions, ResourceType
 
+from strait.config import load_config
+from strait.config.store import apply_config
 from strait.lab.clients import Record, consume_all, create_topic, produce
 from strait.lab.kafka import KafkaCluster
+from strait.lab.ports import free_port
+from strait.lab.redis import RedisServer
 from strait.lab.services import StraitProcess
 from strait.offsets import PartitionTranslator, SyncPoint
 from strait.records import OffsetSync
@@ -171,3 +176,83 @@ def test_record_too_large_for_the_target_stops_the_flow_and_loses_nothing(
     values = [r.value for r in consume_all(target_cluster.client_config(), remote)]
     assert values[-3:] == [r.value for r in records] or values == [r.value for r in records]
     wait_for(lambda: process.sample("strait_flow_state", flow="A->B", state="running") == 1, 60, "running state")
+
+
+def test_live_control_from_redis_without_restart(
+    source_cluster: KafkaCluster, target_cluster: KafkaCluster, replicator: Callable[..., StraitProcess],
+    unique_name: Callable[[str], str], tmp_path: Path, redis_url: str, redis_server: RedisServer,
+) -> None:
+    prefix = unique_name("live")
+    first, second = f"{prefix}-one", f"{prefix}-two"
+    for topic in (first, second):
+        create_topic(source_cluster.admin(), topic, partitions=2, config=KEEP_FOREVER)
+    client = redis_server.client()
+
+    def apply(**flow: object) -> None:
+        config = flow_config(source_cluster, target_cluster, flow.pop("include", [first]), **flow)  # type: ignore[arg-type]
+        apply_config(client, load_config(write_config(tmp_path / "live.yaml", config)), "live.yaml")
+
+    apply()
+    process = replicator("--redis-url", redis_url)
+    pid = process.process.pid
+    produce(source_cluster.client_config(), first, [Record(b"k", b"1", partition=0)])
+    wait_for(lambda: count(target_cluster, f"A.{first}") == 1, 120, "replication while enabled")
+
+    apply(enabled=False)
+    wait_for(lambda: process.sample("strait_flow_state", flow="A->B", state="disabled") == 1, 60, "disabled")
+    produce(source_cluster.client_config(), first, [Record(b"k", b"2", partition=1)])
+    time.sleep(5)
+    assert count(target_cluster, f"A.{first}") == 1  # a disabled flow copies nothing
+
+    apply(include=[first, second])  # enabled again, with a wider topic filter
+    produce(source_cluster.client_config(), second, [Record(b"k", b"3", partition=0)])
+    wait_for(lambda: count(target_cluster, f"A.{first}") == 2, 120, "the record produced while disabled")
+    wait_for(lambda: count(target_cluster, f"A.{second}") == 1, 120, "the topic added by the new filter")
+
+    apply(include=[first, second], rate_limit_records_per_second=200)
+    wait_for(lambda: process.sample("strait_flow_state", flow="A->B", state="running") == 1, 60, "running")
+    time.sleep(3)  # the query restarts with the limit
+    produce(source_cluster.client_config(), second, [Record(b"k", b"r", partition=i % 2) for i in range(3000)])
+    time.sleep(5)
+    assert count(target_cluster, f"A.{second}") < 1 + 2000  # 200 records/s cannot copy 3,000 in 5 s
+    wait_for(lambda: count(target_cluster, f"A.{second}") == 3001, 120, "the rest at the limited rate")
+    assert process.process.pid == pid and process.process.alive()  # one process throughout
+
+
+def test_unreachable_target_is_an_error_of_that_flow_only(
+    source_cluster: KafkaCluster, target_cluster: KafkaCluster, replicator: Callable[..., StraitProcess],
+    unique_name: Callable[[str], str], tmp_path: Path,
+) -> None:
+    topic = unique_name("reach")
+    create_topic(source_cluster.admin(), topic, partitions=1, config=KEEP_FOREVER)
+    produce(source_cluster.client_config(), topic, [Record(b"k", b"v")])
+    config = flow_config(source_cluster, target_cluster, [topic])
+    config["clusters"]["C"] = {"bootstrap_servers": f"127.0.0.1:{free_port()}", "admin": {"request.timeout.ms": "3000"}}
+    config["flows"].append({**config["flows"][0], "target": "C"})
+    process = replicator("--config", str(write_config(tmp_path / "s.yaml", config)))
+
+    wait_for(lambda: count(target_cluster, f"A.{topic}") == 1, 120, "the healthy flow")
+    wait_for(lambda: (process.sample("strait_errors_total", flow="A->C", kind="discovery") or 0) >= 1, 120,
+             "a discovery error of the broken flow")
+    assert process.sample("strait_flow_state", flow="A->C", state="error") == 1
+    assert process.sample("strait_flow_state", flow="A->B", state="running") == 1
+    assert "cluster C" in process.process.log_path.read_text()
+
+
+def test_metrics_cover_throughput_latency_lag_and_state(
+    source_cluster: KafkaCluster, target_cluster: KafkaCluster, replicator: Callable[..., StraitProcess],
+    unique_name: Callable[[str], str], tmp_path: Path,
+) -> None:
+    topic = unique_name("metrics")
+    create_topic(source_cluster.admin(), topic, partitions=2, config=KEEP_FOREVER)
+    produce(source_cluster.client_config(), topic, [Record(b"k", b"x" * 100, partition=i % 2) for i in range(1000)])
+    process = replicator("--config", str(write_config(tmp_path / "s.yaml", flow_config(source_cluster, target_cluster, [topic]))))
+    wait_for(lambda: process.sample("strait_replicated_records_total", flow="A->B", topic=topic) == 1000, 120, "counts")
+    assert process.sample("strait_replicated_bytes_total", flow="A->B", topic=topic) == 1000 * 101
+    assert process.sample("strait_replication_latency_seconds_count", flow="A->B", topic=topic) == 1000
+    assert process.sample("strait_replication_latency_seconds_bucket", flow="A->B", topic=topic, le="+Inf") == 1000
+    wait_for(lambda: process.sample("strait_source_lag_records", flow="A->B", topic=topic, partition="0") == 0, 60, "lag")
+    assert process.sample("strait_replicator_batch_duration_seconds_count", flow="A->B") >= 1
+    assert process.sample("strait_offset_syncs_total", flow="A->B") >= 4  # both ends of each partition
+    assert process.sample("strait_flow_state", flow="A->B", state="running") == 1
+    assert process.sample("strait_service_up", service="replicator") == 1

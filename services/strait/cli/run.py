@@ -5,6 +5,8 @@ from __future__ import annotations
 import argparse
 from pathlib import Path
 
+from strait.cli.configsync_cmd import add_configsync
+
 
 def register(subparsers: argparse._SubParsersAction) -> None:
     """Add the `run` command group."""
@@ -20,6 +22,7 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     replicator.add_argument("--metrics-port", type=int, default=0, help="port of /metrics (0: a free one)")
     replicator.add_argument("--trigger-seconds", type=float, default=0.25, help="micro-batch trigger interval")
     replicator.set_defaults(handler=_replicator)
+    add_configsync(components)
 
 
 def _replicator(args: argparse.Namespace) -> int:

@@ -48,7 +48,7 @@ def admin_client(config: Mapping[str, str]) -> AdminClient:
     return AdminClient({**config, "logger": librdkafka_log})
 
 
-def _explain(exc: BaseException, alias: str, action: str) -> KafkaAdminError:
+def explain_error(exc: BaseException, alias: str, action: str) -> KafkaAdminError:
     error = exc.args[0] if exc.args and isinstance(exc.args[0], KafkaError) else None
     if error is not None and error.code() in (
         KafkaError.TOPIC_AUTHORIZATION_FAILED, KafkaError.CLUSTER_AUTHORIZATION_FAILED,
@@ -68,7 +68,7 @@ def topic_partitions(admin: AdminClient, alias: str, timeout: float = DEFAULT_TI
     try:
         metadata = admin.list_topics(timeout=timeout)
     except KafkaException as exc:
-        raise _explain(exc, alias, "listing topics") from None
+        raise explain_error(exc, alias, "listing topics") from None
     counts: dict[str, int] = {}
     for name, topic in metadata.topics.items():
         if topic.error is not None:
@@ -93,7 +93,7 @@ def create_topics(admin: AdminClient, alias: str, specs: Iterable[TopicSpec],
         except KafkaException as exc:
             if exc.args[0].code() == KafkaError.TOPIC_ALREADY_EXISTS:
                 continue
-            raise _explain(exc, alias, f"creating topic {name}") from None
+            raise explain_error(exc, alias, f"creating topic {name}") from None
     return created
 
 
@@ -111,7 +111,7 @@ def grow_partitions(admin: AdminClient, alias: str, counts: Mapping[str, int],
         except KafkaException as exc:
             if exc.args[0].code() == KafkaError.INVALID_PARTITIONS and "already has" in exc.args[0].str():
                 continue  # another replica grew it first
-            raise _explain(exc, alias, f"growing topic {topic} to {counts[topic]} partitions") from None
+            raise explain_error(exc, alias, f"growing topic {topic} to {counts[topic]} partitions") from None
 
 
 def topic_configs(admin: AdminClient, alias: str, topics: Iterable[str],
@@ -125,7 +125,7 @@ def topic_configs(admin: AdminClient, alias: str, topics: Iterable[str],
         try:
             entries = future.result(timeout=timeout)
         except KafkaException as exc:
-            raise _explain(exc, alias, f"describing configs of topic {resource.name}") from None
+            raise explain_error(exc, alias, f"describing configs of topic {resource.name}") from None
         configs[resource.name] = {
             name: entry.value for name, entry in entries.items()
             if entry.source == ConfigSource.DYNAMIC_TOPIC_CONFIG.value and not entry.is_sensitive

@@ -1,0 +1,86 @@
+"""`strait status [--json]`: per-flow drift between source and target, read from Redis only.
+
+The configsync replica that holds a flow publishes its drift report after every pass; this command
+lists every configured flow with its report (or says that none is there) without touching Kafka.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+from typing import Any
+
+from strait.config.store import ConfigStoreError, load_stored_config
+from strait.coord.redis_client import connect
+from strait_configsync.drift import FlowReport, age, read_reports
+
+DEFAULT_REDIS_URL = "redis://127.0.0.1:19079/0"
+NO_REPORT = "no report (is `strait run configsync` running?)"
+
+
+def register(subparsers: argparse._SubParsersAction) -> None:
+    """Add the `status` command."""
+    parser = subparsers.add_parser("status", help="per-flow drift: topics, partitions, configs and ACLs")
+    parser.add_argument("--redis-url", help="the coordination Redis (default $STRAIT_REDIS_URL)")
+    parser.add_argument("--json", action="store_true", help="print the reports as JSON")
+    parser.set_defaults(handler=_status)
+
+
+def _status(args: argparse.Namespace) -> int:
+    client = connect(args.redis_url or os.environ.get("STRAIT_REDIS_URL", DEFAULT_REDIS_URL))
+    try:
+        _version, config = load_stored_config(client)
+        flows = {flow.name: flow.enabled for flow in config.flows}
+    except ConfigStoreError:
+        flows = {}
+    reports = read_reports(client)
+    for name in reports:
+        flows.setdefault(name, True)
+    rows = [_row(name, enabled, reports.get(name)) for name, enabled in flows.items()]
+    if args.json:
+        print(json.dumps({"flows": rows}, indent=2, sort_keys=True))
+    else:
+        print(_table(rows) if rows else "no flows configured (`strait config apply FILE` stores one)")
+    return 0
+
+
+def _row(name: str, enabled: bool, report: FlowReport | None) -> dict[str, Any]:
+    if report is None:
+        return {"flow": name, "enabled": enabled, "state": "disabled" if not enabled else "unknown",
+                "report": None}
+    return {"flow": name, "enabled": enabled, "state": report.state, "age_seconds": round(age(report), 1),
+            "report": report.to_dict()}
+
+
+def _table(rows: list[dict[str, Any]]) -> str:
+    header = ("FLOW", "STATE", "IN SYNC", "MISSING", "PARTITIONS", "CONFIG DRIFT", "ACL DRIFT", "AGE")
+    lines = [header]
+    notes: list[str] = []
+    for row in rows:
+        report = row["report"]
+        if report is None:
+            lines.append((row["flow"], row["state"], "-", "-", "-", "-", "-", "-"))
+            if row["enabled"]:
+                notes.append(f"{row['flow']}: {NO_REPORT}")
+            continue
+        lines.append((row["flow"], row["state"], f"{report['topics_in_sync']}/{report['topics_replicated']}",
+                      str(report["missing_count"]), str(report["partition_mismatch_count"]),
+                      str(report["config_drift_count"]), str(report["acl_drift"]), f"{row['age_seconds']:.0f}s"))
+        notes += _details(row["flow"], report)
+    widths = [max(len(line[i]) for line in lines) for i in range(len(header))]
+    table = ["  ".join(cell.ljust(widths[i]) for i, cell in enumerate(line)).rstrip() for line in lines]
+    return "\n".join(table + ([""] + notes if notes else []))
+
+
+def _details(flow: str, report: dict[str, Any]) -> list[str]:
+    notes = [f"{flow}: missing on target: {topic}" for topic in report["missing"]]
+    notes += [f"{flow}: {m['topic']} has {m['target']} partitions, source has {m['source']}"
+              for m in report["partition_mismatch"]]
+    notes += [f"{flow}: {d['topic']} config differs: {', '.join(d['keys'])}" for d in report["config_drift"]]
+    notes += [f"{flow}: ACL missing on target: {acl}" for acl in report["acls_missing"]]
+    notes += [f"{flow}: ACL deleted on source, kept on target: {acl}" for acl in report["acls_deleted_on_source"]]
+    if report["acl_sync"] not in ("ok", "disabled"):
+        notes.append(f"{flow}: ACL sync: {report['acl_sync']}")
+    notes += [f"{flow}: error ({e['kind']}): {e['message']}" for e in report["errors"]]
+    return notes

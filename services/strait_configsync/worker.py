@@ -1,0 +1,182 @@
+"""The thread that syncs one flow while its replica holds the flow's lease.
+
+Each step (topics, configs, ACLs) runs at its flow interval, and all of them at once when the
+flow's configuration changes. A pass that cannot run at all (a cluster unreachable) is retried with
+exponential backoff, from 1 s up to a minute (or the interval when longer), so a broken cluster
+costs a few requests a minute and never a crash loop.
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+import time
+from dataclasses import dataclass, replace
+
+import redis
+
+from strait.config.model import StraitConfig
+from strait.coord.leases import LeaseKeeper, LeaseLostError, Leases
+from strait.coord.redis_client import CoordinationError, redis_errors
+from strait_configsync import metrics
+from strait_configsync.drift import ErrorNote, FlowReport, encode_report, report_key
+from strait_configsync.ownership import Ownership, owned_key
+from strait_configsync.sync import STEPS, FlowSync, PassFailed, SyncOptions, error_kind
+
+log = logging.getLogger(__name__)
+
+BACKOFF_BASE = 1.0
+BACKOFF_CAP = 60.0
+
+
+@dataclass(frozen=True)
+class WorkerContext:
+    """What every flow worker of a process shares."""
+
+    client: redis.Redis
+    leases: Leases
+    holder: str
+    namespace: str
+    options: SyncOptions
+
+
+class RedisFence:
+    """The flow's lease seen by a pass: checked before acting, fencing every Redis write."""
+
+    def __init__(self, context: WorkerContext, keeper: LeaseKeeper, flow: str) -> None:
+        self._context, self._keeper, self._flow = context, keeper, flow
+
+    def check(self) -> None:
+        """Raise LeaseLostError when the lease is lost or past its local deadline."""
+        self._keeper.ensure_valid()
+
+    def load_ownership(self) -> Ownership:
+        """The flow's ownership record from Redis."""
+        client = self._context.client
+        with redis_errors(client, f"read ownership of flow {self._flow}"):
+            return Ownership.decode(client.get(owned_key(self._context.namespace, self._flow)))
+
+    def save_ownership(self, ownership: Ownership) -> None:
+        """Store the ownership record, only while the lease is ours."""
+        self._context.leases.fenced_set(self._keeper.ensure_valid(),
+                                        owned_key(self._context.namespace, self._flow), ownership.encode())
+
+    def publish(self, report: FlowReport, ttl: float) -> None:
+        """Store the drift report for `strait status`, only while the lease is ours."""
+        self._context.leases.fenced_set(self._keeper.ensure_valid(),
+                                        report_key(self._context.namespace, self._flow), encode_report(report), ttl=ttl)
+
+
+class FlowWorker:
+    """Syncs one flow in a thread until stopped or until its lease is lost; then releases the lease."""
+
+    def __init__(self, context: WorkerContext, keeper: LeaseKeeper, config: StraitConfig, flow_name: str) -> None:
+        self.name = flow_name
+        self._context, self._keeper = context, keeper
+        self._fence = RedisFence(context, keeper, flow_name)
+        flow = config.flow(flow_name)
+        self._sync = FlowSync(flow, config.cluster(flow.source), config.cluster(flow.target), context.holder,
+                              self._fence, context.options)
+        self._pending: StraitConfig | None = None
+        self._lock = threading.Lock()
+        self._wake, self._stop = threading.Event(), threading.Event()
+        self._thread = threading.Thread(target=self._run, name=f"configsync-{flow_name}", daemon=True)
+
+    @property
+    def alive(self) -> bool:
+        """Whether the thread still runs (it may be finishing a pass after :meth:`stop`)."""
+        return self._thread.is_alive()
+
+    def start(self) -> FlowWorker:
+        """Start syncing; returns self."""
+        metrics.set_leader(self.name, True)
+        self._thread.start()
+        return self
+
+    def update(self, config: StraitConfig) -> None:
+        """Adopt a new configuration and run every step at once."""
+        with self._lock:
+            self._pending = config
+        self._wake.set()
+
+    def stop(self) -> None:
+        """Ask the thread to finish its pass, release the lease and end (does not wait)."""
+        self._stop.set()
+        self._wake.set()
+
+    def join(self, timeout: float) -> None:
+        """Wait for the thread to end."""
+        self._thread.join(timeout)
+
+    def _run(self) -> None:
+        due = dict.fromkeys(STEPS, 0.0)
+        failures = 0
+        try:
+            while not self._stop.is_set() and not self._keeper.lost:
+                if self._adopt_pending():
+                    due = dict.fromkeys(STEPS, 0.0)
+                now = time.monotonic()
+                ready = frozenset(step for step, at in due.items() if at <= now)
+                if ready:
+                    failures = self._pass(ready, due, failures)
+                self._wake.wait(max(0.0, min(due.values()) - time.monotonic()))
+                self._wake.clear()
+        except LeaseLostError as exc:
+            log.warning("flow=%s lease lost, stopping: %s", self.name, exc)
+        finally:
+            self._keeper.stop(release=True)
+            metrics.set_leader(self.name, False)
+            log.info("flow=%s worker stopped", self.name)
+
+    def _adopt_pending(self) -> bool:
+        with self._lock:
+            config, self._pending = self._pending, None
+        if config is None:
+            return False
+        flow = config.flow(self.name)
+        self._sync.update(flow, config.cluster(flow.source), config.cluster(flow.target))
+        log.info("flow=%s configuration changed: syncing now", self.name)
+        return True
+
+    def _pass(self, ready: frozenset[str], due: dict[str, float], failures: int) -> int:
+        """Run one pass, schedule the next, publish the report; returns the new failure count."""
+        flow = self._sync.flow
+        intervals = {"topics": flow.refresh_topics.interval_seconds,
+                     "configs": flow.sync_topic_configs.interval_seconds,
+                     "acls": flow.sync_topic_acls.interval_seconds}
+        started = time.monotonic()
+        try:
+            report = self._sync.run(ready)
+            for step in ready:
+                due[step] = started + intervals[step]
+            failures = 0
+        except LeaseLostError:
+            raise
+        except Exception as exc:  # the loop must outlive any failure, PassFailed and Redis trouble included
+            failures += 1
+            delay = min(max(BACKOFF_CAP, min(intervals.values())), BACKOFF_BASE * 2 ** (failures - 1))
+            for step in due:
+                due[step] = started + delay
+            report = self._failed(exc, delay)
+        metrics.export_report(report, time.time())
+        self._publish(report, max(intervals.values()))
+        return failures
+
+    def _failed(self, exc: BaseException, delay: float) -> FlowReport:
+        cause = exc.__cause__ if isinstance(exc, PassFailed) and exc.__cause__ else exc
+        kind = error_kind(cause)
+        metrics.ERRORS.labels(service=metrics.SERVICE, flow=self.name, kind=kind).inc()
+        if kind == "internal":
+            log.exception("flow=%s sync pass failed, retry_in=%.0fs", self.name, delay)
+        else:
+            log.warning("flow=%s kind=%s sync pass failed, retry_in=%.0fs: %s", self.name, kind, delay, exc)
+        return replace(self._sync.last, updated_at=time.time(), holder=self._context.holder,
+                       errors=(ErrorNote(kind, str(exc)),))
+
+    def _publish(self, report: FlowReport, interval: float) -> None:
+        try:
+            self._fence.publish(report, ttl=max(60.0, 3 * interval))
+        except LeaseLostError:
+            raise
+        except CoordinationError as exc:
+            log.warning("flow=%s drift report not published: %s", self.name, exc)

@@ -1,0 +1,149 @@
+"""Shared helpers of the configsync tests: secured clusters, processes, reading topics and ACLs.
+
+Holds no tests itself; the configsync test modules import its fixtures and helpers.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Callable, Iterable, Iterator, Mapping
+from pathlib import Path
+from typing import Any
+
+import pytest
+import redis
+from confluent_kafka.admin import (
+    AclBinding,
+    AlterConfigOpType,
+    ConfigEntry,
+    ConfigResource,
+    ConfigSource,
+    ResourceType,
+)
+
+from strait.kafka.acls import ALL_ACLS, exact_filter
+from strait.lab.kafka import KafkaCluster
+from strait.lab.services import StraitProcess
+
+INTERVAL = 2.0
+STRAIT_USER, STRAIT_PASSWORD = "strait", "strait-secret"
+
+
+class ConfigSyncProcess(StraitProcess):
+    """`strait run configsync ARGS` as a real process with its /metrics.
+
+    Started as ``python -m strait_configsync ARGS``: the same parser and code as the `strait run`
+    component, usable before `strait.cli.run` registers it.
+    """
+
+    def __init__(self, args: list[str], workdir: Path, name: str) -> None:
+        super().__init__("configsync", args, workdir, name=name)
+        self.process.argv[1:5] = ["-m", "strait_configsync"]
+
+    def log_text(self) -> str:
+        """The process's log so far."""
+        return self.process.log_path.read_text(errors="replace")
+
+
+@pytest.fixture
+def configsync(tmp_path: Path, lab_root: Path) -> Iterator[Callable[..., ConfigSyncProcess]]:
+    """Start configsync replicas: ``configsync("--config", path)``; stopped after the test."""
+    started: list[ConfigSyncProcess] = []
+
+    def start(*args: str) -> ConfigSyncProcess:
+        process = ConfigSyncProcess(list(args), lab_root / "configsync",
+                                    name=f"configsync-{len(started)}-{tmp_path.name}")
+        started.append(process)
+        process.start(timeout=60)
+        return process
+
+    yield start
+    for process in started:
+        if process.process.alive():
+            process.stop()
+
+
+@pytest.fixture(scope="session")
+def secured_clusters(kafka_cluster_factory: Callable[..., KafkaCluster]) -> tuple[KafkaCluster, KafkaCluster]:
+    """Clusters S and T with StandardAuthorizer and SCRAM users (PLAINTEXT stays a super-user door)."""
+    users = {"admin": "admin-secret", STRAIT_USER: STRAIT_PASSWORD}
+    return (kafka_cluster_factory("S", authorizer=True, sasl=True, scram_users=users),
+            kafka_cluster_factory("T", authorizer=True, sasl=True, scram_users=users))
+
+
+def cluster_entry(cluster: KafkaCluster, user: str | None = None) -> dict[str, Any]:
+    """A cluster in strait's YAML: PLAINTEXT (super user) or SCRAM as ``user``."""
+    if user is None:
+        return {"bootstrap_servers": cluster.bootstrap_servers}
+    settings = cluster.client_config(user)
+    return {"bootstrap_servers": settings.pop("bootstrap.servers"), "client": settings}
+
+
+def sync_flow(source: str, target: str, include: list[str], groups: list[str] | None = None,
+              interval: float = INTERVAL, **extra: Any) -> dict[str, Any]:
+    """One flow of a configsync test config: unique topic/group patterns, short intervals, RF 1."""
+    schedule = {"enabled": True, "interval_seconds": interval}
+    return {"source": source, "target": target, "topics": {"include": include},
+            "groups": {"include": groups or ["none-.*"]}, "replication_factor": 1,
+            "refresh_topics": schedule, "sync_topic_configs": schedule, "sync_topic_acls": schedule, **extra}
+
+
+def strait_config(clusters: Mapping[str, dict[str, Any]], flows: list[dict[str, Any]], redis_url: str) -> dict[str, Any]:
+    """A whole strait YAML config as a dict."""
+    return {"redis_url": redis_url, "clusters": dict(clusters), "flows": flows}
+
+
+def topic_config(cluster: KafkaCluster, topic: str) -> dict[str, tuple[str | None, ConfigSource]]:
+    """Every config entry of a topic: name -> (value, source)."""
+    admin = cluster.admin()
+    resource = ConfigResource(ResourceType.TOPIC, topic)
+    entries = admin.describe_configs([resource])[resource].result(timeout=30)
+    return {name: (entry.value, ConfigSource(entry.source)) for name, entry in entries.items()}
+
+
+def overrides(cluster: KafkaCluster, topic: str) -> dict[str, str | None]:
+    """The configs set on the topic itself."""
+    return {k: v for k, (v, source) in topic_config(cluster, topic).items()
+            if source == ConfigSource.DYNAMIC_TOPIC_CONFIG}
+
+
+def alter(cluster: KafkaCluster, topic: str, set_: Mapping[str, str] | None = None,
+          delete: Iterable[str] = ()) -> None:
+    """Incrementally alter a topic's config through the super-user door."""
+    entries = [ConfigEntry(k, v, incremental_operation=AlterConfigOpType.SET) for k, v in (set_ or {}).items()]
+    entries += [ConfigEntry(k, None, incremental_operation=AlterConfigOpType.DELETE) for k in delete]
+    resource = ConfigResource(ResourceType.TOPIC, topic, incremental_configs=entries)
+    admin = cluster.admin()  # must outlive its futures
+    admin.incremental_alter_configs([resource])[resource].result(timeout=30)
+
+
+def partitions(cluster: KafkaCluster, topic: str) -> int | None:
+    """The topic's partition count, None when it does not exist."""
+    metadata = cluster.admin().list_topics(timeout=30).topics.get(topic)
+    return None if metadata is None or metadata.error is not None else len(metadata.partitions)
+
+
+def acls(cluster: KafkaCluster) -> set[AclBinding]:
+    """Every ACL binding of the cluster."""
+    admin = cluster.admin()
+    return set(admin.describe_acls(ALL_ACLS).result(timeout=30))
+
+
+def add_acls(cluster: KafkaCluster, bindings: Iterable[AclBinding]) -> None:
+    """Create ACL bindings through the super-user door."""
+    admin = cluster.admin()
+    for future in admin.create_acls(list(bindings)).values():
+        future.result(timeout=30)
+
+
+def remove_acls(cluster: KafkaCluster, bindings: Iterable[AclBinding]) -> None:
+    """Delete exactly these bindings."""
+    admin = cluster.admin()
+    for future in admin.delete_acls([exact_filter(b) for b in bindings]).values():
+        future.result(timeout=30)
+
+
+def report(redis_url: str, flow: str) -> dict[str, Any] | None:
+    """The flow's drift report as configsync published it, or None."""
+    body = redis.Redis.from_url(redis_url).get(f"strait:configsync:report:{flow}")
+    return None if body is None else json.loads(body)
