@@ -128,8 +128,20 @@ class FlowRunner:
             self._fail("discovery", str(exc))
             return
         metrics.TOPICS_REPLICATED.labels(flow=self.flow_name).set(len(plan.topics))
+        self._report_vanished(plan)
         if plan != self.plan or self.query is None or not self.query.isActive:
             self._restart(plan)
+
+    def _report_vanished(self, plan: FlowPlan) -> None:
+        """A source topic deleted while replicated: its remote copy stays; say so once, count it."""
+        if self.plan is None:
+            return
+        gone = sorted({t.source for t in self.plan.topics} - {t.source for t in plan.topics})
+        if gone:
+            metrics.ERRORS.labels(service=metrics.SERVICE, flow=self.flow_name, kind="source_topic_deleted").inc(len(gone))
+            log.warning("flow=%s topics no longer on %s: %s; their remote topics are kept, records not yet "
+                        "copied are lost with the source topic", self.flow_name, plan.writer.source_alias,
+                        ", ".join(gone))
 
     def _query_healthy(self) -> bool:
         return self.query is None or self.query.isActive

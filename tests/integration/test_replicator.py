@@ -256,3 +256,28 @@ def test_metrics_cover_throughput_latency_lag_and_state(
     assert process.sample("strait_offset_syncs_total", flow="A->B") >= 4  # both ends of each partition
     assert process.sample("strait_flow_state", flow="A->B", state="running") == 1
     assert process.sample("strait_service_up", service="replicator") == 1
+
+
+def test_deleted_source_topic_stops_only_that_topic(
+    source_cluster: KafkaCluster, target_cluster: KafkaCluster, replicator: Callable[..., StraitProcess],
+    unique_name: Callable[[str], str], tmp_path: Path,
+) -> None:
+    prefix = unique_name("del")
+    kept, deleted = f"{prefix}-kept", f"{prefix}-gone"
+    for topic in (kept, deleted):
+        create_topic(source_cluster.admin(), topic, partitions=2, config=KEEP_FOREVER)
+        produce(source_cluster.client_config(), topic, [Record(b"k", b"before", partition=p) for p in (0, 1)])
+    process = replicator("--config", str(write_config(tmp_path / "s.yaml", flow_config(
+        source_cluster, target_cluster, [f"{prefix}-.*"]))))
+    wait_for(lambda: count(target_cluster, f"A.{kept}") == 2 and count(target_cluster, f"A.{deleted}") == 2, 120,
+             "both topics replicated")
+
+    admin = source_cluster.admin()
+    admin.delete_topics([deleted], operation_timeout=30)[deleted].result(30)
+    time.sleep(2)
+    produce(source_cluster.client_config(), kept, [Record(b"k", b"after", partition=p) for p in (0, 1)])
+    wait_for(lambda: count(target_cluster, f"A.{kept}") == 4, 120, "the remaining topic to keep replicating")
+    wait_for(lambda: process.sample("strait_flow_topics", flow="A->B") == 1, 60, "the deleted topic dropped from the plan")
+    assert count(target_cluster, f"A.{deleted}") == 2  # the remote copy is kept, never deleted
+    log_text = process.process.log_path.read_text()
+    assert f"topics no longer on A: {deleted}" in log_text
