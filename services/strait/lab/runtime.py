@@ -28,7 +28,8 @@ from strait.lab.ports import claim_port, free_port
 from strait.lab.process import ManagedProcess
 from strait.lab.prometheus import PrometheusServer
 from strait.lab.redis import RedisServer
-from strait.lab.topology import LabSpec
+from strait.lab.services import StraitProcess
+from strait.lab.topology import LabSpec, lab_config
 
 log = logging.getLogger(__name__)
 
@@ -54,6 +55,7 @@ class Lab:
             PrometheusServer(workdir / "prometheus", port=spec.port(90)) if spec.prometheus else None
         )
         self.metrics_endpoints: dict[str, str] = {}
+        self.services: list[StraitProcess] = []
 
     def processes(self) -> Iterator[ManagedProcess]:
         """Every started process of the lab."""
@@ -62,6 +64,8 @@ class Lab:
         for server in (self.redis, self.prometheus):
             if server is not None and server.process is not None:
                 yield server.process
+        for service in self.services:
+            yield service.process
 
     def up(self) -> None:
         """Start everything; on any failure stop what already started and re-raise."""
@@ -74,12 +78,39 @@ class Lab:
                 self.prometheus.start()
             for cluster in self.clusters.values():
                 cluster.wait_ready()
+            if self.spec.services:
+                self._start_services()
         except BaseException:
             self.down()
             raise
 
+    def _start_services(self) -> None:
+        """Apply the lab's strait config to Redis and start each strait component against it."""
+        import yaml
+
+        from strait.config import load_config
+        from strait.config.store import apply_config
+
+        if self.redis is None:
+            raise LabError("the lab's strait services need its Redis")
+        config_path = self.workdir / "strait.yaml"
+        bootstrap = {alias: c.bootstrap_servers for alias, c in self.clusters.items()}
+        config_path.write_text(yaml.safe_dump(lab_config(self.spec, bootstrap, self.redis.url), sort_keys=False))
+        apply_config(self.redis.client(), load_config(config_path), str(config_path))
+        for index, name in enumerate(self.spec.services):
+            port = self.spec.port(92 + index)
+            service = StraitProcess(name, ["--redis-url", self.redis.url,
+                                           *(["--state-dir", str(self.workdir / name)] if name == "replicator" else [])],
+                                    self.workdir / "services",
+                                    metrics_port=claim_port(port, f"strait {name} metrics") if port else None)
+            self.services.append(service)
+            service.start(timeout=120)
+            self.add_metrics_endpoint(name, service.metrics_address)
+
     def down(self) -> None:
-        """Stop everything that runs, Prometheus first and brokers last."""
+        """Stop everything that runs: strait services, Prometheus, Redis, then brokers."""
+        for service in reversed(self.services):
+            service.stop()
         for server in (self.prometheus, self.redis):
             if server is not None:
                 server.stop()
@@ -107,6 +138,7 @@ class Lab:
             "redis_url": self.redis.url if self.redis else None,
             "prometheus_url": self.prometheus.url if self.prometheus else None,
             "metrics_endpoints": dict(self.metrics_endpoints),
+            "config": str(self.workdir / "strait.yaml") if self.services else None,
             "logs": str(self.workdir),
         }
 

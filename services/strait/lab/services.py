@@ -22,12 +22,14 @@ class StraitProcess:
         workdir: folder for its log.
         env: extra environment variables.
         name: process name in messages (defaults to the component).
+        metrics_port: fixed port of its /metrics (a free one when None).
     """
 
     def __init__(self, component: str, args: Sequence[str], workdir: Path,
-                 env: Mapping[str, str] | None = None, name: str | None = None) -> None:
+                 env: Mapping[str, str] | None = None, name: str | None = None,
+                 metrics_port: int | None = None) -> None:
         self.component = component
-        self.metrics_port = free_port()
+        self.metrics_port = metrics_port or free_port()
         argv = [sys.executable, "-m", "strait.cli", "run", component,
                 "--metrics-port", str(self.metrics_port), *args]
         self.process = ManagedProcess(name or f"strait {component}", argv, workdir / f"{name or component}.log",

@@ -9,6 +9,8 @@ from strait.errors import ConfigError
 from strait.lab.kafka import KafkaClusterSpec
 
 DEFAULT_BASE_PORT = 19000
+# The strait components the standard lab runs, in start order (each as `strait run <name>`).
+LAB_SERVICES = ("configsync", "replicator")
 
 
 @dataclass(frozen=True)
@@ -19,7 +21,8 @@ class LabSpec:
         clusters: the Kafka clusters, by alias.
         flows: replication flows between them, as "A->B".
         base_port: fixed ports from here (cluster i's node n at base+100(i+1)+10n, Redis at base+79,
-            Prometheus at base+90, the lab's own metrics at base+91); None picks free ports.
+            Prometheus at base+90, the lab's own metrics at base+91, strait service i's metrics at
+            base+92+i); None picks free ports.
         redis: run Redis.
         prometheus: run Prometheus.
     """
@@ -31,6 +34,7 @@ class LabSpec:
     base_port: int | None = None
     redis: bool = True
     prometheus: bool = True
+    services: tuple[str, ...] = ()  # strait components run for the flows (`strait run <name>`)
 
     def port(self, offset: int) -> int | None:
         """A fixed port at base+offset, or None when ports are picked freely."""
@@ -55,4 +59,17 @@ def default_lab_spec(base_port: int | None = None, brokers: int = 1) -> LabSpec:
         KafkaClusterSpec(alias, brokers=brokers, base_port=base_port + 100 * (i + 1))
         for i, alias in enumerate(("A", "B"))
     )
-    return LabSpec(clusters=clusters, base_port=base_port)
+    return LabSpec(clusters=clusters, base_port=base_port, services=LAB_SERVICES)
+
+
+def lab_config(spec: LabSpec, bootstrap: dict[str, str], redis_url: str) -> dict[str, object]:
+    """The strait configuration the lab applies: its clusters and flows, sized for 1-broker clusters."""
+    replication_factor = min(c.brokers for c in spec.clusters)
+    return {
+        "redis_url": redis_url,
+        "clusters": {alias: {"bootstrap_servers": servers} for alias, servers in bootstrap.items()},
+        "flows": [
+            {"source": flow.split("->")[0], "target": flow.split("->")[1], "replication_factor": replication_factor}
+            for flow in spec.flows
+        ],
+    }
