@@ -31,23 +31,40 @@ def connector_jars() -> list[str]:
     return sorted(str(jar) for jar in folder.glob("*.jar") if _artifact(jar) not in shipped)
 
 
+def launched_by_spark_submit() -> bool:
+    """True when spark-submit started this process (it then owns the master, jars and driver JVM)."""
+    return "PYSPARK_GATEWAY_PORT" in os.environ
+
+
 def build_session(master: str | None = None, app_name: str = "strait-replicator",
                   driver_memory: str = "2g") -> SparkSession:
-    """Create (or get) the replicator's SparkSession."""
+    """Create (or get) the replicator's SparkSession.
+
+    Started by spark-submit, the session takes spark-submit's master and ``--jars``
+    (``python -m strait_replicator.session`` prints the connector jars to pass).
+    """
     os.environ.setdefault("PYSPARK_PYTHON", sys.executable)  # executors run strait's interpreter
-    master = master or os.environ.get("STRAIT_SPARK_MASTER", "local[*]")
+    builder = SparkSession.builder.appName(app_name)
+    if master or not launched_by_spark_submit():
+        master = master or os.environ.get("STRAIT_SPARK_MASTER", "local[*]")
+        builder = (builder.master(master).config("spark.jars", ",".join(connector_jars()))
+                   .config("spark.driver.memory", driver_memory))
+    else:
+        master = ""
     builder = (
-        SparkSession.builder.master(master).appName(app_name)
-        .config("spark.jars", ",".join(connector_jars()))
-        .config("spark.driver.memory", driver_memory)
+        builder
         .config("spark.sql.shuffle.partitions", "2")
         .config("spark.ui.enabled", os.environ.get("STRAIT_SPARK_UI", "false"))
         .config("spark.ui.showConsoleProgress", "false")
         .config("spark.sql.execution.arrow.maxRecordsPerBatch", "10000")
         .config("spark.sql.streaming.stopTimeout", "30s")
     )
-    if master.startswith("local"):
+    if master.startswith("local") or "//127.0.0.1:" in master:  # loopback lab: keep the driver there too
         builder = builder.config("spark.driver.bindAddress", "127.0.0.1").config("spark.driver.host", "127.0.0.1")
     session = builder.getOrCreate()
     session.sparkContext.setLogLevel(os.environ.get("STRAIT_SPARK_LOG_LEVEL", "WARN"))
     return session
+
+
+if __name__ == "__main__":
+    print(",".join(connector_jars()))
