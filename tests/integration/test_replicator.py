@@ -281,3 +281,22 @@ def test_deleted_source_topic_stops_only_that_topic(
     assert count(target_cluster, f"A.{deleted}") == 2  # the remote copy is kept, never deleted
     log_text = process.process.log_path.read_text()
     assert f"topics no longer on A: {deleted}" in log_text
+
+
+def test_offset_syncs_on_the_target_when_configured(
+    source_cluster: KafkaCluster, target_cluster: KafkaCluster, replicator: Callable[..., StraitProcess],
+    unique_name: Callable[[str], str], tmp_path: Path,
+) -> None:
+    topic = unique_name("synctarget")
+    create_topic(source_cluster.admin(), topic, partitions=1, config=KEEP_FOREVER)
+    produce(source_cluster.client_config(), topic, [Record(b"k", str(i).encode()) for i in range(10)])
+    config = flow_config(source_cluster, target_cluster, [topic], offset_syncs_topic_location="target")
+    replicator("--config", str(write_config(tmp_path / "s.yaml", config)))
+    wait_for(lambda: count(target_cluster, f"A.{topic}") == 10, 120, "records")
+
+    def syncs() -> list[OffsetSync]:
+        records = consume_all(target_cluster.client_config(), "mm2-offset-syncs.A.internal")
+        return [s for s in (OffsetSync.from_record(r.key, r.value) for r in records) if s.topic == topic]
+
+    found = wait_for(syncs, 60, "offset syncs in mm2-offset-syncs.A.internal on the target")
+    assert [(s.partition, s.upstream_offset, s.downstream_offset) for s in found] == [(0, 0, 0), (0, 9, 9)]
