@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import shutil
 import tempfile
 import time
 from functools import partial
@@ -41,6 +42,7 @@ def run(records: int, size: int, partitions: int, repeats: int) -> dict[str, obj
     target.start()
     try:
         _load(source, "bench", records, size, partitions)
+        create_topic(source.admin(), "bench-syncs", 1, config={"cleanup.policy": "compact"})
         spark = build_session("local[2]")
         frame = (spark.read.format("kafka").option("kafka.bootstrap.servers", source.bootstrap_servers)
                  .option("subscribe", "bench").option("includeHeaders", "true").load())
@@ -68,6 +70,7 @@ def run(records: int, size: int, partitions: int, repeats: int) -> dict[str, obj
     finally:
         source.stop()
         target.stop()
+        shutil.rmtree(workdir, ignore_errors=True)
     megabytes = records * size / 1e6
     report: dict[str, object] = {"records": records, "value_bytes": size, "partitions": partitions}
     for path, seconds in results.items():
