@@ -34,6 +34,9 @@ MAX_BACKOFF = 60.0
 # A rate limit is records per trigger; with triggers at least this far apart, batches (which take
 # a few hundred milliseconds) finish before the next trigger and the limit holds as a rate.
 RATE_LIMITED_TRIGGER_SECONDS = 1.0
+# Without a rate limit a batch is still capped: after a long outage one huge batch would be what a
+# crash replays, so the cap bounds duplicates per crash without costing throughput.
+MAX_RECORDS_PER_BATCH = 100_000
 # Interrupting a query inside its foreachBatch callback can wedge py4j's callback channel, so a stop
 # first lets the running batch finish (a stopping flag makes the next batch fail before any work).
 GRACEFUL_STOP_SECONDS = 120.0
@@ -50,7 +53,7 @@ class FlowPlan:
     """Everything that, when it changes, needs the flow's query restarted."""
 
     topics: tuple[RemoteTopic, ...]
-    max_offsets_per_trigger: int | None
+    max_offsets_per_trigger: int
     trigger_seconds: float
     source_settings: tuple[tuple[str, str], ...]
     writer: WriterSettings
@@ -104,7 +107,7 @@ class FlowRunner:
         )
         return FlowPlan(
             topics=tuple(topics),
-            max_offsets_per_trigger=max(1, int(rate * trigger)) if rate else None,
+            max_offsets_per_trigger=max(1, int(rate * trigger)) if rate else MAX_RECORDS_PER_BATCH,
             trigger_seconds=trigger,
             source_settings=tuple(sorted(source.settings("consumer").items())),
             writer=writer,
@@ -155,7 +158,7 @@ class FlowRunner:
             return
         self.query = self._start_query(plan)
         set_flow_state(metrics.SERVICE, self.flow_name, "running")
-        log.info("flow=%s query started topics=%d rate_limit=%s", self.flow_name, len(plan.topics),
+        log.info("flow=%s query started topics=%d max_records_per_batch=%s", self.flow_name, len(plan.topics),
                  plan.max_offsets_per_trigger)
 
     def _start_query(self, plan: FlowPlan) -> StreamingQuery:
@@ -166,8 +169,7 @@ class FlowRunner:
                   .option("startingOffsets", "earliest")
                   .option("failOnDataLoss", "false")
                   .option("includeHeaders", "true"))
-        if plan.max_offsets_per_trigger:
-            reader = reader.option("maxOffsetsPerTrigger", str(plan.max_offsets_per_trigger))
+        reader = reader.option("maxOffsetsPerTrigger", str(plan.max_offsets_per_trigger))
         checkpoint = self.state_dir / "checkpoint"
         checkpoint.mkdir(parents=True, exist_ok=True)
         self._stopping = threading.Event()
