@@ -16,7 +16,6 @@ import time
 from functools import partial
 from pathlib import Path
 
-from confluent_kafka.admin import AdminClient
 
 from strait.lab.clients import Record, consume_all, create_topic, produce
 from strait.lab.kafka import KafkaCluster, KafkaClusterSpec

@@ -109,7 +109,7 @@ class FlowRunner:
             topics=tuple(topics),
             max_offsets_per_trigger=max(1, int(rate * trigger)) if rate else MAX_RECORDS_PER_BATCH,
             trigger_seconds=trigger,
-            source_settings=tuple(sorted(source.settings("consumer").items())),
+            source_settings=tuple(sorted(_with_read_committed(source.settings("consumer")).items())),
             writer=writer,
         )
 
@@ -229,6 +229,12 @@ class FlowRunner:
         if progress:
             for source in progress.get("sources", []):
                 _export_lag(self.flow_name, source)
+
+
+def _with_read_committed(settings: dict[str, str]) -> dict[str, str]:
+    """Consumer settings for the source; records of aborted transactions are never copied unless the
+    user asks for read_uncommitted explicitly (target consumers would otherwise see them)."""
+    return {"isolation.level": "read_committed", **settings}
 
 
 def _export_lag(flow: str, source: dict[str, Any]) -> None:

@@ -4,7 +4,8 @@ from __future__ import annotations
 
 from prometheus_client import Counter, Gauge, Histogram
 
-from strait.metrics import ERRORS, BucketedHistogram
+from strait.metrics import ERRORS as ERRORS  # one strait_errors_total per process
+from strait.metrics import BucketedHistogram
 from strait_replicator.writer import LATENCY_BUCKETS
 
 SERVICE = "replicator"

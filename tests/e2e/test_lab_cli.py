@@ -22,7 +22,7 @@ from strait.lab.runtime import pid_alive
 pytestmark = pytest.mark.slow
 
 STRAIT = str(Path(sys.executable).parent / "strait")
-LAB_PORT_OFFSETS = (79, 90, 91, 92, 93, 100, 101, 200, 201)
+LAB_PORT_OFFSETS = (79, 90, 91, 92, 93, 94, 95, 100, 101, 200, 201)
 
 
 def _free_base_port() -> int:
@@ -66,13 +66,15 @@ def test_detached_lab_reports_endpoints_and_down_leaves_nothing(lab_env: dict[st
     assert description["metrics_endpoints"]["lab"] == f"http://127.0.0.1:{base + 91}/metrics"
     assert description["metrics_endpoints"]["configsync"] == f"http://127.0.0.1:{base + 92}/metrics"
     assert description["metrics_endpoints"]["replicator"] == f"http://127.0.0.1:{base + 93}/metrics"
+    assert description["metrics_endpoints"]["heartbeat"] == f"http://127.0.0.1:{base + 94}/metrics"
+    assert description["metrics_endpoints"]["checkpoint"] == f"http://127.0.0.1:{base + 95}/metrics"
 
     status = subprocess.run([STRAIT, "lab", "status", "--json"], env=lab_env, capture_output=True, text=True)
     assert status.returncode == 0
     assert json.loads(status.stdout)["status"] == "ready"
     pids = _lab_pids(lab_env)
-    # supervisor, 2 brokers, Redis, Prometheus, configsync, replicator
-    assert len(pids) == 7 and all(pid_alive(p) for p in pids)
+    # supervisor, 2 brokers, Redis, Prometheus, configsync, replicator, heartbeat, checkpoint
+    assert len(pids) == 9 and all(pid_alive(p) for p in pids)
 
     down = subprocess.run([STRAIT, "lab", "down"], env=lab_env, capture_output=True, text=True, timeout=90)
     assert down.returncode == 0

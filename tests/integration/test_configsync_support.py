@@ -29,20 +29,7 @@ INTERVAL = 2.0
 STRAIT_USER, STRAIT_PASSWORD = "strait", "strait-secret"
 
 
-class ConfigSyncProcess(StraitProcess):
-    """`strait run configsync ARGS` as a real process with its /metrics.
-
-    Started as ``python -m strait_configsync ARGS``: the same parser and code as the `strait run`
-    component, usable before `strait.cli.run` registers it.
-    """
-
-    def __init__(self, args: list[str], workdir: Path, name: str) -> None:
-        super().__init__("configsync", args, workdir, name=name)
-        self.process.argv[1:5] = ["-m", "strait_configsync"]
-
-    def log_text(self) -> str:
-        """The process's log so far."""
-        return self.process.log_path.read_text(errors="replace")
+ConfigSyncProcess = StraitProcess  # `strait run configsync ARGS` as a real process
 
 
 @pytest.fixture
@@ -51,8 +38,8 @@ def configsync(tmp_path: Path, lab_root: Path) -> Iterator[Callable[..., ConfigS
     started: list[ConfigSyncProcess] = []
 
     def start(*args: str) -> ConfigSyncProcess:
-        process = ConfigSyncProcess(list(args), lab_root / "configsync",
-                                    name=f"configsync-{len(started)}-{tmp_path.name}")
+        process = StraitProcess("configsync", list(args), lab_root / "configsync",
+                                name=f"configsync-{len(started)}-{tmp_path.name}")
         started.append(process)
         process.start(timeout=60)
         return process

@@ -10,11 +10,11 @@ import argparse
 import sys
 
 from strait import __version__
-from strait.cli import config, lab, run, status
+from strait.cli import config, lab, offsets, run, status
 from strait.errors import StraitError
 from strait.logs import setup_logging
 
-COMMAND_GROUPS = (lab, config, run, status)
+COMMAND_GROUPS = (lab, config, run, status, offsets)
 
 
 def build_parser() -> argparse.ArgumentParser:

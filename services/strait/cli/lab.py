@@ -129,6 +129,8 @@ def _summary(description: dict[str, Any]) -> str:
     for name, url in description.get("metrics_endpoints", {}).items():
         lines.append(f"  metrics {name:<6} {url}")
     lines.append(f"  flows         {', '.join(description.get('flows', []))}")
+    if description.get("config"):
+        lines.append(f"  config        {description['config']} (change it with `strait config apply FILE`)")
     lines.append(f"  logs          {description.get('logs')}")
     if "startup_seconds" in description:
         lines.append(f"  ready in      {description['startup_seconds']} s")

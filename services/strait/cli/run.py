@@ -5,7 +5,9 @@ from __future__ import annotations
 import argparse
 from pathlib import Path
 
+from strait.cli.checkpoint_cmd import add_checkpoint
 from strait.cli.configsync_cmd import add_configsync
+from strait.cli.heartbeat_cmd import add_heartbeat
 
 
 def register(subparsers: argparse._SubParsersAction) -> None:
@@ -23,6 +25,8 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     replicator.add_argument("--trigger-seconds", type=float, default=0.25, help="micro-batch trigger interval")
     replicator.set_defaults(handler=_replicator)
     add_configsync(components)
+    add_heartbeat(components)
+    add_checkpoint(components)
 
 
 def _replicator(args: argparse.Namespace) -> int:

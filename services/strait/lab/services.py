@@ -60,6 +60,10 @@ class StraitProcess:
                     found = True
         return total if found else None
 
+    def log_text(self) -> str:
+        """The process's log so far."""
+        return self.process.log_path.read_text(errors="replace")
+
     def kill(self) -> None:
         """SIGKILL (fault drills)."""
         self.process.kill()

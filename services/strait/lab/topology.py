@@ -10,7 +10,7 @@ from strait.lab.kafka import KafkaClusterSpec
 
 DEFAULT_BASE_PORT = 19000
 # The strait components the standard lab runs, in start order (each as `strait run <name>`).
-LAB_SERVICES = ("configsync", "replicator")
+LAB_SERVICES = ("configsync", "replicator", "heartbeat", "checkpoint")
 
 
 @dataclass(frozen=True)

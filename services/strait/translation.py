@@ -1,0 +1,366 @@
+"""A flow's offset translation: its offset-syncs topic read into translators, group offsets translated.
+
+Shared by the checkpoint service and the command line (`strait offsets translate`, failover).
+
+Three rules keep every answer exact or absent, never wrong:
+
+* **Complete history only.** :class:`~strait.offsets.PartitionTranslator` assumes it saw a
+  partition's syncs from the first copied record on. The syncs topic is compacted, so after
+  compaction only the newest sync per partition plus the uncleaned tail survive. :class:`SyncIndex`
+  notices missing offsets in the syncs topic; a partition whose first sync came after such a hole
+  has a *floor* (its oldest known upstream offset), and a committed offset below it has no answer.
+* **Caught up first.** :class:`SyncsFollower` reports ready only once it has read up to the end
+  offset the syncs topic had when it started, so a restarted reader never answers from a partial
+  history.
+* **Tail gaps proven, not guessed.** A committed offset past the last copied record + 1 (e.g. a
+  group at the end of a transactional topic, past the final commit marker) is translated only when
+  :class:`TailProbe` shows that the source has no record in between that the replicator would copy.
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass
+
+from confluent_kafka import Consumer, KafkaError, KafkaException, TopicPartition
+from confluent_kafka.admin import AdminClient
+
+from strait.config.model import FlowConfig, StraitConfig
+from strait.errors import StraitError
+from strait.kafka.admin import admin_client, explain_error, topic_partitions
+from strait.policy import should_replicate_topic
+from strait.offsets import PartitionTranslator, SyncPoint
+from strait.records import OffsetSync, RecordFormatError
+
+log = logging.getLogger(__name__)
+librdkafka_log = logging.getLogger("strait.librdkafka")
+
+DEFAULT_TIMEOUT = 30.0
+
+
+class TranslationError(StraitError):
+    """The syncs or the group's offsets could not be read; the message names cluster and topic."""
+
+
+@dataclass(frozen=True)
+class SyncsLocation:
+    """Where a flow's offset syncs live: cluster alias and topic name."""
+
+    alias: str
+    topic: str
+
+
+def offset_syncs_location(flow: FlowConfig) -> SyncsLocation:
+    """The flow's offset-syncs topic: on the source named after the target, or the other way round."""
+    policy = flow.policy()
+    if flow.offset_syncs_topic_location == "target":
+        return SyncsLocation(flow.target, policy.offset_syncs_topic(flow.source))
+    return SyncsLocation(flow.source, policy.offset_syncs_topic(flow.target))
+
+
+def checkpoint_topic_name(flow: FlowConfig, topic: str) -> str:
+    """The target-side name a checkpoint of source ``topic`` carries (MM2's renaming rule)."""
+    policy = flow.policy()
+    if policy.topic_source(topic) == flow.target:
+        return policy.original_topic(topic)  # a topic that came from the target goes home unprefixed
+    return policy.format_remote_topic(flow.source, topic)
+
+
+class PartitionHistory:
+    """One source partition's syncs; below ``floor`` the history may be cut by compaction."""
+
+    def __init__(self, complete: bool) -> None:
+        self.translator = PartitionTranslator()
+        self.complete = complete
+        self.floor: int | None = None
+
+    def add(self, point: SyncPoint) -> None:
+        """Record one sync in emission order."""
+        self.translator.add(point)
+        if self.floor is None or point.upstream < self.floor:
+            self.floor = point.upstream
+
+    def translate(self, committed: int) -> int | None:
+        """The exact target offset for ``committed``, or None when unknown."""
+        if not self.complete and (self.floor is None or committed < self.floor):
+            return None
+        return self.translator.translate(committed)
+
+
+class SyncIndex:
+    """Every partition's sync history, fed with the syncs topic's records in offset order."""
+
+    def __init__(self) -> None:
+        self._histories: dict[tuple[str, int], PartitionHistory] = {}
+        self._next_offset = 0
+        self._hole_seen = False
+        self.corrupt = 0
+
+    def add_record(self, offset: int, key: bytes | None, value: bytes | None) -> OffsetSync | None:
+        """Add one record of the syncs topic; a corrupt one is counted and skipped (None)."""
+        if offset != self._next_offset:
+            self._hole_seen = True  # compaction (or deletion) removed records before this one
+        self._next_offset = offset + 1
+        try:
+            sync = OffsetSync.from_record(key, value)
+        except RecordFormatError as exc:
+            self.corrupt += 1
+            log.warning("offset sync skipped offset=%d reason=%s", offset, exc)
+            return None
+        self.add(sync)
+        return sync
+
+    def add(self, sync: OffsetSync) -> None:
+        """Add one decoded sync."""
+        key = (sync.topic, sync.partition)
+        history = self._histories.get(key)
+        if history is None:
+            history = self._histories[key] = PartitionHistory(complete=not self._hole_seen)
+        history.add(SyncPoint(sync.upstream_offset, sync.downstream_offset))
+
+    def history(self, topic: str, partition: int) -> PartitionHistory | None:
+        """The partition's history, or None when no sync was seen for it."""
+        return self._histories.get((topic, partition))
+
+    def partitions(self) -> list[tuple[str, int]]:
+        """Every (source topic, partition) with syncs."""
+        return sorted(self._histories)
+
+
+def _consumer(settings: Mapping[str, str], **extra: object) -> Consumer:
+    return Consumer({**settings, "group.id": "strait-translation", "enable.auto.commit": False,
+                     "enable.auto.offset.store": False, "logger": librdkafka_log, **extra})
+
+
+class SyncsFollower:
+    """Reads a syncs topic from its beginning into a :class:`SyncIndex` and keeps tailing it.
+
+    Not thread-safe: one thread calls :meth:`poll` and reads :attr:`index`.
+    """
+
+    def __init__(self, settings: Mapping[str, str], location: SyncsLocation,
+                 timeout: float = DEFAULT_TIMEOUT) -> None:
+        self.location = location
+        self.index = SyncIndex()
+        self._consumer = _consumer(settings)
+        partition = TopicPartition(location.topic, 0)
+        try:
+            _low, self._end_at_start = self._consumer.get_watermark_offsets(partition, timeout=timeout)
+        except KafkaException as exc:
+            self._consumer.close()
+            raise TranslationError(f"cluster {location.alias}: reading the end of {location.topic}: "
+                                   f"{exc.args[0].str() if exc.args else exc}") from None
+        self._position = 0
+        self._consumer.assign([TopicPartition(location.topic, 0, -2)])  # -2: from the beginning
+        self.ready = self._end_at_start <= 0
+
+    @property
+    def position(self) -> int:
+        """The next syncs-topic offset to read."""
+        return self._position
+
+    def poll(self, budget: float, max_records: int = 10000) -> int:
+        """Read what arrives within ``budget`` seconds; returns the number of records read."""
+        deadline = time.monotonic() + budget
+        read = 0
+        while read < max_records:
+            left = deadline - time.monotonic()
+            if left <= 0:
+                break
+            messages = self._consumer.consume(num_messages=min(1000, max_records - read), timeout=left)
+            for message in messages:
+                if message.error() is not None:
+                    if message.error().code() != KafkaError._PARTITION_EOF:
+                        log.warning("topic=%s read error: %s", self.location.topic, message.error())
+                    continue
+                self.index.add_record(message.offset(), message.key(), message.value())
+                self._position = message.offset() + 1
+                read += 1
+            if not messages:
+                break
+        if not self.ready and self._position >= self._end_at_start:
+            self.ready = True
+            log.info("topic=%s caught up position=%d partitions=%d", self.location.topic,
+                     self._position, len(self.index.partitions()))
+        return read
+
+    def catch_up(self, timeout: float) -> None:
+        """Read until ready; raises TranslationError at the timeout."""
+        deadline = time.monotonic() + timeout
+        while not self.ready:
+            if time.monotonic() > deadline:
+                raise TranslationError(
+                    f"cluster {self.location.alias}: read {self._position} of {self._end_at_start} records of "
+                    f"{self.location.topic} in {timeout:.0f}s; is the cluster reachable?")
+            self.poll(1.0)
+
+    def close(self) -> None:
+        """Close the consumer."""
+        self._consumer.close()
+
+
+class TailProbe:
+    """Checks on the source that no record the replicator would copy lies in an offset range.
+
+    It reads with the replicator's isolation level: the configured ``isolation.level`` of the
+    source's consumers, or the Java client's default (read_uncommitted) that Spark uses.
+    """
+
+    def __init__(self, settings: Mapping[str, str], timeout: float = 5.0) -> None:
+        isolation = settings.get("isolation.level", "read_uncommitted")
+        self._consumer = _consumer(settings, **{"isolation.level": isolation, "enable.partition.eof": True})
+        self._timeout = timeout
+        self._proven: set[tuple[str, int, int, int]] = set()  # offsets never change: a proof stays true
+
+    def empty_between(self, topic: str, partition: int, start: int, end: int) -> bool:
+        """True when the source shows no record in ``[start, end)`` and its readable end is >= ``end``."""
+        key = (topic, partition, start, end)
+        if key in self._proven:
+            return True
+        empty = self._read_between(topic, partition, start, end)
+        if empty:
+            if len(self._proven) > 100_000:
+                self._proven.clear()
+            self._proven.add(key)
+        return empty
+
+    def _read_between(self, topic: str, partition: int, start: int, end: int) -> bool:
+        self._consumer.assign([TopicPartition(topic, partition, start)])
+        deadline = time.monotonic() + self._timeout
+        try:
+            while time.monotonic() < deadline:
+                message = self._consumer.poll(max(0.0, deadline - time.monotonic()))
+                if message is None:
+                    continue
+                error = message.error()
+                if error is None:
+                    return message.offset() >= end
+                if error.code() == KafkaError._PARTITION_EOF:
+                    return message.offset() >= end
+                log.warning("probe topic=%s partition=%d error: %s", topic, partition, error)
+                return False
+            return False
+        finally:
+            self._consumer.unassign()
+
+    def close(self) -> None:
+        """Close the consumer."""
+        self._consumer.close()
+
+
+@dataclass(frozen=True)
+class CommittedOffset:
+    """A source group's committed position on one partition."""
+
+    topic: str
+    partition: int
+    offset: int
+    metadata: str = ""
+
+
+@dataclass(frozen=True)
+class PartitionTranslation:
+    """One partition of a group translated: ``downstream`` is None when there is no exact answer yet.
+
+    ``lag_records`` counts the committed source records not translatable yet (0 when translated).
+    """
+
+    topic: str
+    partition: int
+    remote_topic: str
+    upstream: int
+    downstream: int | None
+    metadata: str
+    lag_records: int
+    reason: str = ""
+
+
+def replicated_partitions(admin: AdminClient, flow: FlowConfig,
+                          timeout: float = DEFAULT_TIMEOUT) -> list[TopicPartition]:
+    """Every partition of the source topics the flow replicates."""
+    policy, topic_filter = flow.policy(), flow.topic_filter()
+    return [TopicPartition(topic, p) for topic, count in sorted(topic_partitions(admin, flow.source, timeout).items())
+            if should_replicate_topic(policy, topic_filter, topic, flow.target, flow.heartbeats_replication_enabled)
+            for p in range(count)]
+
+
+def committed_offsets(settings: Mapping[str, str], alias: str, group: str, partitions: list[TopicPartition],
+                      timeout: float = DEFAULT_TIMEOUT) -> list[CommittedOffset]:
+    """The group's committed offsets on these partitions (those without a commit are left out).
+
+    Read through a consumer that never joins the group: the AdminClient's offset listing can crash
+    the process in librdkafka when the group coordinator moves (confluent-kafka-python #1982).
+    """
+    if not partitions:
+        return []
+    consumer = Consumer({**settings, "group.id": group, "enable.auto.commit": False, "logger": librdkafka_log})
+    try:
+        result = consumer.committed(partitions, timeout=timeout)
+    except KafkaException as exc:
+        raise explain_error(exc, alias, f"reading committed offsets of group {group}") from None
+    finally:
+        consumer.close()
+    offsets = [CommittedOffset(tp.topic, tp.partition, tp.offset, tp.metadata or "")
+               for tp in result if tp.error is None and tp.offset >= 0]
+    return sorted(offsets, key=lambda c: (c.topic, c.partition))
+
+
+def translate_offset(flow: FlowConfig, index: SyncIndex, committed: CommittedOffset,
+                     probe: TailProbe | None = None) -> PartitionTranslation:
+    """Translate one committed offset exactly, or say why it cannot be yet."""
+    remote = checkpoint_topic_name(flow, committed.topic)
+    history = index.history(committed.topic, committed.partition)
+
+    def result(downstream: int | None, lag: int, reason: str = "") -> PartitionTranslation:
+        return PartitionTranslation(committed.topic, committed.partition, remote, committed.offset, downstream,
+                                    committed.metadata, lag, reason)
+
+    if history is None:
+        return result(None, committed.offset, "no offset syncs for this partition (not replicated yet)")
+    downstream = history.translate(committed.offset)
+    if downstream is not None:
+        return result(downstream, 0)
+    last = history.translator.last_copied()
+    if not history.complete and history.floor is not None and committed.offset < history.floor:
+        return result(None, 0, f"older than the oldest sync kept after compaction (upstream {history.floor})")
+    assert last is not None
+    if probe is not None and probe.empty_between(committed.topic, committed.partition, last.upstream + 1,
+                                                 committed.offset):
+        return result(last.downstream + 1, 0)
+    return result(None, committed.offset - last.upstream - 1,
+                  f"not replicated yet (last copied upstream offset {last.upstream})")
+
+
+def translate_group(flow: FlowConfig, index: SyncIndex, offsets: Iterable[CommittedOffset],
+                    probe: TailProbe | None = None) -> list[PartitionTranslation]:
+    """Translate a group's committed offsets on the topics the flow replicates."""
+    topic_filter = flow.topic_filter()
+    return [translate_offset(flow, index, c, probe) for c in offsets
+            if topic_filter.should_replicate_topic(c.topic) or index.history(c.topic, c.partition)]
+
+
+def load_index(config: StraitConfig, flow: FlowConfig, timeout: float = DEFAULT_TIMEOUT) -> SyncIndex:
+    """Read the flow's whole syncs topic once (for one-shot commands)."""
+    location = offset_syncs_location(flow)
+    follower = SyncsFollower(config.cluster(location.alias).librdkafka_config("consumer"), location, timeout)
+    try:
+        follower.catch_up(timeout)
+        return follower.index
+    finally:
+        follower.close()
+
+
+def translate_source_group(config: StraitConfig, flow: FlowConfig, group: str,
+                           timeout: float = DEFAULT_TIMEOUT) -> list[PartitionTranslation]:
+    """Translate a source group's current committed offsets for ``flow`` (reads the syncs topic)."""
+    index = load_index(config, flow, timeout)
+    source = config.cluster(flow.source)
+    partitions = replicated_partitions(admin_client(source.librdkafka_config("admin")), flow, timeout)
+    offsets = committed_offsets(source.librdkafka_config("consumer"), flow.source, group, partitions, timeout)
+    probe = TailProbe(source.librdkafka_config("consumer"))
+    try:
+        return translate_group(flow, index, offsets, probe)
+    finally:
+        probe.close()

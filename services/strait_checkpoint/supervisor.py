@@ -1,0 +1,237 @@
+"""The replica frame shared by the heartbeat and checkpoint services: flows spread over replicas.
+
+Replicas register in their service's membership group; every replica computes the same balanced
+assignment of flows over the live members, and before working on a flow it takes the flow's fenced
+lease (``<service>:<flow>``), so no flow is ever worked on by two replicas at once. A killed
+replica stops renewing: its membership and its leases expire within one lease TTL and its flows
+move to the survivors.
+"""
+
+from __future__ import annotations
+
+import abc
+import logging
+import os
+import socket
+import threading
+import uuid
+from collections.abc import Callable
+from dataclasses import dataclass
+from pathlib import Path
+
+import redis
+
+from strait.config import load_config
+from strait.config.model import DEFAULT_REDIS_URL, StraitConfig
+from strait.config.secrets import resolve_value
+from strait.coord.assignment import ShareTracker
+from strait.coord.leases import LeaseKeeper, LeaseLostError, Leases
+from strait.coord.membership import MemberKeeper, Membership
+from strait.coord.redis_client import CoordinationError, connect
+from strait.metrics import ERRORS
+from strait.service import ConfigFeed, follow_config, run_service
+
+log = logging.getLogger(__name__)
+
+
+@dataclass(frozen=True)
+class SupervisorOptions:
+    """How a replica takes part in its service group."""
+
+    service: str
+    flows: tuple[str, ...] = ()  # only these flows (all wanted ones when empty)
+    lease_ttl: float = 15.0
+    tick_seconds: float = 0.5
+    namespace: str = "strait"
+
+
+class FlowWorker(abc.ABC):
+    """Works on one flow in a thread while its lease is held; releases the lease when it ends."""
+
+    def __init__(self, service: str, keeper: LeaseKeeper, config: StraitConfig, flow_name: str) -> None:
+        self.name = flow_name
+        self.service = service
+        self.keeper = keeper
+        self.config = config
+        self._pending: StraitConfig | None = None
+        self._lock = threading.Lock()
+        self.wake, self.stopping = threading.Event(), threading.Event()
+        self._thread = threading.Thread(target=self._run, name=f"{service}-{flow_name}", daemon=True)
+
+    @property
+    def alive(self) -> bool:
+        """Whether the thread still runs."""
+        return self._thread.is_alive()
+
+    @property
+    def running(self) -> bool:
+        """Whether the worker should keep going (not stopped, lease not lost)."""
+        return not self.stopping.is_set() and not self.keeper.lost
+
+    def start(self) -> FlowWorker:
+        """Start working; returns self."""
+        self._thread.start()
+        return self
+
+    def update(self, config: StraitConfig) -> None:
+        """Hand a new configuration to the worker's thread."""
+        with self._lock:
+            self._pending = config
+        self.wake.set()
+
+    def take_update(self) -> StraitConfig | None:
+        """The configuration handed over since the last call, if any (worker thread)."""
+        with self._lock:
+            config, self._pending = self._pending, None
+        if config is not None:
+            self.config = config
+        return config
+
+    def stop(self) -> None:
+        """Ask the worker to end (does not wait)."""
+        self.stopping.set()
+        self.wake.set()
+
+    def join(self, timeout: float) -> None:
+        """Wait for the thread to end."""
+        self._thread.join(timeout)
+
+    def _run(self) -> None:
+        try:
+            self.work()
+        except LeaseLostError as exc:
+            log.warning("service=%s flow=%s lease lost, stopping: %s", self.service, self.name, exc)
+        except Exception:
+            log.exception("service=%s flow=%s worker failed", self.service, self.name)
+            ERRORS.labels(service=self.service, flow=self.name, kind="internal").inc()
+        finally:
+            try:
+                self.close()
+            finally:
+                self.keeper.stop(release=True)
+                log.info("service=%s flow=%s worker stopped", self.service, self.name)
+
+    @abc.abstractmethod
+    def work(self) -> None:
+        """The flow's loop; return when :attr:`running` turns false."""
+
+    def close(self) -> None:
+        """Release the worker's clients (called once when the loop ends)."""
+
+
+WorkerFactory = Callable[[LeaseKeeper, StraitConfig, str], FlowWorker]
+
+
+class FlowSupervisor:
+    """Membership, this replica's share of the flows, their leases, and one worker per held flow."""
+
+    def __init__(self, options: SupervisorOptions, client: redis.Redis, metrics_port: int,
+                 wanted: Callable[[StraitConfig], set[str]], make_worker: WorkerFactory) -> None:
+        self.options = options
+        self.member_id = f"{socket.gethostname()}-{os.getpid()}-{uuid.uuid4().hex[:6]}"
+        self.client = client
+        self.leases = Leases(client, options.namespace)
+        membership = Membership(client, options.namespace)
+        self._member = MemberKeeper(membership, options.service, self.member_id, options.lease_ttl,
+                                    {"host": socket.gethostname(), "pid": str(os.getpid()),
+                                     "metrics_port": str(metrics_port)})
+        self._tracker = ShareTracker(membership, options.service, self.member_id)
+        self._wanted, self._make_worker = wanted, make_worker
+        self._workers: dict[str, FlowWorker] = {}
+        self._stopping: list[FlowWorker] = []
+        self.feed = ConfigFeed()
+        self._applied: StraitConfig | None = None
+
+    def lease_name(self, flow: str) -> str:
+        """The lease a replica holds while working on ``flow``."""
+        return f"{self.options.service}:{flow}"
+
+    def step(self) -> None:
+        """One pass: follow the share, take and give back leases, pass on new configurations."""
+        config = self.feed.current()
+        if config is None:
+            return
+        wanted = {name for name in self._wanted(config) if not self.options.flows or name in self.options.flows}
+        share = self._tracker.refresh(wanted)
+        mine = share.items & wanted
+        self._stopping = [w for w in self._stopping if w.alive]
+        for name, worker in list(self._workers.items()):
+            if name not in mine or not worker.alive:
+                log.info("service=%s flow=%s leaving this replica", self.options.service, name)
+                worker.stop()
+                self._stopping.append(self._workers.pop(name))
+        if not share.stale:
+            for name in sorted(mine - set(self._workers)):
+                self._take(name, config)
+        if config is not self._applied:
+            for worker in self._workers.values():
+                worker.update(config)
+            self._applied = config
+
+    def _take(self, name: str, config: StraitConfig) -> None:
+        if any(w.name == name for w in self._stopping):
+            return  # still ending here; taken again once its lease is released
+        try:
+            lease = self.leases.acquire(self.lease_name(name), self.member_id, self.options.lease_ttl)
+        except CoordinationError as exc:
+            log.warning("service=%s flow=%s lease not acquired: %s", self.options.service, name, exc)
+            ERRORS.labels(service=self.options.service, flow=name, kind="coordination").inc()
+            return
+        if lease is None:
+            return  # the previous owner still holds it; it expires within one TTL
+        keeper = LeaseKeeper(self.leases, lease).start()
+        self._workers[name] = self._make_worker(keeper, config, name).start()
+        log.info("service=%s flow=%s taken member=%s token=%s", self.options.service, name, self.member_id,
+                 lease.token)
+
+    def run(self, stop: threading.Event) -> None:
+        """Run until ``stop`` is set, then end every worker (their leases are released)."""
+        self._member.start()
+        try:
+            while not stop.is_set():
+                try:
+                    self.step()
+                except Exception:  # the control loop must outlive any one step's trouble
+                    log.exception("service=%s control step failed", self.options.service)
+                    ERRORS.labels(service=self.options.service, flow="", kind="control").inc()
+                self.feed.changed.wait(self.options.tick_seconds)
+                self.feed.changed.clear()
+        finally:
+            workers = [*self._workers.values(), *self._stopping]
+            for worker in workers:
+                worker.stop()
+            for worker in workers:
+                worker.join(timeout=60)
+            self._member.stop()
+
+
+def redis_url_for(explicit: str | None, config_file: Path | None) -> str:
+    """The coordination Redis: the explicit URL, the file's ``redis_url``, or $STRAIT_REDIS_URL."""
+    if explicit:
+        return explicit
+    if config_file is not None:
+        return resolve_value(load_config(config_file).redis_url)
+    return os.environ.get("STRAIT_REDIS_URL", DEFAULT_REDIS_URL)
+
+
+def run_supervised(options: SupervisorOptions, redis_url: str | None, config_file: Path | None,
+                   metrics_port: int, wanted: Callable[[StraitConfig], set[str]],
+                   make_worker: Callable[[FlowSupervisor, LeaseKeeper, StraitConfig, str], FlowWorker]) -> int:
+    """Run a supervised service process until SIGINT or SIGTERM."""
+
+    def body(stop: threading.Event, port: int) -> None:
+        client = connect(redis_url_for(redis_url, config_file))  # coordination needs Redis either way
+        supervisor: FlowSupervisor
+
+        def factory(keeper: LeaseKeeper, config: StraitConfig, name: str) -> FlowWorker:
+            return make_worker(supervisor, keeper, config, name)
+
+        supervisor = FlowSupervisor(options, client, port, wanted, factory)
+        watcher = follow_config(supervisor.feed, config_file, client, options.namespace)
+        try:
+            supervisor.run(stop)
+        finally:
+            if watcher is not None:
+                watcher.stop()
+
+    return run_service(options.service, metrics_port, body)

@@ -1,0 +1,355 @@
+"""One flow's checkpoints: exact translations of the source groups' commits, and group offset sync.
+
+Start-up: the checkpoints already on the target are read back (so nothing regresses across a
+restart), then the offset-syncs topic is read from its beginning; no checkpoint is written before
+that read reached the end offset the topic had at start. Then, every emit interval, the source
+groups that pass the flow's group filter are listed (a new group is seen within one interval),
+their committed offsets translated exactly, and a checkpoint written for each partition whose
+translation changed. Offsets without an exact translation yet are left out, never guessed.
+
+With group offset sync on, every sync interval the translations are written to target groups
+that have no active members (EMPTY or absent); a target offset only moves back when the source
+group's committed offset moved back (the group was reset on the source).
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+from dataclasses import dataclass
+
+from confluent_kafka import (
+    Consumer,
+    ConsumerGroupState,
+    ConsumerGroupTopicPartitions,
+    KafkaError,
+    KafkaException,
+    Producer,
+    TopicPartition,
+)
+from confluent_kafka.admin import AdminClient
+
+from strait.config.model import FlowConfig, StraitConfig
+from strait.coord.leases import LeaseKeeper, LeaseLostError
+from strait.coord.redis_client import CoordinationError
+from strait.kafka.admin import KafkaAdminError, admin_client, create_topics, explain_error, internal_topic
+from strait.metrics import ERRORS, set_flow_state
+from strait.records import Checkpoint, RecordFormatError
+from strait.translation import (
+    PartitionTranslation,
+    SyncsFollower,
+    TailProbe,
+    TranslationError,
+    committed_offsets,
+    offset_syncs_location,
+    replicated_partitions,
+    translate_group,
+)
+from strait_checkpoint import metrics
+from strait_checkpoint.supervisor import FlowSupervisor, FlowWorker
+
+log = logging.getLogger(__name__)
+librdkafka_log = logging.getLogger("strait.librdkafka")
+
+POLL_BUDGET = 0.2
+BACKOFF_CAP = 30.0
+ADMIN_TIMEOUT = 15.0
+ACTIVE_STATES = (ConsumerGroupState.STABLE, ConsumerGroupState.PREPARING_REBALANCING,
+                 ConsumerGroupState.COMPLETING_REBALANCING)
+
+CheckpointKey = tuple[str, str, int]  # group, remote topic, partition
+
+
+@dataclass
+class _Clients:
+    source_admin: AdminClient
+    target_admin: AdminClient
+    producer: Producer
+    follower: SyncsFollower
+    probe: TailProbe
+
+
+def read_checkpoints(settings: dict[str, str], topic: str, timeout: float = 30.0) -> dict[CheckpointKey, Checkpoint]:
+    """The newest checkpoint per (group, topic, partition) in a checkpoints topic (corrupt ones skipped)."""
+    consumer = Consumer({**settings, "group.id": "strait-checkpoint-load", "enable.auto.commit": False,
+                         "logger": librdkafka_log})
+    latest: dict[CheckpointKey, Checkpoint] = {}
+    try:
+        _low, high = consumer.get_watermark_offsets(TopicPartition(topic, 0), timeout=timeout)
+        if high <= 0:
+            return latest
+        consumer.assign([TopicPartition(topic, 0, -2)])
+        deadline, position = time.monotonic() + timeout, 0
+        while position < high:
+            if time.monotonic() > deadline:
+                raise TranslationError(f"reading {topic}: {position} of {high} records in {timeout:.0f}s")
+            for message in consumer.consume(num_messages=1000, timeout=1.0):
+                if message.error() is not None:
+                    continue
+                position = message.offset() + 1
+                try:
+                    checkpoint = Checkpoint.from_record(message.key(), message.value())
+                except RecordFormatError as exc:
+                    log.warning("topic=%s corrupt checkpoint skipped offset=%d: %s", topic, message.offset(), exc)
+                    continue
+                latest[(checkpoint.group, checkpoint.topic, checkpoint.partition)] = checkpoint
+        return latest
+    finally:
+        consumer.close()
+
+
+class CheckpointWorker(FlowWorker):
+    """Checkpoints one flow's groups while this replica holds the flow's lease."""
+
+    def __init__(self, supervisor: FlowSupervisor, keeper: LeaseKeeper, config: StraitConfig, flow_name: str) -> None:
+        super().__init__(metrics.SERVICE, keeper, config, flow_name)
+        self._clients: _Clients | None = None
+        self._last: dict[CheckpointKey, Checkpoint] = {}
+        self._synced_upstream: dict[CheckpointKey, int] = {}
+        self._translations: dict[str, list[PartitionTranslation]] = {}
+        self._current_at: dict[str, float] = {}  # group -> when its checkpoints last matched its commits
+        self._delivery_errors: list[KafkaError] = []
+        self._sent: set[CheckpointKey] = set()  # written in the current pass
+        self._resend: set[CheckpointKey] = set()  # written but not acknowledged
+        self._failures = 0
+
+    @property
+    def flow(self) -> FlowConfig:
+        """The flow's current configuration."""
+        return self.config.flow(self.name)
+
+    # -- loop ------------------------------------------------------------------------------------
+
+    def work(self) -> None:
+        next_setup = next_pass = next_sync = 0.0
+        while self.running:
+            if self.take_update() is not None:
+                next_pass = next_sync = 0.0
+            now = time.monotonic()
+            try:
+                if self._clients is None:
+                    if now < next_setup:
+                        self.wake.wait(min(1.0, next_setup - now))
+                        continue
+                    self._setup()
+                self._follow()
+                if self._clients.follower.ready and now >= next_pass:
+                    self._checkpoint_pass()
+                    next_pass = now + (self.flow.emit_checkpoints.interval_seconds if self.flow.emit_checkpoints.enabled
+                                       else self.flow.sync_group_offsets.interval_seconds)
+                    if self.flow.sync_group_offsets.enabled and now >= next_sync:
+                        self._sync_pass()
+                        next_sync = now + self.flow.sync_group_offsets.interval_seconds
+                    self._failures = 0
+                    set_flow_state(metrics.SERVICE, self.name, "running")
+            except LeaseLostError:
+                raise
+            except Exception as exc:  # a broken cluster must cost retries, never the worker
+                delay = self._failed(exc)
+                next_pass = next_sync = now + delay
+                if self._clients is None:
+                    next_setup = now + delay
+
+    def _failed(self, exc: BaseException) -> float:
+        self._failures += 1
+        delay = min(BACKOFF_CAP, 2.0 ** (self._failures - 1))
+        kind = "kafka" if isinstance(exc, (KafkaException, KafkaAdminError, TranslationError)) else \
+            "coordination" if isinstance(exc, CoordinationError) else "internal"
+        ERRORS.labels(service=metrics.SERVICE, flow=self.name, kind=kind).inc()
+        set_flow_state(metrics.SERVICE, self.name, "error")
+        if kind == "internal":
+            log.exception("flow=%s checkpoint step failed, retry_in=%.0fs", self.name, delay)
+        else:
+            log.warning("flow=%s kind=%s checkpoint step failed, retry_in=%.0fs: %s", self.name, kind, delay, exc)
+        return delay
+
+    def close(self) -> None:
+        if self._clients is not None:
+            self._clients.producer.flush(10)
+            self._clients.follower.close()
+            self._clients.probe.close()
+        metrics.forget_flow(self.name, list(self._current_at))
+        set_flow_state(metrics.SERVICE, self.name, "stopped")
+
+    # -- start-up --------------------------------------------------------------------------------
+
+    def _setup(self) -> None:
+        flow = self.flow
+        source, target = self.config.cluster(flow.source), self.config.cluster(flow.target)
+        target_admin = admin_client(target.librdkafka_config("admin"))
+        topic = flow.policy().checkpoints_topic(flow.source)
+        create_topics(target_admin, flow.target, [internal_topic(topic, flow.replication_factor)])
+        self._last = {key: c for key, c in read_checkpoints(target.librdkafka_config("consumer"), topic).items()
+                      if flow.group_filter().should_replicate_group(c.group)}
+        self._synced_upstream = {key: c.upstream_offset for key, c in self._last.items()}
+        location = offset_syncs_location(flow)
+        follower = SyncsFollower(self.config.cluster(location.alias).librdkafka_config("consumer"), location)
+        self._clients = _Clients(admin_client(source.librdkafka_config("admin")), target_admin,
+                                 Producer({**target.librdkafka_config("producer"), "enable.idempotence": True,
+                                           "linger.ms": "5", "logger": librdkafka_log}),
+                                 follower, TailProbe(source.librdkafka_config("consumer")))
+        set_flow_state(metrics.SERVICE, self.name, "starting")
+        log.info("flow=%s checkpoints loaded=%d syncs_topic=%s on %s", self.name, len(self._last),
+                 location.topic, location.alias)
+
+    def _follow(self) -> None:
+        assert self._clients is not None
+        follower = self._clients.follower
+        was_ready = follower.ready
+        metrics.SYNCS_READ.labels(self.name).inc(follower.poll(POLL_BUDGET))
+        metrics.SYNCS_READY.labels(self.name).set(1 if follower.ready else 0)
+        if follower.ready and not was_ready:
+            set_flow_state(metrics.SERVICE, self.name, "running")
+
+    # -- checkpoints -----------------------------------------------------------------------------
+
+    def _source_groups(self) -> list[str]:
+        assert self._clients is not None
+        try:
+            listing = self._clients.source_admin.list_consumer_groups(request_timeout=ADMIN_TIMEOUT).result(
+                timeout=ADMIN_TIMEOUT)
+        except KafkaException as exc:
+            raise explain_error(exc, self.flow.source, "listing consumer groups") from None
+        group_filter = self.flow.group_filter()
+        return sorted(g.group_id for g in listing.valid if group_filter.should_replicate_group(g.group_id))
+
+    def _checkpoint_pass(self) -> None:
+        assert self._clients is not None
+        clients, flow = self._clients, self.flow
+        groups = self._source_groups()
+        partitions = replicated_partitions(clients.source_admin, flow, ADMIN_TIMEOUT)
+        settings = self.config.cluster(flow.source).librdkafka_config("consumer")
+        translations: dict[str, list[PartitionTranslation]] = {}
+        for group in groups:
+            offsets = committed_offsets(settings, flow.source, group, partitions, ADMIN_TIMEOUT)
+            translations[group] = translate_group(flow, clients.follower.index, offsets, clients.probe)
+        self._sent = set()
+        emitted = sum(self._emit(group, result) for group, result in translations.items()) \
+            if flow.emit_checkpoints.enabled else 0
+        if emitted:
+            self._flush()
+        now = time.time()
+        for group, result in translations.items():
+            self._current_at.setdefault(group, now)
+            if all(t.downstream is not None for t in result):
+                self._current_at[group] = now
+            metrics.TRANSLATION_LAG.labels(self.name, group).set(sum(t.lag_records for t in result))
+            metrics.CHECKPOINT_AGE.labels(self.name, group).set(now - self._current_at[group])
+        for gone in set(self._current_at) - set(translations):
+            del self._current_at[gone]
+            metrics.forget_group(self.name, gone)
+        metrics.GROUPS_TRACKED.labels(self.name).set(len(groups))
+        self._translations = translations
+        log.debug("flow=%s groups=%d checkpoints_emitted=%d", self.name, len(groups), emitted)
+
+    def _emit(self, group: str, translations: list[PartitionTranslation]) -> int:
+        assert self._clients is not None
+        topic = self.flow.policy().checkpoints_topic(self.flow.source)
+        emitted = 0
+        for t in translations:
+            if t.downstream is None:
+                continue
+            key = (group, t.remote_topic, t.partition)
+            checkpoint = Checkpoint(group, t.remote_topic, t.partition, t.upstream, t.downstream, t.metadata)
+            previous = self._last.get(key)
+            if previous == checkpoint and key not in self._resend:
+                continue
+            if previous is not None and checkpoint.downstream_offset < previous.downstream_offset \
+                    and checkpoint.upstream_offset >= previous.upstream_offset:
+                continue  # never move a checkpoint back unless the source group moved back
+            self.keeper.ensure_valid()  # only the lease holder writes
+            self._clients.producer.produce(topic, key=checkpoint.key_bytes(), value=checkpoint.value_bytes(),
+                                           partition=0, on_delivery=self._delivered)
+            self._clients.producer.poll(0)
+            self._last[key] = checkpoint
+            self._sent.add(key)
+            emitted += 1
+        return emitted
+
+    def _delivered(self, err: KafkaError | None, _msg: object) -> None:
+        if err is not None:
+            self._delivery_errors.append(err)
+        else:
+            metrics.CHECKPOINTS.labels(self.name).inc()
+
+    def _flush(self) -> None:
+        """Wait for the checkpoints; a failed one is forgotten so that the next pass writes it again."""
+        assert self._clients is not None
+        remaining = self._clients.producer.flush(ADMIN_TIMEOUT)
+        failed, self._delivery_errors = self._delivery_errors, []
+        if not remaining and not failed:
+            self._resend -= self._sent
+        if remaining or failed:
+            self._resend |= self._sent  # written again next pass even when unchanged
+            detail = failed[0].str() if failed else f"{remaining} not acknowledged in {ADMIN_TIMEOUT:.0f}s"
+            raise TranslationError(f"cluster {self.flow.target}: writing checkpoints failed: {detail}")
+
+    # -- group offset sync -----------------------------------------------------------------------
+
+    def _sync_pass(self) -> None:
+        assert self._clients is not None
+        translated = {g: [t for t in ts if t.downstream is not None] for g, ts in self._translations.items()}
+        translated = {g: ts for g, ts in translated.items() if ts}
+        states = self._target_states(list(translated))
+        synced = active = 0
+        for group, result in translated.items():
+            if states.get(group) in ACTIVE_STATES:
+                active += 1
+                continue
+            if self._sync_group(group, result):
+                synced += 1
+            else:
+                active += 1
+        metrics.GROUPS_SYNCED.labels(self.name).set(synced)
+        metrics.GROUPS_ACTIVE_ON_TARGET.labels(self.name).set(active)
+
+    def _target_states(self, groups: list[str]) -> dict[str, ConsumerGroupState]:
+        assert self._clients is not None
+        if not groups:
+            return {}
+        states: dict[str, ConsumerGroupState] = {}
+        for group, future in self._clients.target_admin.describe_consumer_groups(
+                groups, request_timeout=ADMIN_TIMEOUT).items():
+            try:
+                states[group] = future.result(timeout=ADMIN_TIMEOUT).state
+            except KafkaException as exc:
+                raise explain_error(exc, self.flow.target, f"describing group {group}") from None
+        return states
+
+    def _sync_group(self, group: str, translations: list[PartitionTranslation]) -> bool:
+        """Write the group's translated offsets to the target; False when the group turned out active."""
+        assert self._clients is not None
+        partitions = [TopicPartition(t.remote_topic, t.partition) for t in translations]
+        current = {(c.topic, c.partition): c.offset for c in committed_offsets(
+            self.config.cluster(self.flow.target).librdkafka_config("consumer"), self.flow.target, group, partitions,
+            ADMIN_TIMEOUT)}
+        writes: list[TopicPartition] = []
+        for t in translations:
+            key = (group, t.remote_topic, t.partition)
+            assert t.downstream is not None
+            now_at = current.get((t.remote_topic, t.partition))
+            reset = t.upstream < self._synced_upstream.get(key, -1)
+            if now_at is None or t.downstream > now_at or (t.downstream < now_at and reset):
+                writes.append(TopicPartition(t.remote_topic, t.partition, t.downstream, t.metadata))
+            elif t.downstream == now_at:
+                self._synced_upstream[key] = t.upstream
+        if not writes:
+            return True
+        self.keeper.ensure_valid()  # only the lease holder writes
+        request = [ConsumerGroupTopicPartitions(group, writes)]
+        future = self._clients.target_admin.alter_consumer_group_offsets(
+            request, request_timeout=ADMIN_TIMEOUT)[group]
+        try:
+            result = future.result(timeout=ADMIN_TIMEOUT)
+        except KafkaException as exc:
+            if exc.args and exc.args[0].code() in (KafkaError.UNKNOWN_MEMBER_ID, KafkaError.REBALANCE_IN_PROGRESS):
+                log.info("flow=%s group=%s became active on the target, not synced", self.name, group)
+                return False
+            raise explain_error(exc, self.flow.target, f"writing offsets of group {group}") from None
+        upstream = {(t.remote_topic, t.partition): t.upstream for t in translations}
+        for tp in result.topic_partitions or []:
+            if tp.error is None:
+                self._synced_upstream[(group, tp.topic, tp.partition)] = upstream[(tp.topic, tp.partition)]
+        metrics.GROUP_OFFSETS_WRITTEN.labels(self.name).inc(len(writes))
+        log.info("flow=%s group=%s target offsets written partitions=%d", self.name, group, len(writes))
+        return True

@@ -1,0 +1,181 @@
+"""One flow's heartbeats: emit into the source, watch the replicated copy on the target, map the topology.
+
+Every emit interval a :class:`~strait.records.Heartbeat` (source, target, now) goes to partition 0
+of the source's ``heartbeats`` topic (created, 1 partition compacted, when missing). The copy the
+replicator makes (``A.heartbeats`` on the target) is tailed: the newest heartbeat timestamp gives
+the flow's heartbeat age, and each copy seen live gives one end-to-end latency sample. Every topic
+refresh interval both clusters' heartbeat topic names are turned into the topology and published.
+"""
+
+from __future__ import annotations
+
+import logging
+import math
+import time
+
+from confluent_kafka import Consumer, KafkaError, KafkaException, Producer, TopicPartition
+
+from strait.config.model import StraitConfig
+from strait.coord.leases import LeaseKeeper, LeaseLostError
+from strait.coord.redis_client import CoordinationError
+from strait.kafka.admin import KafkaAdminError, admin_client, create_topics, internal_topic, topic_partitions
+from strait.metrics import ERRORS, set_flow_state
+from strait.records import Heartbeat, RecordFormatError
+from strait_checkpoint.supervisor import FlowSupervisor, FlowWorker
+from strait_heartbeat import metrics
+from strait_heartbeat.topology import cluster_topology, topology_key
+
+log = logging.getLogger(__name__)
+librdkafka_log = logging.getLogger("strait.librdkafka")
+
+TICK = 0.1
+BACKOFF_CAP = 30.0
+
+
+class HeartbeatWorker(FlowWorker):
+    """Emits and watches one flow's heartbeats while this replica holds the flow's lease."""
+
+    def __init__(self, supervisor: FlowSupervisor, keeper: LeaseKeeper, config: StraitConfig, flow_name: str) -> None:
+        super().__init__(metrics.SERVICE, keeper, config, flow_name)
+        self._supervisor = supervisor
+        self._producer: Producer | None = None
+        self._watcher: Consumer | None = None
+        self._watch_from = 0  # copies at or past this target offset are seen live
+        self._newest_ms: int | None = None
+        self._failures = 0
+
+    # -- loop ------------------------------------------------------------------------------------
+
+    def work(self) -> None:
+        metrics.AGE.labels(self.name).set_function(self._age)
+        next_emit = next_topology = next_setup = 0.0
+        while self.running:
+            self.take_update()
+            flow = self.config.flow(self.name)
+            now = time.monotonic()
+            try:
+                if self._producer is None and now >= next_setup:
+                    self._setup()
+                if self._producer is not None and now >= next_emit:
+                    self._emit()
+                    next_emit = now + flow.emit_heartbeats.interval_seconds
+                if now >= next_topology:
+                    self._publish_topology()
+                    next_topology = now + flow.refresh_topics.interval_seconds
+                self._watch()
+                self._failures = 0
+            except LeaseLostError:
+                raise
+            except Exception as exc:  # a broken cluster must cost retries, never the worker
+                next_setup = next_topology = now + self._failed(exc)
+                next_emit = max(next_emit, next_setup)
+            self.wake.wait(TICK)
+            self.wake.clear()
+
+    def _failed(self, exc: BaseException) -> float:
+        self._failures += 1
+        delay = min(BACKOFF_CAP, 2.0 ** (self._failures - 1))
+        kind = "kafka" if isinstance(exc, (KafkaException, KafkaAdminError)) else \
+            "coordination" if isinstance(exc, CoordinationError) else "internal"
+        ERRORS.labels(service=metrics.SERVICE, flow=self.name, kind=kind).inc()
+        set_flow_state(metrics.SERVICE, self.name, "error")
+        log.warning("flow=%s kind=%s heartbeat step failed, retry_in=%.0fs: %s", self.name, kind, delay, exc)
+        return delay
+
+    def close(self) -> None:
+        if self._producer is not None:
+            self._producer.flush(5)
+        if self._watcher is not None:
+            self._watcher.close()
+        metrics.forget(self.name)
+        set_flow_state(metrics.SERVICE, self.name, "stopped")
+
+    # -- emitting --------------------------------------------------------------------------------
+
+    def _setup(self) -> None:
+        flow = self.config.flow(self.name)
+        source = self.config.cluster(flow.source)
+        topic = flow.policy().heartbeats_topic()
+        create_topics(admin_client(source.librdkafka_config("admin")), flow.source,
+                      [internal_topic(topic, flow.replication_factor)])
+        self._producer = Producer({**source.librdkafka_config("producer"), "linger.ms": "0",
+                                   "logger": librdkafka_log})
+        set_flow_state(metrics.SERVICE, self.name, "running")
+
+    def _emit(self) -> None:
+        assert self._producer is not None
+        flow = self.config.flow(self.name)
+        self.keeper.ensure_valid()  # only the lease holder emits
+        now_ms = int(time.time() * 1000)
+        heartbeat = Heartbeat(flow.source, flow.target, now_ms)
+        self._producer.produce(flow.policy().heartbeats_topic(), key=heartbeat.key_bytes(),
+                               value=heartbeat.value_bytes(), partition=0, timestamp=now_ms,
+                               on_delivery=self._delivered)
+        self._producer.poll(0)
+
+    def _delivered(self, err: KafkaError | None, _msg: object) -> None:
+        if err is None:
+            metrics.EMITTED.labels(self.name).inc()
+        else:
+            ERRORS.labels(service=metrics.SERVICE, flow=self.name, kind="kafka").inc()
+            log.warning("flow=%s heartbeat not written: %s", self.name, err)
+
+    # -- watching --------------------------------------------------------------------------------
+
+    def _remote_topic(self) -> str:
+        flow = self.config.flow(self.name)
+        policy = flow.policy()
+        return policy.format_remote_topic(flow.source, policy.heartbeats_topic())
+
+    def _watch(self) -> None:
+        if self._watcher is None:
+            return
+        for message in self._watcher.consume(num_messages=500, timeout=0):
+            if message.error() is not None:
+                continue
+            try:
+                heartbeat = Heartbeat.from_record(message.key(), message.value())
+            except RecordFormatError as exc:
+                ERRORS.labels(service=metrics.SERVICE, flow=self.name, kind="format").inc()
+                log.warning("flow=%s corrupt heartbeat skipped offset=%d: %s", self.name, message.offset(), exc)
+                continue
+            if self._newest_ms is None or heartbeat.timestamp_ms > self._newest_ms:
+                self._newest_ms = heartbeat.timestamp_ms
+            if message.offset() >= self._watch_from:
+                metrics.END_TO_END.labels(self.name).observe(max(0.0, time.time() - heartbeat.timestamp_ms / 1000))
+
+    def _start_watching(self, target_topics: dict[str, int]) -> None:
+        """Tail the remote heartbeats topic once it exists, from its last record."""
+        topic = self._remote_topic()
+        if self._watcher is not None or topic not in target_topics:
+            return
+        flow = self.config.flow(self.name)
+        consumer = Consumer({**self.config.cluster(flow.target).librdkafka_config("consumer"),
+                             "group.id": "strait-heartbeat-watch", "enable.auto.commit": False,
+                             "logger": librdkafka_log})
+        _low, high = consumer.get_watermark_offsets(TopicPartition(topic, 0), timeout=10)
+        self._watch_from = high
+        consumer.assign([TopicPartition(topic, 0, max(0, high - 1))])
+        self._watcher = consumer
+        log.info("flow=%s watching topic=%s from offset=%d", self.name, topic, max(0, high - 1))
+
+    def _age(self) -> float:
+        if self._newest_ms is None:
+            return math.nan
+        return max(0.0, time.time() - self._newest_ms / 1000)
+
+    # -- topology --------------------------------------------------------------------------------
+
+    def _publish_topology(self) -> None:
+        flow = self.config.flow(self.name)
+        policy = flow.policy()
+        ttl = max(60.0, 3 * flow.refresh_topics.interval_seconds)
+        for alias in (flow.source, flow.target):
+            topics = topic_partitions(admin_client(self.config.cluster(alias).librdkafka_config("admin")), alias)
+            if alias == flow.target:
+                self._start_watching(topics)
+            topology = cluster_topology(policy, alias, topics)
+            metrics.TOPOLOGY_CLUSTERS.labels(alias).set(len(topology.upstream_clusters))
+            self._supervisor.leases.fenced_set(self.keeper.ensure_valid(),
+                                               topology_key(self._supervisor.options.namespace, alias),
+                                               topology.to_json(), ttl=ttl)

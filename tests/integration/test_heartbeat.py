@@ -1,0 +1,70 @@
+"""The heartbeat service on real clusters: MM2 heartbeats, age and latency of the copy, topology, fencing."""
+
+from __future__ import annotations
+
+import json
+import math
+from collections.abc import Callable
+from pathlib import Path
+
+import pytest
+
+from strait.lab.clients import consume_all
+from strait.lab.kafka import KafkaCluster
+from strait.lab.services import StraitProcess
+from strait.records import Heartbeat, RecordFormatError
+from tests.integration.replicator_support import flow_config, wait_for, write_config
+from tests.integration.test_checkpoint_support import services  # noqa: F401  (fixture)
+
+pytestmark = pytest.mark.slow
+
+
+def _heartbeats(cluster: KafkaCluster, topic: str) -> list[Heartbeat]:
+    found = []
+    for record in consume_all(cluster.client_config(), topic, [0]):
+        try:
+            found.append(Heartbeat.from_record(record.key, record.value))
+        except RecordFormatError:
+            pass
+    return found
+
+
+def _value(process: StraitProcess, name: str, **labels: str) -> float:
+    value = process.sample(name, **labels)
+    return math.nan if value is None else value
+
+
+def test_heartbeats_flow_to_the_target_with_age_latency_and_topology(
+    source_cluster: KafkaCluster, target_cluster: KafkaCluster, redis_url: str,
+    services: Callable[..., StraitProcess], unique_name: Callable[[str], str], tmp_path: Path,
+) -> None:
+    config = flow_config(source_cluster, target_cluster, [unique_name("nothing")])
+    config["redis_url"] = redis_url
+    path = write_config(tmp_path / "strait.yaml", config)
+    first = services("heartbeat", "--config", str(path), "--lease-ttl", "3")
+    second = services("heartbeat", "--config", str(path), "--lease-ttl", "3")
+
+    wait_for(lambda: any(h.source_alias == "A" and h.target_alias == "B" for h in _heartbeats(source_cluster, "heartbeats")),
+             60, "heartbeats from A to B in A's heartbeats topic")
+    emitted = [_value(p, "strait_heartbeats_emitted_total", flow="A->B") for p in (first, second)]
+    assert sorted(0 if math.isnan(e) else e for e in emitted)[0] == 0, f"two emitters at once: {emitted}"
+
+    services("replicator", "--config", str(path))
+    wait_for(lambda: any(_value(p, "strait_heartbeat_age_seconds", flow="A->B") < 5 for p in (first, second)),
+             240, "a heartbeat age under 5 s once A.heartbeats is replicated")
+    holder = first if _value(first, "strait_heartbeat_age_seconds", flow="A->B") < 5 else second
+    wait_for(lambda: _value(holder, "strait_end_to_end_latency_seconds_count", flow="A->B") >= 3, 30,
+             "end-to-end latency samples")
+    assert _value(holder, "strait_end_to_end_latency_seconds_sum", flow="A->B") \
+        / _value(holder, "strait_end_to_end_latency_seconds_count", flow="A->B") < 30
+
+    client = __import__("redis").Redis.from_url(redis_url)
+    topology = wait_for(lambda: client.get("strait:topology:B"), 60, "B's topology in Redis")
+    assert json.loads(topology)["upstream_clusters"].get("A") == 1
+    assert "A.heartbeats" in json.loads(topology)["heartbeat_topics"]
+
+    holder.stop()  # its lease is released: the other replica takes over the flow
+    other = second if holder is first else first
+    before = _value(other, "strait_heartbeats_emitted_total", flow="A->B")
+    wait_for(lambda: _value(other, "strait_heartbeats_emitted_total", flow="A->B") > (0 if math.isnan(before) else before) + 2,
+             30, "the surviving replica emitting")
