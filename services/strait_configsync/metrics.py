@@ -8,7 +8,8 @@ from __future__ import annotations
 
 from prometheus_client import Counter, Gauge
 
-from strait.metrics import ERRORS, FLOW_STATE, FLOW_STATES, set_flow_state
+from strait.metrics import ERRORS as ERRORS  # one strait_errors_total per process
+from strait.metrics import FLOW_STATE, FLOW_STATES, set_flow_state
 from strait_configsync.drift import FlowReport
 
 SERVICE = "configsync"
