@@ -11,7 +11,7 @@ from pathlib import Path
 
 from strait.config.model import StraitConfig
 from strait_checkpoint import metrics
-from strait_checkpoint.supervisor import SupervisorOptions, run_supervised
+from strait.replicas import SupervisorOptions, run_supervised
 from strait_checkpoint.worker import CheckpointWorker
 
 

@@ -46,7 +46,7 @@ from strait.translation import (
     translate_group,
 )
 from strait_checkpoint import metrics
-from strait_checkpoint.supervisor import FlowSupervisor, FlowWorker
+from strait.replicas import FlowSupervisor, FlowWorker
 
 log = logging.getLogger(__name__)
 librdkafka_log = logging.getLogger("strait.librdkafka")

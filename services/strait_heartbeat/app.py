@@ -10,7 +10,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from strait.config.model import StraitConfig
-from strait_checkpoint.supervisor import SupervisorOptions, run_supervised
+from strait.replicas import SupervisorOptions, run_supervised
 from strait_heartbeat import metrics
 from strait_heartbeat.worker import HeartbeatWorker
 

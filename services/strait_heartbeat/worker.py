@@ -21,7 +21,7 @@ from strait.coord.redis_client import CoordinationError
 from strait.kafka.admin import KafkaAdminError, admin_client, create_topics, internal_topic, topic_partitions
 from strait.metrics import ERRORS, set_flow_state
 from strait.records import Heartbeat, RecordFormatError
-from strait_checkpoint.supervisor import FlowSupervisor, FlowWorker
+from strait.replicas import FlowSupervisor, FlowWorker
 from strait_heartbeat import metrics
 from strait_heartbeat.topology import cluster_topology, topology_key
 

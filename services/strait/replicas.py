@@ -1,4 +1,4 @@
-"""The replica frame shared by the heartbeat and checkpoint services: flows spread over replicas.
+"""The replica frame of strait services (heartbeat, checkpoint): flows spread over replicas.
 
 Replicas register in their service's membership group; every replica computes the same balanced
 assignment of flows over the live members, and before working on a flow it takes the flow's fenced
