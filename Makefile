@@ -9,7 +9,7 @@ PY := $(VENV)/bin/python
 INSTALLED := $(VENV)/.installed
 PYTEST_ARGS ?=
 
-.PHONY: help deps lab test test-unit test-integration test-e2e clean bench-paths
+.PHONY: help deps lab test test-unit test-integration test-e2e test-compose up down clean bench-paths
 
 help: ## list the targets
 	@grep -E '^[a-z-]+:.*## ' $(MAKEFILE_LIST) | awk -F ':.*## ' '{printf "  %-18s %s\n", $$1, $$2}'
@@ -37,6 +37,15 @@ test-integration: deps ## only the integration tests
 
 test-e2e: deps ## only the end-to-end tests
 	$(VENV)/bin/pytest -m e2e $(PYTEST_ARGS)
+
+test-compose: deps ## boot the compose lab with testcontainers (skipped, with the reason, without a Docker engine)
+	$(VENV)/bin/pytest tests/unit/test_compose.py -k compose_lab -rs -s
+
+up: ## the full lab in Docker Compose (needs a Docker engine; copy compose/.env.example to compose/.env first)
+	docker compose -f compose/compose.yml --env-file compose/.env up --build --wait
+
+down: ## stop the compose lab and remove its volumes
+	docker compose -f compose/compose.yml down -v --remove-orphans
 
 clean: ## remove the virtualenv and every cache (jars, lab data, test logs)
 	rm -rf $(VENV) .cache .pytest_cache .hypothesis

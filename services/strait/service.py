@@ -7,6 +7,7 @@ the configuration stored by `strait config apply` is adopted live, without a res
 from __future__ import annotations
 
 import logging
+import os
 import signal
 import threading
 from collections.abc import Callable
@@ -61,7 +62,8 @@ def run_service(service: str, metrics_port: int, body: Callable[[threading.Event
     stop = threading.Event()
     for sig in (signal.SIGINT, signal.SIGTERM):
         signal.signal(sig, lambda *_: stop.set())
-    port = serve_metrics(metrics_port)
+    # In containers Prometheus scrapes from another host: STRAIT_METRICS_ADDR=0.0.0.0 there.
+    port = serve_metrics(metrics_port, addr=os.environ.get("STRAIT_METRICS_ADDR", "127.0.0.1"))
     print(f"{service} metrics on http://127.0.0.1:{port}/metrics", flush=True)
     SERVICE_UP.labels(service=service).set(1)
     try:
