@@ -11,7 +11,10 @@ import sys
 import time
 from typing import Any
 
+from rich.live import Live
+
 from strait.errors import LabError
+from strait.lab.health import HealthView
 from strait.lab.runtime import STATE_FILE, LabState, pid_alive, run_foreground, running_lab
 from strait.lab.topology import default_lab_spec
 from strait.paths import lab_dir
@@ -27,6 +30,7 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     up.add_argument("--json", action="store_true", help="print the endpoints as JSON when ready")
     up.add_argument("--brokers", type=int, default=1, choices=(1, 3), help="brokers per cluster")
     up.add_argument("--timeout", type=float, default=180.0, help="seconds to wait for readiness (--detach)")
+    up.add_argument("--no-view", action="store_true", help="no live health view in the terminal")
     up.set_defaults(handler=_up)
 
     down = commands.add_parser("down", help="stop the lab and every process it started")
@@ -43,15 +47,28 @@ def _up(args: argparse.Namespace) -> int:
     if args.detach:
         return _up_detached(args, workdir)
     spec = default_lab_spec(brokers=args.brokers)
+    view: dict[str, Any] = {}
 
     def on_ready(description: dict[str, Any]) -> None:
         if args.json:
             print(json.dumps(description, indent=2), flush=True)
-        else:
-            print(_summary(description), flush=True)
-            print("lab is running; press Ctrl-C to stop it", flush=True)
+            return
+        print(_summary(description), flush=True)
+        print("lab is running; press Ctrl-C to stop it", flush=True)
+        if sys.stdout.isatty() and not args.no_view:
+            view["health"] = HealthView(description["metrics_endpoints"])
+            view["live"] = Live(view["health"].table(), refresh_per_second=1, transient=True)
+            view["live"].start()
 
-    run_foreground(spec, workdir, on_ready=on_ready)
+    def on_tick() -> None:
+        if "live" in view:
+            view["live"].update(view["health"].table())
+
+    try:
+        run_foreground(spec, workdir, on_ready=on_ready, on_tick=on_tick)
+    finally:
+        if "live" in view:
+            view["live"].stop()
     print("lab stopped", file=sys.stderr)
     return 0
 

@@ -211,8 +211,10 @@ def _clear_component_dirs(workdir: Path) -> None:
             shutil.rmtree(child)
 
 
-def run_foreground(spec: LabSpec, workdir: Path, on_ready: Any = None, stop: threading.Event | None = None) -> None:
-    """Start the lab, write its state, call ``on_ready(description)``, and run until a signal.
+def run_foreground(spec: LabSpec, workdir: Path, on_ready: Any = None, stop: threading.Event | None = None,
+                   on_tick: Any = None) -> None:
+    """Start the lab, write its state, call ``on_ready(description)``, then ``on_tick()`` every second
+    until a signal.
 
     SIGINT (Ctrl-C) and SIGTERM (`strait lab down`) stop every component before returning.
     """
@@ -247,6 +249,8 @@ def run_foreground(spec: LabSpec, workdir: Path, on_ready: Any = None, stop: thr
             on_ready(description)
         reported: set[str] = set()
         while not stop.wait(1.0):
+            if on_tick:
+                on_tick()
             for process in lab.processes():
                 if not process.alive() and process.name not in reported:
                     reported.add(process.name)  # the rest of the lab keeps running
