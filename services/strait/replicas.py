@@ -45,6 +45,22 @@ class SupervisorOptions:
     namespace: str = "strait"
 
 
+@dataclass(frozen=True)
+class ProcessOptions:
+    """How one replica process of a supervised service runs (`strait run heartbeat|checkpoint`)."""
+
+    redis_url: str | None = None
+    config_file: Path | None = None
+    flows: tuple[str, ...] = ()
+    metrics_port: int = 0
+    lease_ttl: float = 15.0
+    namespace: str = "strait"
+
+    def supervisor(self, service: str) -> SupervisorOptions:
+        """The supervisor settings of this process for ``service``."""
+        return SupervisorOptions(service, self.flows, self.lease_ttl, namespace=self.namespace)
+
+
 class FlowWorker(abc.ABC):
     """Works on one flow in a thread while its lease is held; releases the lease when it ends."""
 

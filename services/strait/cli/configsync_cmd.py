@@ -4,21 +4,15 @@ from __future__ import annotations
 
 import argparse
 import os
-from pathlib import Path
+
+from strait.cli.service_options import add_service_options
 
 
 def add_configsync(components_subparsers: argparse._SubParsersAction) -> None:
     """Add the ``configsync`` component to `strait run`."""
     parser = components_subparsers.add_parser(
         "configsync", help="sync topics, partitions, configs, ACLs and internal topics of every enabled flow")
-    source = parser.add_mutually_exclusive_group()
-    source.add_argument("--redis-url", help="read the configuration from this Redis, live (default $STRAIT_REDIS_URL)")
-    source.add_argument("--config", type=Path,
-                        help="run from a YAML or MM2 properties file instead (coordination at its redis_url)")
-    parser.add_argument("--flow", action="append", default=[], help="sync only this flow (repeatable)")
-    parser.add_argument("--metrics-port", type=int, default=0, help="port of /metrics (0: a free one)")
-    parser.add_argument("--lease-ttl", type=float, default=15.0,
-                        help="seconds a flow stays with a replica that stopped renewing (default 15)")
+    add_service_options(parser)
     parser.add_argument("--admin-timeout", type=float, default=15.0, help="seconds per Kafka admin request")
     parser.add_argument("--delete-acls", action="store_true",
                         default=os.environ.get("STRAIT_CONFIGSYNC_DELETE_ACLS", "") in ("1", "true", "yes"),

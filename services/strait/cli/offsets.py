@@ -10,7 +10,6 @@ from __future__ import annotations
 import argparse
 import json
 import os
-import sys
 from dataclasses import asdict
 from pathlib import Path
 
@@ -18,7 +17,6 @@ from strait.config import load_config
 from strait.config.model import StraitConfig
 from strait.config.store import load_stored_config
 from strait.coord.redis_client import connect
-from strait.errors import StraitError
 from strait.translation import PartitionTranslation, translate_source_group
 
 DEFAULT_REDIS_URL = "redis://127.0.0.1:19079/0"
@@ -68,21 +66,3 @@ def _table(flow: str, group: str, rows: list[PartitionTranslation]) -> str:
     widths = [max(len(line[i]) for line in lines) for i in range(len(header))]
     return "\n".join("  ".join(cell.ljust(widths[i]) for i, cell in enumerate(line)).rstrip() for line in lines)
 
-
-def main(argv: list[str] | None = None) -> int:
-    """``python -m strait.cli.offsets translate ...``: the same as `strait offsets translate ...`."""
-    from strait.logs import setup_logging
-
-    parser = argparse.ArgumentParser(prog="strait")
-    register(parser.add_subparsers(dest="command", required=True))
-    args = parser.parse_args(["offsets", *(sys.argv[1:] if argv is None else argv)])
-    setup_logging(None)
-    try:
-        return int(args.handler(args) or 0)
-    except StraitError as exc:
-        print(f"strait: error: {exc}", file=sys.stderr)
-        return 1
-
-
-if __name__ == "__main__":
-    sys.exit(main())

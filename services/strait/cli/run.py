@@ -3,11 +3,11 @@
 from __future__ import annotations
 
 import argparse
+import os
 from pathlib import Path
 
-from strait.cli.checkpoint_cmd import add_checkpoint
 from strait.cli.configsync_cmd import add_configsync
-from strait.cli.heartbeat_cmd import add_heartbeat
+from strait.cli.service_options import add_service_options
 
 
 def register(subparsers: argparse._SubParsersAction) -> None:
@@ -25,8 +25,28 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     replicator.add_argument("--trigger-seconds", type=float, default=0.25, help="micro-batch trigger interval")
     replicator.set_defaults(handler=_replicator)
     add_configsync(components)
-    add_heartbeat(components)
-    add_checkpoint(components)
+    for name, help_text in SUPERVISED.items():
+        parser = components.add_parser(name, help=help_text)
+        add_service_options(parser)
+        parser.set_defaults(handler=_supervised)
+
+
+SUPERVISED = {
+    "heartbeat": "emit MM2 heartbeats per flow; export heartbeat age, end-to-end latency, topology",
+    "checkpoint": "emit exact MM2 checkpoints per flow; sync group offsets to the target",
+}
+
+
+def _supervised(args: argparse.Namespace) -> int:
+    import importlib
+
+    from strait.replicas import ProcessOptions
+
+    app = importlib.import_module(f"strait_{args.component}.app")
+    return int(app.main(ProcessOptions(
+        redis_url=args.redis_url or (None if args.config else os.environ.get("STRAIT_REDIS_URL")),
+        config_file=args.config, flows=tuple(args.flow), metrics_port=args.metrics_port, lease_ttl=args.lease_ttl,
+    )))
 
 
 def _replicator(args: argparse.Namespace) -> int:
