@@ -12,11 +12,9 @@ from __future__ import annotations
 import argparse
 import json
 import os
-import sys
 from dataclasses import asdict
 
 from strait.coord.redis_client import connect
-from strait.errors import StraitError
 from strait.failover import DEFAULT_TIMEOUT, FailoverReport, failback, failover
 
 DEFAULT_REDIS_URL = "redis://127.0.0.1:19079/0"
@@ -95,21 +93,3 @@ def render(report: FailoverReport) -> str:
 def _cell(value: int | None) -> str:
     return "-" if value is None else str(value)
 
-
-def main(argv: list[str] | None = None) -> int:
-    """``python -m strait.cli.failover failover|failback ...``: the same as `strait failover ...`."""
-    from strait.logs import setup_logging
-
-    parser = argparse.ArgumentParser(prog="strait")
-    register(parser.add_subparsers(dest="command", required=True))
-    args = parser.parse_args(sys.argv[1:] if argv is None else argv)
-    setup_logging(None)
-    try:
-        return int(args.handler(args) or 0)
-    except StraitError as exc:
-        print(f"strait: error: {exc}", file=sys.stderr)
-        return 1
-
-
-if __name__ == "__main__":
-    sys.exit(main())

@@ -65,8 +65,11 @@ def kafka_cluster_factory(lab_root: Path) -> Iterator[Callable[..., KafkaCluster
     started: list[KafkaCluster] = []
 
     def start(alias: str, **spec: object) -> KafkaCluster:
+        # Tests use fixed, often old record timestamps; time-based retention would delete them at
+        # the next cleaner pass, so test clusters keep records unless a test says otherwise.
+        overrides = {"log.retention.ms": "-1", **dict(spec.pop("overrides", {}))}  # type: ignore[call-overload]
         cluster = KafkaCluster(
-            KafkaClusterSpec(alias, **spec),  # type: ignore[arg-type]
+            KafkaClusterSpec(alias, overrides=overrides, **spec),  # type: ignore[arg-type]
             lab_root / f"kafka-{alias}-{uuid.uuid4().hex[:6]}",
         )
         started.append(cluster)

@@ -1,0 +1,192 @@
+"""Three checkpoint and three heartbeat replicas as processes.
+
+Three flows (A1->B, A2->B, A3->B: three aliases of the source cluster) are spread one per replica
+of each service; each flow has one heartbeat emitter at a time; a SIGKILLed replica's flow is
+taken over within one lease TTL and keeps getting checkpoints and heartbeats; a replica frozen past
+its lease (SIGSTOP) does not emit once it runs again while another replica holds its flow.
+
+The offset syncs are written by the test the way the replicator writes them (a copy at the same
+offsets), so the test needs no Spark query per flow; the checkpoint service reads them as usual.
+"""
+
+from __future__ import annotations
+
+import os
+import signal
+import time
+from collections import Counter
+from collections.abc import Callable
+from pathlib import Path
+
+import pytest
+import redis
+from confluent_kafka import TopicPartition
+
+from strait.coord.leases import Leases
+from strait.coord.membership import Membership
+from strait.kafka.admin import create_topics, internal_topic
+from strait.lab.clients import Record, consume_all, create_topic, produce
+from strait.lab.kafka import KafkaCluster
+from strait.lab.services import StraitProcess
+from strait.records import Checkpoint, Heartbeat, OffsetSync, RecordFormatError
+from tests.integration.replicator_support import wait_for, write_config
+from tests.integration.test_checkpoint_support import commit_offsets, services  # noqa: F401  (fixture)
+
+pytestmark = pytest.mark.slow
+
+LEASE_TTL = 4.0
+ALIASES = ("A1", "A2", "A3")
+FLOWS = tuple(f"{alias}->B" for alias in ALIASES)
+RECORDS = 10
+
+
+def _config(source: KafkaCluster, target: KafkaCluster, prefix: str, redis_url: str) -> dict:
+    clusters = {alias: {"bootstrap_servers": source.bootstrap_servers} for alias in ALIASES}
+    flows = [{"source": alias, "target": "B", "topics": {"include": [f"{prefix}-{alias}-t"]},
+              "groups": {"include": [f"{prefix}-{alias}-g"]}, "replication_factor": 1,
+              "offset_syncs_topic_location": "target", "emit_heartbeats": {"interval_seconds": 1},
+              "emit_checkpoints": {"interval_seconds": 1}} for alias in ALIASES]
+    return {"clusters": {**clusters, "B": {"bootstrap_servers": target.bootstrap_servers}}, "flows": flows,
+            "redis_url": redis_url}
+
+
+def _replicated(source: KafkaCluster, target: KafkaCluster, prefix: str, alias: str) -> None:
+    """A topic on A and the syncs the replicator writes for its copy (same offsets) on B."""
+    topic = f"{prefix}-{alias}-t"
+    create_topic(source.admin(), topic, partitions=2)
+    produce(source.client_config(), topic, [Record(b"k", f"{i}".encode(), partition=i % 2) for i in range(2 * RECORDS)])
+    syncs_topic = f"mm2-offset-syncs.{alias}.internal"
+    create_topics(target.admin(), "B", [internal_topic(syncs_topic, 1)])
+    syncs = [OffsetSync(topic, p, up, up) for p in range(2) for up in (0, RECORDS - 1)]
+    produce(target.client_config(), syncs_topic, [Record(s.key_bytes(), s.value_bytes(), partition=0) for s in syncs])
+
+
+def _commit(source: KafkaCluster, prefix: str, alias: str, offsets: tuple[int, int]) -> None:
+    commit_offsets(source, f"{prefix}-{alias}-g", [TopicPartition(f"{prefix}-{alias}-t", p, o)
+                                                   for p, o in enumerate(offsets)])
+
+
+def _checkpoints(target: KafkaCluster, prefix: str, alias: str) -> dict[int, tuple[int, int]]:
+    """The newest checkpoint per partition of the alias's group: (upstream, downstream)."""
+    latest: dict[int, tuple[int, int]] = {}
+    try:
+        records = consume_all(target.client_config(), f"{alias}.checkpoints.internal", [0], timeout=20)
+    except Exception:  # not created yet
+        return latest
+    for record in records:
+        checkpoint = Checkpoint.from_record(record.key, record.value)
+        if checkpoint.group == f"{prefix}-{alias}-g":
+            latest[checkpoint.partition] = (checkpoint.upstream_offset, checkpoint.downstream_offset)
+    return latest
+
+
+def _heartbeat_times(source: KafkaCluster, alias: str) -> list[int]:
+    times = []
+    for record in consume_all(source.client_config(), "heartbeats", [0], timeout=30):
+        try:
+            heartbeat = Heartbeat.from_record(record.key, record.value)
+        except RecordFormatError:
+            continue
+        if heartbeat.source_alias == alias and heartbeat.target_alias == "B":
+            times.append(heartbeat.timestamp_ms)
+    return sorted(times)
+
+
+def _holders(client: redis.Redis, service: str, replicas: list[StraitProcess]) -> dict[str, int | None]:
+    """For each flow, the index of the live replica holding its lease in Redis (None: no live holder)."""
+    ports = {m.id: m.metadata.get("metrics_port") for m in Membership(client).live_members(service)}
+    index = {str(r.metrics_port): i for i, r in enumerate(replicas) if r.process.alive()}
+    held: dict[str, int | None] = {}
+    for flow in FLOWS:
+        owner = Leases(client).owner(f"{service}:{flow}")
+        held[flow] = index.get(ports.get(owner.holder, "")) if owner is not None else None
+    return held
+
+
+def _one_each(client: redis.Redis, service: str, replicas: list[StraitProcess]) -> dict[str, int] | None:
+    held = _holders(client, service, replicas)
+    values = [h for h in held.values() if h is not None]
+    return held if sorted(values) == [0, 1, 2] else None  # type: ignore[return-value]
+
+
+def _emitted(replica: StraitProcess, flow: str) -> float:
+    try:
+        return replica.sample("strait_heartbeats_emitted_total", flow=flow) or 0.0
+    except OSError:  # a frozen or killed replica does not answer
+        return float("nan")
+
+
+def _take_over_time(client: redis.Redis, service: str, replicas: list[StraitProcess], flow: str,
+                    victim: int) -> tuple[int, float]:
+    """Kill ``victim`` and measure until a live replica holds ``flow``'s lease."""
+    replicas[victim].kill()
+    killed = time.monotonic()
+    holder = wait_for(lambda: (h := _holders(client, service, replicas)[flow]) is not None and h != victim
+                      and (h,), 3 * LEASE_TTL, f"{service} {flow} taken over", interval=0.2)[0]
+    return holder, time.monotonic() - killed
+
+
+def test_three_replicas_spread_flows_fence_heartbeats_and_take_over(
+    source_cluster: KafkaCluster, target_cluster: KafkaCluster, redis_url: str,
+    services: Callable[..., StraitProcess], unique_name: Callable[[str], str], tmp_path: Path,
+) -> None:
+    prefix = unique_name("rep")
+    for alias in ALIASES:
+        _replicated(source_cluster, target_cluster, prefix, alias)
+        _commit(source_cluster, prefix, alias, (4, 7))
+    path = write_config(tmp_path / "strait.yaml", _config(source_cluster, target_cluster, prefix, redis_url))
+    args = ("--config", str(path), "--lease-ttl", str(LEASE_TTL))
+    checkpointers = [services("checkpoint", *args) for _ in range(3)]
+    beaters = [services("heartbeat", *args) for _ in range(3)]
+    client = redis.Redis.from_url(redis_url)
+
+    spread = wait_for(lambda: _one_each(client, "checkpoint", checkpointers), 30, "one checkpoint flow per replica",
+                      interval=0.5)
+    beating = wait_for(lambda: _one_each(client, "heartbeat", beaters), 30, "one heartbeat flow per replica",
+                       interval=0.5)
+    for alias in ALIASES:
+        wait_for(lambda a=alias: _checkpoints(target_cluster, prefix, a) == {0: (4, 4), 1: (7, 7)}, 60,
+                 f"checkpoints of flow {alias}->B")
+    wait_for(lambda: all(_emitted(beaters[beating[f]], f) >= 3 for f in FLOWS), 30, "heartbeats of every flow")
+    # One emitter per flow at a time (the first replica held every flow until the others joined).
+    counts = {flow: [_emitted(b, flow) for b in beaters] for flow in FLOWS}
+    time.sleep(4)
+    for flow in FLOWS:
+        grew = [i for i, b in enumerate(beaters) if _emitted(b, flow) > counts[flow][i]]
+        assert grew == [beating[flow]], f"{flow}: replicas {grew} emitted, holder is {beating[flow]}"
+
+    # SIGKILL the replicas holding A2->B: both services hand the flow over within one lease TTL.
+    moved = "A2->B"
+    new_checkpointer, checkpoint_took = _take_over_time(client, "checkpoint", checkpointers, moved, spread[moved])
+    new_beater, heartbeat_took = _take_over_time(client, "heartbeat", beaters, moved, beating[moved])
+    print(f"hand-over after SIGKILL: checkpoint {checkpoint_took:.1f}s, heartbeat {heartbeat_took:.1f}s "
+          f"(lease TTL {LEASE_TTL:.0f}s)")
+    assert checkpoint_took <= LEASE_TTL + 1.5 and heartbeat_took <= LEASE_TTL + 1.5
+    _commit(source_cluster, prefix, "A2", (9, 2))  # the group moves on (and back on partition 1)
+    wait_for(lambda: _checkpoints(target_cluster, prefix, "A2") == {0: (9, 9), 1: (2, 2)}, 30,
+             "checkpoints of the moved flow from its new holder")
+    before = _emitted(beaters[new_beater], moved)
+    wait_for(lambda: _emitted(beaters[new_beater], moved) >= before + 3, 20, "heartbeats of the moved flow")
+    for service, replicas in (("checkpoint", checkpointers), ("heartbeat", beaters)):  # 3 flows over 2 replicas
+        wait_for(lambda s=service, r=replicas: sorted(Counter(_holders(client, s, r).values()).values()) == [1, 2]
+                 and None not in _holders(client, s, r).values(), 2 * LEASE_TTL,
+                 f"every {service} flow held by one of the two survivors", interval=0.5)
+
+    # Freeze the heartbeat holder of A3->B past its lease; once it runs again, only one emitter.
+    frozen_flow = "A3->B"
+    frozen = _holders(client, "heartbeat", beaters)[frozen_flow]
+    assert frozen is not None
+    pid = beaters[frozen].process.pid
+    assert pid is not None
+    os.kill(pid, signal.SIGSTOP)
+    try:
+        wait_for(lambda: _holders(client, "heartbeat", beaters)[frozen_flow] not in (None, frozen), 3 * LEASE_TTL,
+                 "the frozen replica's flow taken over", interval=0.2)
+    finally:
+        os.kill(pid, signal.SIGCONT)
+    resumed = time.time()
+    wait_for(lambda: f"lease lost name=heartbeat:{frozen_flow}" in beaters[frozen].log_text(), 2 * LEASE_TTL,
+             "the resumed replica noticing its lease is gone", interval=0.5)
+    time.sleep(6)
+    window = [t for t in _heartbeat_times(source_cluster, "A3") if resumed * 1000 <= t <= resumed * 1000 + 6000]
+    assert 3 <= len(window) <= 8, f"{len(window)} heartbeats of {frozen_flow} in 6 s at one per second"
