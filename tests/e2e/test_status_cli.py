@@ -55,7 +55,8 @@ def test_status_shows_drift_and_config_changes_apply_at_once(
     _apply(tmp_path / "v1.yaml", config, redis_url)
 
     before = json.loads(_status(capsys, "--redis-url", redis_url, "--json"))
-    assert before == {"flows": [{"flow": "A->B", "enabled": True, "state": "unknown", "report": None}]}
+    assert before == {"flows": [{"flow": "A->B", "enabled": True, "state": "unknown", "report": None}],
+                      "topology": {}}
     assert "is `strait run configsync` running?" in _status(capsys, "--redis-url", redis_url)
 
     create_topic(source_cluster.admin(), f"{prefix}-a-1", partitions=2)

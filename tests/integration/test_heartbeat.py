@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import json
+import subprocess
+import sys
 import math
 from collections.abc import Callable
 from pathlib import Path
@@ -62,6 +64,9 @@ def test_heartbeats_flow_to_the_target_with_age_latency_and_topology(
     topology = wait_for(lambda: client.get("strait:topology:B"), 60, "B's topology in Redis")
     assert json.loads(topology)["upstream_clusters"].get("A") == 1
     assert "A.heartbeats" in json.loads(topology)["heartbeat_topics"]
+    shown = subprocess.run([sys.executable, "-m", "strait.cli", "status", "--redis-url", redis_url],
+                           capture_output=True, text=True, timeout=60)
+    assert "B <- A (1 hop)" in shown.stdout, shown.stdout  # the topology in `strait status`
 
     holder.stop()  # its lease is released: the other replica takes over the flow
     other = second if holder is first else first

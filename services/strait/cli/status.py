@@ -38,11 +38,33 @@ def _status(args: argparse.Namespace) -> int:
     for name in reports:
         flows.setdefault(name, True)
     rows = [_row(name, enabled, reports.get(name)) for name, enabled in flows.items()]
+    topology = read_topology(client)
     if args.json:
-        print(json.dumps({"flows": rows}, indent=2, sort_keys=True))
-    else:
-        print(_table(rows) if rows else "no flows configured (`strait config apply FILE` stores one)")
+        print(json.dumps({"flows": rows, "topology": topology}, indent=2, sort_keys=True))
+        return 0
+    print(_table(rows) if rows else "no flows configured (`strait config apply FILE` stores one)")
+    if topology:
+        print("\ntopology (from heartbeat topics: cluster <- upstream clusters and hops)")
+        for alias, cluster in sorted(topology.items()):
+            upstream = ", ".join(f"{up} ({hops} hop{'s' if hops != 1 else ''})"
+                                 for up, hops in sorted(cluster.get("upstream_clusters", {}).items()))
+            print(f"  {alias} <- {upstream or 'nothing yet'}")
     return 0
+
+
+def read_topology(client: Any, namespace: str = "strait") -> dict[str, dict[str, Any]]:
+    """The topology the heartbeat service published per cluster alias (JSON at <ns>:topology:<alias>)."""
+    topology: dict[str, dict[str, Any]] = {}
+    for key in client.scan_iter(match=f"{namespace}:topology:*"):
+        raw = client.get(key)
+        name = key.decode() if isinstance(key, bytes) else key
+        try:
+            value = json.loads(raw) if raw else None
+        except ValueError:
+            continue  # a fenced write stores plain JSON; anything else is not ours to show
+        if isinstance(value, dict):
+            topology[name.rsplit(":", 1)[-1]] = value
+    return topology
 
 
 def _row(name: str, enabled: bool, report: FlowReport | None) -> dict[str, Any]:
