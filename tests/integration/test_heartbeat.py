@@ -57,8 +57,12 @@ def test_heartbeats_flow_to_the_target_with_age_latency_and_topology(
     holder = first if _value(first, "strait_heartbeat_age_seconds", flow="A->B") < 5 else second
     wait_for(lambda: _value(holder, "strait_end_to_end_latency_seconds_count", flow="A->B") >= 3, 30,
              "end-to-end latency samples")
-    assert _value(holder, "strait_end_to_end_latency_seconds_sum", flow="A->B") \
-        / _value(holder, "strait_end_to_end_latency_seconds_count", flow="A->B") < 30
+    # Heartbeats emitted before the replicator started (here or by earlier tests on the session
+    # cluster) arrive late, truthfully; the recent ones must arrive within seconds.
+    before = _value(holder, "strait_end_to_end_latency_seconds_bucket", flow="A->B", le="10.0")
+    before = 0.0 if math.isnan(before) else before
+    wait_for(lambda: _value(holder, "strait_end_to_end_latency_seconds_bucket", flow="A->B", le="10.0") >= before + 3,
+             30, "heartbeats arriving within 10 s")
 
     client = __import__("redis").Redis.from_url(redis_url)
     topology = wait_for(lambda: client.get("strait:topology:B"), 60, "B's topology in Redis")

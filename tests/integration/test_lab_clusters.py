@@ -18,6 +18,7 @@ from confluent_kafka.admin import (
 
 from strait.lab.clients import Record, consume_all, create_topic, produce
 from strait.lab.kafka import KafkaCluster
+from tests.integration.replicator_support import wait_for
 
 pytestmark = pytest.mark.slow
 
@@ -34,7 +35,9 @@ def test_three_brokers_replicate_a_topic(secured_cluster: KafkaCluster, unique_n
     topic = unique_name("rf3")
     admin = secured_cluster.admin()
     create_topic(admin, topic, partitions=3, replication_factor=3)
-    metadata = admin.list_topics(topic, timeout=10).topics[topic]
+    # every broker learns of the topic a moment after creation returns
+    metadata = wait_for(lambda: (m := admin.list_topics(topic, timeout=10).topics[topic]).partitions and m, 30,
+                        "the topic's metadata on every broker")
     assert len(metadata.partitions) == 3
     assert all(len(p.replicas) == 3 for p in metadata.partitions.values())
 
