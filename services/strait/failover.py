@@ -40,7 +40,6 @@ from dataclasses import dataclass, field, replace
 import redis
 from confluent_kafka import (
     Consumer,
-    ConsumerGroupState,
     ConsumerGroupTopicPartitions,
     IsolationLevel,
     KafkaError,
@@ -54,6 +53,7 @@ from strait.config.model import FlowConfig, StraitConfig
 from strait.config.store import apply_config, load_stored_config
 from strait.errors import StraitError
 from strait.kafka.admin import admin_client, create_topics, explain_error, internal_topic
+from strait.kafka.groups import ACTIVE_STATES, group_states
 from strait.records import Checkpoint
 from strait.translation import (
     CommittedOffset,
@@ -72,8 +72,6 @@ librdkafka_log = logging.getLogger("strait.librdkafka")
 
 DEFAULT_TIMEOUT = 120.0
 KAFKA_TIMEOUT = 30.0
-ACTIVE_STATES = (ConsumerGroupState.STABLE, ConsumerGroupState.PREPARING_REBALANCING,
-                 ConsumerGroupState.COMPLETING_REBALANCING)
 
 
 class FailoverError(StraitError):
@@ -177,19 +175,6 @@ def end_offsets(admin: AdminClient, alias: str, partitions: Sequence[TopicPartit
             low, high = result.get((tp.topic, tp.partition), (0, 0))
             result[(tp.topic, tp.partition)] = (offset, high) if spec_name == "earliest" else (low, offset)
     return result
-
-
-def group_states(admin: AdminClient, alias: str, groups: Sequence[str]) -> dict[str, ConsumerGroupState]:
-    """Each group's state on the cluster (DEAD/EMPTY when it has no members)."""
-    if not groups:
-        return {}
-    states: dict[str, ConsumerGroupState] = {}
-    for group, future in admin.describe_consumer_groups(list(groups), request_timeout=KAFKA_TIMEOUT).items():
-        try:
-            states[group] = future.result(timeout=KAFKA_TIMEOUT).state
-        except KafkaException as exc:
-            raise explain_error(exc, alias, f"describing group {group}") from None
-    return states
 
 
 def list_groups(admin: AdminClient, flow: FlowConfig, alias: str) -> list[str]:
@@ -378,7 +363,7 @@ def move_group(side: FlowSide, group: str, dry_run: bool) -> GroupOutcome:
     flow = side.flow
     _committed, translations = side.translations(group)
     notes: list[str] = []
-    source_state = group_states(side.source_admin, flow.source, [group]).get(group)
+    source_state = group_states(side.source_admin, flow.source, [group], KAFKA_TIMEOUT).get(group)
     if source_state in ACTIVE_STATES:
         notes.append(f"group {group} still has members on {flow.source}: commits made after this report "
                      f"are not carried over; stop its consumers and run again")
@@ -389,7 +374,7 @@ def move_group(side: FlowSide, group: str, dry_run: bool) -> GroupOutcome:
     translated = [t for t in translations if t.downstream is not None]
     state = "dry-run" if dry_run else "written" if translated else "untranslated" if translations else "no-offsets"
     if not dry_run and translated:
-        if group_states(side.target_admin, flow.target, [group]).get(group) in ACTIVE_STATES \
+        if group_states(side.target_admin, flow.target, [group], KAFKA_TIMEOUT).get(group) in ACTIVE_STATES \
                 or not _write(side, group, translated):
             state = "active-on-target"
             notes.append(f"group {group} has active members on {flow.target}: offsets not written; stop them "
@@ -569,7 +554,7 @@ def move_home(side: FlowSide, group: str, dry_run: bool) -> GroupOutcome:
     state = "dry-run" if dry_run else "written" if writes else "untranslated" if rows else "no-offsets"
     notes: list[str] = []
     if writes and not dry_run:
-        if group_states(side.source_admin, flow.source, [group]).get(group) in ACTIVE_STATES:
+        if group_states(side.source_admin, flow.source, [group], KAFKA_TIMEOUT).get(group) in ACTIVE_STATES:
             state = "active-on-target"
             notes.append(f"group {group} has active members on {flow.source}: offsets of {sorted(set(remote))} "
                          f"not written; stop them and run failback again")

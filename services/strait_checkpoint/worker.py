@@ -45,6 +45,7 @@ from strait.translation import (
     replicated_partitions,
     translate_group,
 )
+from strait.kafka.groups import ACTIVE_STATES, group_states
 from strait_checkpoint import metrics
 from strait.replicas import FlowSupervisor, FlowWorker
 
@@ -54,8 +55,6 @@ librdkafka_log = logging.getLogger("strait.librdkafka")
 POLL_BUDGET = 0.2
 BACKOFF_CAP = 30.0
 ADMIN_TIMEOUT = 15.0
-ACTIVE_STATES = (ConsumerGroupState.STABLE, ConsumerGroupState.PREPARING_REBALANCING,
-                 ConsumerGroupState.COMPLETING_REBALANCING)
 
 CheckpointKey = tuple[str, str, int]  # group, remote topic, partition
 
@@ -305,16 +304,7 @@ class CheckpointWorker(FlowWorker):
 
     def _target_states(self, groups: list[str]) -> dict[str, ConsumerGroupState]:
         assert self._clients is not None
-        if not groups:
-            return {}
-        states: dict[str, ConsumerGroupState] = {}
-        for group, future in self._clients.target_admin.describe_consumer_groups(
-                groups, request_timeout=ADMIN_TIMEOUT).items():
-            try:
-                states[group] = future.result(timeout=ADMIN_TIMEOUT).state
-            except KafkaException as exc:
-                raise explain_error(exc, self.flow.target, f"describing group {group}") from None
-        return states
+        return group_states(self._clients.target_admin, self.flow.target, groups, ADMIN_TIMEOUT)
 
     def _sync_group(self, group: str, translations: list[PartitionTranslation]) -> bool:
         """Write the group's translated offsets to the target; False when the group turned out active."""

@@ -1,0 +1,68 @@
+"""`strait verify` end to end: a hand-made replication (copies and offset syncs) checked by the command."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from collections.abc import Callable, Sequence
+from dataclasses import replace
+from pathlib import Path
+
+from strait.kafka.admin import create_topics, internal_topic
+from strait.lab.clients import Record, create_topic, produce
+from strait.lab.kafka import KafkaCluster
+from strait.records import OffsetSync
+from tests.integration.replicator_support import flow_config, write_config
+
+SYNCS = "mm2-offset-syncs.B.internal"
+
+
+def _strait_verify(*argv: str) -> subprocess.CompletedProcess[str]:
+    """`strait verify ARGV` as its own process."""
+    return subprocess.run([sys.executable, "-m", "strait.cli", "verify", *argv], capture_output=True, text=True,
+                          timeout=120)
+
+
+def _copy(target: KafkaCluster, source: KafkaCluster, topic: str, records: Sequence[Record],
+          upstream: Sequence[int], downstream: Sequence[int], synced: bool = True) -> None:
+    """Write copies to the remote topic and the syncs of their first and last record, as the replicator does."""
+    produce(target.client_config(), f"A.{topic}", [replace(r, partition=0) for r in records])
+    if not synced:
+        return  # a crash before the syncs: these copies stay behind as duplicates
+    syncs = [OffsetSync(topic, 0, up, down) for up, down in ((upstream[0], downstream[0]), (upstream[-1], downstream[-1]))]
+    produce(source.client_config(), SYNCS, [Record(s.key_bytes(), s.value_bytes(), partition=0) for s in syncs])
+
+
+def test_verify_exit_codes_report_and_json(
+    source_cluster: KafkaCluster, target_cluster: KafkaCluster, unique_name: Callable[[str], str], tmp_path: Path,
+) -> None:
+    topic = unique_name("ledger")
+    create_topic(source_cluster.admin(), topic)
+    create_topic(target_cluster.admin(), f"A.{topic}")
+    create_topics(source_cluster.admin(), "A", [internal_topic(SYNCS, 1)])
+    records = [Record(f"k{i}".encode(), f"v{i}".encode(), (("h", b"x"),), 1_700_000_000_000 + i, 0)
+               for i in range(20)]
+    produce(source_cluster.client_config(), topic, records)
+    config = str(write_config(tmp_path / "strait.yaml", flow_config(source_cluster, target_cluster, [topic])))
+
+    _copy(target_cluster, source_cluster, topic, records[:10], range(0, 10), range(0, 10))  # batch 1
+    behind = _strait_verify("--flow", "A->B", "--topic", topic, "--config", config)
+    assert behind.returncode == 1, behind.stdout + behind.stderr
+    assert f"{topic}[0] -> A.{topic}[0]: 10 record(s) not replicated yet" in behind.stdout
+
+    _copy(target_cluster, source_cluster, topic, records[10:15], range(10, 15), range(10, 15), synced=False)
+    _copy(target_cluster, source_cluster, topic, records[10:], range(10, 20), range(15, 25))  # batch 2 replayed
+    text = _strait_verify("--flow", "A->B", "--topic", topic, "--config", config)
+    assert text.returncode == 0, text.stdout + text.stderr
+    row = next(line for line in text.stdout.splitlines() if line.startswith(topic))
+    assert row.split()[1:5] == ["0", "0..19", "0..24", "20"] and row.endswith("ok")
+    assert text.stdout.splitlines()[-1].startswith("PARITY: flow A->B, 1 partition(s): 20 source records, 20 matched")
+
+    as_json = _strait_verify("--flow", "A->B", "--topic", topic, "--config", config, "--json")
+    document = json.loads(as_json.stdout)
+    assert as_json.returncode == 0 and document["ok"] and document["totals"]["duplicates"] == 5
+    assert document["partitions"][0]["source_sha256"] == document["partitions"][0]["target_sha256"]
+
+    unknown = _strait_verify("--flow", "A->B", "--topic", "nope", "--config", config)
+    assert unknown.returncode == 1 and "flow A->B: topic(s) nope not replicated by this flow" in unknown.stderr
