@@ -24,7 +24,7 @@ from pathlib import Path
 import redis
 
 from strait.config import load_config
-from strait.config.model import StraitConfig
+from strait.config.model import DEFAULT_REDIS_URL, StraitConfig
 from strait.config.secrets import resolve_value
 from strait.coord.assignment import ShareTracker
 from strait.coord.leases import LeaseKeeper, Leases
@@ -38,7 +38,6 @@ from strait_configsync.worker import FlowWorker, WorkerContext
 log = logging.getLogger(__name__)
 
 GROUP = "configsync"
-DEFAULT_REDIS_URL = "redis://127.0.0.1:19079/0"
 
 
 @dataclass(frozen=True)

@@ -16,8 +16,8 @@ from dataclasses import asdict
 
 from strait.coord.redis_client import connect
 from strait.failover import DEFAULT_TIMEOUT, FailoverReport, failback, failover
+from strait.config.model import DEFAULT_REDIS_URL
 
-DEFAULT_REDIS_URL = "redis://127.0.0.1:19079/0"
 EXIT_NOT_CLEAN = 3
 EXIT_NOT_DRAINED = 4
 

@@ -9,17 +9,11 @@ from __future__ import annotations
 
 import argparse
 import json
-import os
 from dataclasses import asdict
-from pathlib import Path
 
-from strait.config import load_config
-from strait.config.model import StraitConfig
-from strait.config.store import load_stored_config
-from strait.coord.redis_client import connect
 from strait.translation import PartitionTranslation, translate_source_group
+from strait.cli.service_options import add_config_source, config_from_args
 
-DEFAULT_REDIS_URL = "redis://127.0.0.1:19079/0"
 EXIT_UNTRANSLATED = 3
 
 
@@ -32,21 +26,12 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     translate.add_argument("--group", required=True, help="the consumer group on the flow's source")
     translate.add_argument("--json", action="store_true", help="print the translation as JSON")
     translate.add_argument("--timeout", type=float, default=30.0, help="seconds per Kafka read (default 30)")
-    source = translate.add_mutually_exclusive_group()
-    source.add_argument("--config", type=Path, help="a YAML or MM2 properties file instead of the stored config")
-    source.add_argument("--redis-url", help="where the configuration is stored (default $STRAIT_REDIS_URL)")
+    add_config_source(translate)
     translate.set_defaults(handler=_translate)
 
 
-def _config(args: argparse.Namespace) -> StraitConfig:
-    if args.config is not None:
-        return load_config(args.config)
-    client = connect(args.redis_url or os.environ.get("STRAIT_REDIS_URL", DEFAULT_REDIS_URL))
-    return load_stored_config(client)[1]
-
-
 def _translate(args: argparse.Namespace) -> int:
-    config = _config(args)
+    config = config_from_args(args)
     flow = config.flow(args.flow)
     rows = translate_source_group(config, flow, args.group, args.timeout)
     if args.json:

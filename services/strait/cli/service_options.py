@@ -1,9 +1,31 @@
-"""Command-line options shared by every replicated strait service (`strait run <service>`)."""
+"""Command-line options shared by strait commands: where the configuration comes from, and the
+options of every replicated service (`strait run <service>`)."""
 
 from __future__ import annotations
 
 import argparse
+import os
 from pathlib import Path
+
+from strait.config import load_config
+from strait.config.model import DEFAULT_REDIS_URL, StraitConfig
+from strait.config.store import load_stored_config
+from strait.coord.redis_client import connect
+
+
+def add_config_source(parser: argparse.ArgumentParser) -> None:
+    """``--config FILE | --redis-url URL`` for commands that read the configuration once."""
+    source = parser.add_mutually_exclusive_group()
+    source.add_argument("--config", type=Path, help="a YAML or MM2 properties file instead of the stored config")
+    source.add_argument("--redis-url", help="where the configuration is stored (default $STRAIT_REDIS_URL)")
+
+
+def config_from_args(args: argparse.Namespace) -> StraitConfig:
+    """The configuration named by ``--config``, else the latest one stored in Redis."""
+    if args.config is not None:
+        return load_config(args.config)
+    client = connect(args.redis_url or os.environ.get("STRAIT_REDIS_URL", DEFAULT_REDIS_URL))
+    return load_stored_config(client)[1]
 
 
 def add_service_options(parser: argparse.ArgumentParser) -> None:

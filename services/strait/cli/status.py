@@ -14,8 +14,8 @@ from typing import Any
 from strait.config.store import ConfigStoreError, load_stored_config
 from strait.coord.redis_client import connect
 from strait_configsync.drift import FlowReport, age, read_reports
+from strait.config.model import DEFAULT_REDIS_URL
 
-DEFAULT_REDIS_URL = "redis://127.0.0.1:19079/0"
 NO_REPORT = "no report (is `strait run configsync` running?)"
 
 

@@ -10,23 +10,17 @@ from __future__ import annotations
 
 import argparse
 import json
-import os
 import sys
 from collections.abc import Iterator
 from contextlib import contextmanager
 from dataclasses import asdict
-from pathlib import Path
 
 from rich.console import Console
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeRemainingColumn
 
-from strait.config import load_config
-from strait.config.model import StraitConfig
-from strait.config.store import load_stored_config
-from strait.coord.redis_client import connect
 from strait.verify import FlowParity, PartitionParity, PartitionPlan, verify_flow
+from strait.cli.service_options import add_config_source, config_from_args
 
-DEFAULT_REDIS_URL = "redis://127.0.0.1:19079/0"
 EXIT_MISMATCH = 1
 COUNTS = ("source_records", "matched", "mismatched", "missing", "pending", "unexpected", "duplicates")
 
@@ -40,21 +34,12 @@ def register(subparsers: argparse._SubParsersAction) -> None:
                         help="a source (or remote) topic to check; repeat for more (default: every replicated topic)")
     verify.add_argument("--json", action="store_true", help="print the result as JSON")
     verify.add_argument("--timeout", type=float, default=30.0, help="seconds per Kafka read (default 30)")
-    source = verify.add_mutually_exclusive_group()
-    source.add_argument("--config", type=Path, help="a YAML or MM2 properties file instead of the stored config")
-    source.add_argument("--redis-url", help="where the configuration is stored (default $STRAIT_REDIS_URL)")
+    add_config_source(verify)
     verify.set_defaults(handler=_verify)
 
 
-def _config(args: argparse.Namespace) -> StraitConfig:
-    if args.config is not None:
-        return load_config(args.config)
-    client = connect(args.redis_url or os.environ.get("STRAIT_REDIS_URL", DEFAULT_REDIS_URL))
-    return load_stored_config(client)[1]
-
-
 def _verify(args: argparse.Namespace) -> int:
-    config = _config(args)
+    config = config_from_args(args)
     flow = config.flow(args.flow)
     with _progress(enabled=sys.stderr.isatty() and not args.json) as progress:
         def on_plan(plans: list[PartitionPlan]) -> None:
