@@ -286,6 +286,10 @@ def replicated_partitions(admin: AdminClient, flow: FlowConfig,
             for p in range(count)]
 
 
+_COORDINATOR_MOVING = (KafkaError.NOT_COORDINATOR, KafkaError.COORDINATOR_LOAD_IN_PROGRESS,
+                       KafkaError.COORDINATOR_NOT_AVAILABLE)
+
+
 def committed_offsets(settings: Mapping[str, str], alias: str, group: str, partitions: list[TopicPartition],
                       timeout: float = DEFAULT_TIMEOUT) -> list[CommittedOffset]:
     """The group's committed offsets on these partitions (those without a commit are left out).
@@ -296,10 +300,19 @@ def committed_offsets(settings: Mapping[str, str], alias: str, group: str, parti
     if not partitions:
         return []
     consumer = Consumer({**settings, "group.id": group, "enable.auto.commit": False, "logger": librdkafka_log})
+    deadline = time.monotonic() + timeout
     try:
-        result = consumer.committed(partitions, timeout=timeout)
-    except KafkaException as exc:
-        raise explain_error(exc, alias, f"reading committed offsets of group {group}") from None
+        while True:
+            try:
+                result = consumer.committed(partitions, timeout=max(1.0, deadline - time.monotonic()))
+                break
+            except KafkaException as exc:
+                # The coordinator moving or loading (NOT_COORDINATOR, COORDINATOR_LOAD_IN_PROGRESS) passes.
+                error = exc.args[0]
+                passing = error.retriable() or error.code() in _COORDINATOR_MOVING
+                if not passing or time.monotonic() > deadline:
+                    raise explain_error(exc, alias, f"reading committed offsets of group {group}") from None
+                time.sleep(0.5)
     finally:
         consumer.close()
     offsets = [CommittedOffset(tp.topic, tp.partition, tp.offset, tp.metadata or "")
