@@ -211,11 +211,13 @@ class HelperProcess:
 
 
 @pytest.mark.parametrize(
-    ("mode", "refusal"),
-    [("checked", "local deadline"), ("unchecked", "Redis shows holder=taker")],
+    ("mode", "refusals"),
+    # Checked: the local deadline refuses, unless the keeper's first renewal after SIGCONT already
+    # learnt from Redis that the lease moved (a race between two correct refusals).
+    [("checked", ("local deadline", "Redis shows holder=taker")), ("unchecked", ("Redis shows holder=taker",))],
 )
 def test_process_paused_past_its_ttl_does_not_act_after_resuming(
-    redis_url: str, leases: Leases, mode: str, refusal: str
+    redis_url: str, leases: Leases, mode: str, refusals: tuple[str, ...]
 ) -> None:
     ttl, key = 1.0, "strait:test:acted"
     helper = HelperProcess([redis_url, "job", key, "paused", str(ttl), mode])
@@ -236,7 +238,7 @@ def test_process_paused_past_its_ttl_does_not_act_after_resuming(
             os.kill(helper.proc.pid, signal.SIGCONT)
             helper.proc.kill()
     refused = helper.lines_since(resumed, "REFUSED")
-    assert refused and all(refusal in line for line in refused), helper.output()
+    assert refused and all(any(r in line for r in refusals) for line in refused), helper.output()
     # Any write after the take-over would have replaced the taker's value.
     assert raw.get(key) == b"taker", helper.output()
     assert leases.owner("job").holder == "taker"  # type: ignore[union-attr]
