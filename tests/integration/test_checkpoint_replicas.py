@@ -185,7 +185,10 @@ def test_three_replicas_spread_flows_fence_heartbeats_and_take_over(
     finally:
         os.kill(pid, signal.SIGCONT)
     resumed = time.time()
-    wait_for(lambda: f"lease lost name=heartbeat:{frozen_flow}" in beaters[frozen].log_text(), 2 * LEASE_TTL,
+    # Whichever thread runs first after SIGCONT notices: the keeper (renewal refused or local deadline
+    # passed) or the worker (its fenced write or deadline check raises LeaseLostError).
+    noticed = (f"lease lost name=heartbeat:{frozen_flow}", f"service=heartbeat flow={frozen_flow} lease lost")
+    wait_for(lambda: any(line in beaters[frozen].log_text() for line in noticed), 2 * LEASE_TTL,
              "the resumed replica noticing its lease is gone", interval=0.5)
     time.sleep(6)
     window = [t for t in _heartbeat_times(source_cluster, "A3") if resumed * 1000 <= t <= resumed * 1000 + 6000]
