@@ -9,7 +9,7 @@ PY := $(VENV)/bin/python
 INSTALLED := $(VENV)/.installed
 PYTEST_ARGS ?=
 
-.PHONY: help deps lab test test-unit test-integration test-e2e test-compose up down clean bench-paths
+.PHONY: help deps lab test test-unit test-integration test-e2e test-compose up down clean bench bench-quick bench-paths test-faults
 
 help: ## list the targets
 	@grep -E '^[a-z-]+:.*## ' $(MAKEFILE_LIST) | awk -F ':.*## ' '{printf "  %-18s %s\n", $$1, $$2}'
@@ -38,6 +38,9 @@ test-integration: deps ## only the integration tests
 test-e2e: deps ## only the end-to-end tests
 	$(VENV)/bin/pytest -m e2e $(PYTEST_ARGS)
 
+test-faults: deps ## the fault drills at full length (make test runs their short version)
+	STRAIT_FAULTS=full $(VENV)/bin/pytest -m faults -rA $(PYTEST_ARGS)
+
 test-compose: deps ## boot the compose lab with testcontainers (skipped, with the reason, without a Docker engine)
 	$(VENV)/bin/pytest tests/unit/test_compose.py -k compose_lab -rs -s
 
@@ -49,6 +52,12 @@ down: ## stop the compose lab and remove its volumes
 
 clean: ## remove the virtualenv and every cache (jars, lab data, test logs)
 	rm -rf $(VENV) .cache .pytest_cache .hypothesis
+
+bench: deps ## strait vs MirrorMaker 2 vs the broker limit, one machine, one run (BENCH_ARGS=... to change sizes)
+	$(PY) -m strait.bench $(BENCH_ARGS)
+
+bench-quick: deps ## the same benchmark at a size that finishes in under 5 minutes
+	$(PY) -m strait.bench --quick $(BENCH_ARGS)
 
 bench-paths: deps ## measure Spark's Kafka sink against strait's writer (records/s, MB/s)
 	$(PY) -m strait_replicator.bench_paths
