@@ -1,9 +1,11 @@
 """A real Apache Kafka 4 cluster in KRaft combined mode, run from Maven Central jars.
 
 Each node is both broker and controller (static quorum), listening on loopback. Optional extras:
-StandardAuthorizer with the right super users, and a SASL_PLAINTEXT listener with SCRAM users
-created at format time. The PLAINTEXT listener is the lab's admin door: its principal
-(``User:ANONYMOUS``) is a super user so fixtures can set things up; ACL tests connect through SASL.
+StandardAuthorizer with the right super users, a SASL_PLAINTEXT listener with SCRAM users
+created at format time, and TLS: SSL and (with SASL) SASL_SSL listeners whose certificates are made
+at start by the lab's own CA (:mod:`strait.lab.tls`). The PLAINTEXT listener is the lab's admin
+door: its principal (``User:ANONYMOUS``) is a super user so fixtures can set things up; ACL tests
+connect through SASL. Controllers and brokers talk PLAINTEXT among themselves in every case.
 """
 
 from __future__ import annotations
@@ -24,6 +26,7 @@ from strait.errors import LabError, ProcessStartError
 from strait.lab import deps
 from strait.lab.ports import claim_port, free_port
 from strait.lab.process import ManagedProcess, tail
+from strait.lab.tls import TlsFiles, make_tls_files
 
 log = logging.getLogger(__name__)
 # librdkafka reports "connection refused" while a broker starts; the probe expects that, so mute it.
@@ -49,6 +52,11 @@ logger.kafka.level = {level}
 logger.state.name = state.change.logger
 logger.state.level = WARN
 """
+# Every authorization decision (allowed ones at DEBUG): what a least-privilege test checks its ACLs by.
+_AUDIT_LOG4J2 = """\
+logger.authorizer.name = kafka.authorizer.logger
+logger.authorizer.level = DEBUG
+"""
 
 
 @dataclass(frozen=True)
@@ -60,8 +68,12 @@ class KafkaClusterSpec:
         brokers: number of combined broker+controller nodes (1 or 3 usually).
         authorizer: enable StandardAuthorizer (ACLs enforced on the SASL listener).
         sasl: add a SASL_PLAINTEXT listener with SCRAM-SHA-512.
+        tls: add an SSL listener and, with ``sasl``, a SASL_SSL one (SCRAM-SHA-512), with a CA and
+            a broker certificate made at start.
         scram_users: user -> password created at format time when ``sasl`` is on.
-        base_port: fixed ports from here (node n uses base+10n .. base+10n+2); None picks free ports.
+        base_port: fixed ports from here (node n uses base+10n .. base+10n+4); None picks free ports.
+        audit_log: log the authorizer's allowed decisions too (DEBUG ``kafka.authorizer.logger``),
+            to learn which ACLs clients really use.
         overrides: extra broker properties, applied last.
         heap: Java heap size per node.
     """
@@ -70,8 +82,10 @@ class KafkaClusterSpec:
     brokers: int = 1
     authorizer: bool = False
     sasl: bool = False
+    tls: bool = False
     scram_users: Mapping[str, str] = field(default_factory=lambda: {ADMIN_USER: "admin-secret"})
     base_port: int | None = None
+    audit_log: bool = False
     overrides: Mapping[str, str] = field(default_factory=dict)
     heap: str = "512m"
 
@@ -83,6 +97,8 @@ class NodePorts:
     client: int
     controller: int
     sasl: int | None
+    ssl: int | None = None
+    sasl_ssl: int | None = None
 
 
 def new_cluster_id() -> str:
@@ -107,6 +123,7 @@ class KafkaCluster:
         self.cluster_id = new_cluster_id()
         self.ports = [self._node_ports(n) for n in range(spec.brokers)]
         self.nodes: list[ManagedProcess] = []
+        self._tls: TlsFiles | None = None
 
     @property
     def alias(self) -> str:
@@ -125,19 +142,82 @@ class KafkaCluster:
             return None
         return ",".join(f"127.0.0.1:{p.sasl}" for p in self.ports)
 
-    def client_config(self, user: str | None = None, password: str | None = None) -> dict[str, str]:
-        """confluent-kafka settings: PLAINTEXT by default, SCRAM over SASL for ``user``."""
-        if user is None:
-            return {"bootstrap.servers": self.bootstrap_servers}
-        if not self.spec.sasl:
+    @property
+    def ssl_bootstrap_servers(self) -> str | None:
+        """SSL bootstrap servers, or None without TLS."""
+        if not self.spec.tls:
+            return None
+        return ",".join(f"127.0.0.1:{p.ssl}" for p in self.ports)
+
+    @property
+    def sasl_ssl_bootstrap_servers(self) -> str | None:
+        """SASL_SSL bootstrap servers, or None without both TLS and SASL."""
+        if not (self.spec.tls and self.spec.sasl):
+            return None
+        return ",".join(f"127.0.0.1:{p.sasl_ssl}" for p in self.ports)
+
+    @property
+    def ca_path(self) -> Path:
+        """The PEM file of the CA that signed the brokers' certificates (exists once started)."""
+        if not self.spec.tls:
+            raise LabError(f"cluster {self.alias} has no TLS listener; start it with tls=True")
+        return self.workdir / "tls" / "ca.pem"
+
+    def security_protocol(self, user: str | None, tls: bool) -> str:
+        """The listener a client of ``user`` (None: no SASL) reaches, checking the cluster has it."""
+        if user is not None and not self.spec.sasl:
             raise LabError(f"cluster {self.alias} has no SASL listener; start it with sasl=True")
-        return {
-            "bootstrap.servers": self.sasl_bootstrap_servers or "",
-            "security.protocol": "SASL_PLAINTEXT",
-            "sasl.mechanism": SCRAM_MECHANISM,
-            "sasl.username": user,
-            "sasl.password": password if password is not None else self.spec.scram_users[user],
-        }
+        if tls and not self.spec.tls:
+            raise LabError(f"cluster {self.alias} has no TLS listener; start it with tls=True")
+        return {(False, False): "PLAINTEXT", (True, False): "SASL_PLAINTEXT",
+                (False, True): "SSL", (True, True): "SASL_SSL"}[(user is not None, tls)]
+
+    def listener_bootstrap(self, protocol: str) -> str:
+        """Bootstrap servers of the listener speaking ``protocol``."""
+        servers = {"PLAINTEXT": self.bootstrap_servers, "SASL_PLAINTEXT": self.sasl_bootstrap_servers,
+                   "SSL": self.ssl_bootstrap_servers, "SASL_SSL": self.sasl_ssl_bootstrap_servers}[protocol]
+        if servers is None:
+            raise LabError(f"cluster {self.alias} has no {protocol} listener")
+        return servers
+
+    def client_config(self, user: str | None = None, password: str | None = None,
+                      tls: bool = False) -> dict[str, str]:
+        """confluent-kafka settings: PLAINTEXT by default, SCRAM for ``user``, over TLS with ``tls``."""
+        protocol = self.security_protocol(user, tls)
+        if protocol == "PLAINTEXT":
+            return {"bootstrap.servers": self.bootstrap_servers}
+        settings = {"bootstrap.servers": self.listener_bootstrap(protocol), "security.protocol": protocol}
+        if user is not None:
+            settings.update({
+                "sasl.mechanism": SCRAM_MECHANISM,
+                "sasl.username": user,
+                "sasl.password": password if password is not None else self.spec.scram_users[user],
+            })
+        if tls:
+            settings["ssl.ca.location"] = str(self.ca_path)
+        return settings
+
+    def java_client_config(self, user: str | None = None, password: str | None = None,
+                           tls: bool = False) -> dict[str, str]:
+        """The same client settings as a Java (MM2-style) client writes them.
+
+        ``password`` is put in the JAAS line as given, so a test can pass a ``${...}`` reference.
+        """
+        protocol = self.security_protocol(user, tls)
+        settings = {"bootstrap.servers": self.listener_bootstrap(protocol)}
+        if protocol != "PLAINTEXT":
+            settings["security.protocol"] = protocol
+        if user is not None:
+            secret = password if password is not None else self.spec.scram_users[user]
+            settings["sasl.mechanism"] = SCRAM_MECHANISM
+            settings["sasl.jaas.config"] = (
+                f'org.apache.kafka.common.security.scram.ScramLoginModule required '
+                f'username="{user}" password="{secret}";'
+            )
+        if tls:
+            settings["ssl.truststore.type"] = "PEM"
+            settings["ssl.truststore.location"] = str(self.ca_path)
+        return settings
 
     def admin(self) -> AdminClient:
         """An AdminClient on the PLAINTEXT (super user) listener; keep it alive while using futures."""
@@ -158,7 +238,10 @@ class KafkaCluster:
         deps.ensure_java()
         cp = deps.classpath("kafka")
         self.workdir.mkdir(parents=True, exist_ok=True)
-        (self.workdir / "log4j2.properties").write_text(_LOG4J2.format(level="INFO"))
+        audit = _AUDIT_LOG4J2 if self.spec.audit_log else ""
+        (self.workdir / "log4j2.properties").write_text(_LOG4J2.format(level="INFO") + audit)
+        if self.spec.tls and self._tls is None:
+            self._tls = make_tls_files(self.workdir / "tls", f"kafka-{self.alias}")
         for n in range(self.spec.brokers):
             self._node_dir(n).mkdir(parents=True, exist_ok=True)
             (self._node_dir(n) / "server.properties").write_text(self._server_properties(n))
@@ -209,13 +292,17 @@ class KafkaCluster:
     def _node_ports(self, n: int) -> NodePorts:
         base = self.spec.base_port
         owner = f"Kafka cluster {self.spec.alias} node {n + 1}"
+        sasl, tls = self.spec.sasl, self.spec.tls
         if base is None:
-            return NodePorts(free_port(), free_port(), free_port() if self.spec.sasl else None)
+            return NodePorts(free_port(), free_port(), free_port() if sasl else None,
+                             free_port() if tls else None, free_port() if tls and sasl else None)
         port = base + 10 * n
         return NodePorts(
             claim_port(port, f"{owner} (client listener)"),
             claim_port(port + 1, f"{owner} (controller listener)"),
-            claim_port(port + 2, f"{owner} (SASL listener)") if self.spec.sasl else None,
+            claim_port(port + 2, f"{owner} (SASL listener)") if sasl else None,
+            claim_port(port + 3, f"{owner} (SSL listener)") if tls else None,
+            claim_port(port + 4, f"{owner} (SASL_SSL listener)") if tls and sasl else None,
         )
 
     def _node_dir(self, n: int) -> Path:
@@ -227,9 +314,11 @@ class KafkaCluster:
         voters = ",".join(f"{i + 1}@127.0.0.1:{p.controller}" for i, p in enumerate(self.ports))
         listeners = [f"PLAINTEXT://127.0.0.1:{ports.client}", f"CONTROLLER://127.0.0.1:{ports.controller}"]
         advertised = [f"PLAINTEXT://127.0.0.1:{ports.client}"]
-        if ports.sasl is not None:
-            listeners.append(f"SASL_PLAINTEXT://127.0.0.1:{ports.sasl}")
-            advertised.append(f"SASL_PLAINTEXT://127.0.0.1:{ports.sasl}")
+        extra = (("SASL_PLAINTEXT", ports.sasl), ("SSL", ports.ssl), ("SASL_SSL", ports.sasl_ssl))
+        for protocol, port in extra:
+            if port is not None:
+                listeners.append(f"{protocol}://127.0.0.1:{port}")
+                advertised.append(f"{protocol}://127.0.0.1:{port}")
         props: dict[str, str] = {
             "process.roles": "broker,controller",
             "node.id": str(n + 1),
@@ -238,8 +327,8 @@ class KafkaCluster:
             "advertised.listeners": ",".join(advertised),
             "inter.broker.listener.name": "PLAINTEXT",
             "controller.listener.names": "CONTROLLER",
-            "listener.security.protocol.map":
-                "CONTROLLER:PLAINTEXT,PLAINTEXT:PLAINTEXT,SASL_PLAINTEXT:SASL_PLAINTEXT",
+            "listener.security.protocol.map": "CONTROLLER:PLAINTEXT,PLAINTEXT:PLAINTEXT,"
+                                              "SASL_PLAINTEXT:SASL_PLAINTEXT,SSL:SSL,SASL_SSL:SASL_SSL",
             "log.dirs": str(self._node_dir(n) / "data"),
             "num.partitions": "1",
             "auto.create.topics.enable": "false",
@@ -255,9 +344,19 @@ class KafkaCluster:
         }
         if self.spec.sasl:
             props["sasl.enabled.mechanisms"] = SCRAM_MECHANISM
-            props["listener.name.sasl_plaintext.scram-sha-512.sasl.jaas.config"] = (
-                "org.apache.kafka.common.security.scram.ScramLoginModule required;"
-            )
+            for listener in ("sasl_plaintext", "sasl_ssl") if self.spec.tls else ("sasl_plaintext",):
+                props[f"listener.name.{listener}.scram-sha-512.sasl.jaas.config"] = (
+                    "org.apache.kafka.common.security.scram.ScramLoginModule required;"
+                )
+        if self.spec.tls:
+            tls = self.workdir / "tls"
+            props.update({
+                "ssl.keystore.type": "PEM",
+                "ssl.keystore.location": str(tls / "server-keystore.pem"),
+                "ssl.truststore.type": "PEM",
+                "ssl.truststore.location": str(tls / "ca.pem"),
+                "ssl.client.auth": "none",
+            })
         if self.spec.authorizer:
             props["authorizer.class.name"] = AUTHORIZER
             # Controllers and brokers talk PLAINTEXT as ANONYMOUS; they must be super users.
