@@ -40,6 +40,7 @@ METRIC_COMPONENT: dict[str, str | None] = {
     "strait_replicator_batch_duration_seconds": "replicator",
     "strait_offset_syncs_total": "replicator",
     "strait_flow_topics": "replicator",
+    "strait_source_data_loss_total": "replicator",
     "strait_topics_in_sync": "configsync",
     "strait_topics_missing": "configsync",
     "strait_topics_partition_mismatch": "configsync",

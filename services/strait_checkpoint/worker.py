@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import logging
 import time
+from collections.abc import Callable
 from dataclasses import dataclass
 
 from confluent_kafka import (
@@ -55,6 +56,7 @@ librdkafka_log = logging.getLogger("strait.librdkafka")
 POLL_BUDGET = 0.2
 BACKOFF_CAP = 30.0
 ADMIN_TIMEOUT = 15.0
+CORRUPT_RECORD = "corrupt_record"  # strait_errors_total kind of a skipped undecodable record
 
 CheckpointKey = tuple[str, str, int]  # group, remote topic, partition
 
@@ -68,8 +70,12 @@ class _Clients:
     probe: TailProbe
 
 
-def read_checkpoints(settings: dict[str, str], topic: str, timeout: float = 30.0) -> dict[CheckpointKey, Checkpoint]:
-    """The newest checkpoint per (group, topic, partition) in a checkpoints topic (corrupt ones skipped)."""
+def read_checkpoints(settings: dict[str, str], topic: str, timeout: float = 30.0,
+                     on_corrupt: Callable[[], None] | None = None) -> dict[CheckpointKey, Checkpoint]:
+    """The newest checkpoint per (group, topic, partition) in a checkpoints topic.
+
+    Corrupt records are skipped, logged and reported through ``on_corrupt``.
+    """
     consumer = Consumer({**settings, "group.id": "strait-checkpoint-load", "enable.auto.commit": False,
                          "logger": librdkafka_log})
     latest: dict[CheckpointKey, Checkpoint] = {}
@@ -90,6 +96,8 @@ def read_checkpoints(settings: dict[str, str], topic: str, timeout: float = 30.0
                     checkpoint = Checkpoint.from_record(message.key(), message.value())
                 except RecordFormatError as exc:
                     log.warning("topic=%s corrupt checkpoint skipped offset=%d: %s", topic, message.offset(), exc)
+                    if on_corrupt is not None:
+                        on_corrupt()
                     continue
                 latest[(checkpoint.group, checkpoint.topic, checkpoint.partition)] = checkpoint
         return latest
@@ -111,6 +119,7 @@ class CheckpointWorker(FlowWorker):
         self._sent: set[CheckpointKey] = set()  # written in the current pass
         self._resend: set[CheckpointKey] = set()  # written but not acknowledged
         self._failures = 0
+        self._corrupt_syncs = 0  # corrupt records of the syncs topic already counted
 
     @property
     def flow(self) -> FlowConfig:
@@ -178,11 +187,12 @@ class CheckpointWorker(FlowWorker):
         target_admin = admin_client(target.librdkafka_config("admin"))
         topic = flow.policy().checkpoints_topic(flow.source)
         create_topics(target_admin, flow.target, [internal_topic(topic, flow.replication_factor)])
-        self._last = {key: c for key, c in read_checkpoints(target.librdkafka_config("consumer"), topic).items()
-                      if flow.group_filter().should_replicate_group(c.group)}
+        loaded = read_checkpoints(target.librdkafka_config("consumer"), topic, on_corrupt=self._count_corrupt)
+        self._last = {key: c for key, c in loaded.items() if flow.group_filter().should_replicate_group(c.group)}
         self._synced_upstream = {key: c.upstream_offset for key, c in self._last.items()}
         location = offset_syncs_location(flow)
         follower = SyncsFollower(self.config.cluster(location.alias).librdkafka_config("consumer"), location)
+        self._corrupt_syncs = 0
         self._clients = _Clients(admin_client(source.librdkafka_config("admin")), target_admin,
                                  Producer({**target.librdkafka_config("producer"), "enable.idempotence": True,
                                            "linger.ms": "5", "logger": librdkafka_log}),
@@ -196,9 +206,16 @@ class CheckpointWorker(FlowWorker):
         follower = self._clients.follower
         was_ready = follower.ready
         metrics.SYNCS_READ.labels(self.name).inc(follower.poll(POLL_BUDGET))
+        if follower.index.corrupt > self._corrupt_syncs:
+            self._count_corrupt(follower.index.corrupt - self._corrupt_syncs)
+            self._corrupt_syncs = follower.index.corrupt
         metrics.SYNCS_READY.labels(self.name).set(1 if follower.ready else 0)
         if follower.ready and not was_ready:
             set_flow_state(metrics.SERVICE, self.name, "running")
+
+    def _count_corrupt(self, records: int = 1) -> None:
+        """Corrupt records of the syncs or checkpoints topic are skipped; they count, never stop the flow."""
+        ERRORS.labels(service=metrics.SERVICE, flow=self.name, kind=CORRUPT_RECORD).inc(records)
 
     # -- checkpoints -----------------------------------------------------------------------------
 

@@ -136,7 +136,7 @@ class HeartbeatWorker(FlowWorker):
             try:
                 heartbeat = Heartbeat.from_record(message.key(), message.value())
             except RecordFormatError as exc:
-                ERRORS.labels(service=metrics.SERVICE, flow=self.name, kind="format").inc()
+                ERRORS.labels(service=metrics.SERVICE, flow=self.name, kind="corrupt_record").inc()
                 log.warning("flow=%s corrupt heartbeat skipped offset=%d: %s", self.name, message.offset(), exc)
                 continue
             if self._newest_ms is None or heartbeat.timestamp_ms > self._newest_ms:

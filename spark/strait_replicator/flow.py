@@ -18,9 +18,11 @@ from functools import partial
 from pathlib import Path
 from typing import Any
 
+from confluent_kafka import Consumer, KafkaException, TopicPartition
 from pyspark.sql import DataFrame, SparkSession
 from pyspark.sql.streaming import StreamingQuery
 
+from strait.config.clients import java_settings
 from strait.config.model import FlowConfig, StraitConfig
 from strait.kafka.admin import admin_client, create_topics, internal_topic, topic_partitions
 from strait.metrics import set_flow_state
@@ -29,6 +31,7 @@ from strait_replicator import metrics
 from strait_replicator.writer import SUMMARY_SCHEMA, WriterSettings, copy_partition
 
 log = logging.getLogger(__name__)
+librdkafka_log = logging.getLogger("strait.librdkafka")
 
 MAX_BACKOFF = 60.0
 # A rate limit is records per trigger; with triggers at least this far apart, batches (which take
@@ -56,6 +59,7 @@ class FlowPlan:
     max_offsets_per_trigger: int
     trigger_seconds: float
     source_settings: tuple[tuple[str, str], ...]
+    source_consumer: tuple[tuple[str, str], ...]  # librdkafka settings, to check for records lost
     writer: WriterSettings
 
 
@@ -109,7 +113,9 @@ class FlowRunner:
             topics=tuple(topics),
             max_offsets_per_trigger=max(1, int(rate * trigger)) if rate else MAX_RECORDS_PER_BATCH,
             trigger_seconds=trigger,
-            source_settings=tuple(sorted(_with_read_committed(source.settings("consumer")).items())),
+            source_settings=tuple(sorted(
+                java_settings(_with_read_committed(source.settings("consumer"))).items())),
+            source_consumer=tuple(sorted(source.librdkafka_config("consumer").items())),
             writer=writer,
         )
 
@@ -175,7 +181,8 @@ class FlowRunner:
         self._stopping = threading.Event()
         return (reader.load().writeStream
                 .queryName(f"strait {self.flow_name}")
-                .foreachBatch(partial(_write_batch, flow=self.flow_name, writer=plan.writer, stopping=self._stopping))
+                .foreachBatch(partial(_write_batch, flow=self.flow_name, writer=plan.writer, stopping=self._stopping,
+                                      losses=loss_check(self.flow_name, plan, checkpoint)))
                 .option("checkpointLocation", str(checkpoint))
                 .trigger(processingTime=f"{int(plan.trigger_seconds * 1000)} milliseconds")
                 .start())
@@ -262,18 +269,177 @@ def _first_task_error(text: str) -> str:
     return match.group(1).strip()[:500] if match else text.strip().splitlines()[0][:500]
 
 
-def _write_batch(batch: DataFrame, batch_id: int, flow: str, writer: WriterSettings,
-                 stopping: threading.Event) -> None:
-    """foreachBatch: copy the batch through the executors, then account for it on the driver."""
-    if stopping.is_set():
-        raise StopRequested(f"flow {flow}: batch {batch_id} not started, the query is stopping")
-    started = time.monotonic()
-    rows = batch.mapInArrow(partial(copy_partition, settings=writer), SUMMARY_SCHEMA).collect()
+@dataclass(frozen=True)
+class LossCheck:
+    """What a batch needs to notice source records it cannot copy: Spark's offsets log and the source.
+
+    With ``failOnDataLoss=false`` Spark silently moves past records the source deleted before they
+    were copied (retention, ``delete_records``) and past the first records of a topic deleted and
+    re-created with lower offsets; this turns both into a counted, logged event.
+    """
+
+    flow: str
+    source_alias: str
+    consumer: dict[str, str]  # librdkafka settings of the source
+    reader: tuple[tuple[str, str], ...]  # the streaming reader's Kafka settings
+    checkpoint: Path  # the query's checkpoint: offsets/N holds batch N's end offsets, sources/0/0 the initial ones
+    replayed_batch: int | None = None  # planned but not committed before the query started: run again
+
+
+def loss_check(flow: str, plan: FlowPlan, checkpoint: Path) -> LossCheck:
+    """The loss check of a query starting from ``checkpoint``."""
+    planned = _batch_ids(checkpoint / "offsets")
+    committed = _batch_ids(checkpoint / "commits")
+    replayed = max(planned) if planned and max(planned) not in committed else None
+    return LossCheck(flow, plan.writer.source_alias, dict(plan.source_consumer), plan.source_settings, checkpoint,
+                     replayed)
+
+
+def _batch_ids(folder: Path) -> set[int]:
+    return {int(p.name) for p in folder.iterdir() if p.name.isdigit()} if folder.is_dir() else set()
+
+
+TopicPartitionKey = tuple[str, int]
+
+
+def _batch_start_offsets(checkpoint: Path, batch_id: int) -> dict[TopicPartitionKey, int] | None:
+    """Where ``batch_id`` starts: the previous batch's end, or the query's initial offsets for batch 0."""
+    if batch_id == 0:
+        return _offsets_file(checkpoint / "sources" / "0" / "0")
+    return _offsets_file(checkpoint / "offsets" / str(batch_id - 1))
+
+
+def _offsets_file(path: Path) -> dict[TopicPartitionKey, int] | None:
+    """Kafka offsets from one of Spark's checkpoint files (JSON on the last line), or None."""
+    try:
+        lines = path.read_text(errors="replace").splitlines()
+        parsed = json.loads(lines[-1]) if lines else None
+    except (OSError, ValueError):
+        return None
+    if not isinstance(parsed, dict):
+        return None
+    return {(topic, int(p)): int(o) for topic, partitions in parsed.items() if isinstance(partitions, dict)
+            for p, o in partitions.items()}
+
+
+def _log_start_offsets(check: LossCheck, partitions: list[TopicPartitionKey]) -> dict[TopicPartitionKey, int]:
+    """The source's log start offset of each partition (those that cannot be read are left out)."""
+    consumer = Consumer({**check.consumer, "group.id": "strait-loss-check", "enable.auto.commit": False,
+                         "logger": librdkafka_log})
+    try:
+        starts = {}
+        for topic, partition in partitions:
+            try:
+                low, _high = consumer.get_watermark_offsets(TopicPartition(topic, partition), timeout=30)
+            except KafkaException as exc:
+                log.warning("flow=%s topic=%s partition=%d log start offset unknown on %s: %s", check.flow, topic,
+                            partition, check.source_alias, exc)
+                continue
+            starts[(topic, partition)] = low
+        return starts
+    finally:
+        consumer.close()
+
+
+def _first_offsets(rows: list[Any]) -> dict[TopicPartitionKey, int]:
+    first: dict[TopicPartitionKey, int] = {}
+    for row in rows:
+        key = (row.topic, row.partition)
+        first[key] = min(first.get(key, row.first_offset), row.first_offset)
+    return first
+
+
+def _account_rows(flow: str, rows: list[Any]) -> None:
     for row in rows:
         metrics.RECORDS.labels(flow=flow, topic=row.topic).inc(row.records)
         metrics.BYTES.labels(flow=flow, topic=row.topic).inc(row.bytes)
         metrics.OFFSET_SYNCS.labels(flow=flow).inc(row.syncs)
         metrics.LATENCY.add((flow, row.topic), row.latency_counts, row.latency_sum)
+
+
+def _report_lost(check: LossCheck, batch_id: int, key: TopicPartitionKey, start: int, end: int, why: str) -> None:
+    topic, partition = key
+    metrics.DATA_LOSS.labels(flow=check.flow, topic=topic, partition=str(partition)).inc(end - start)
+    log.warning("flow=%s DATA LOSS topic=%s partition=%d offsets=[%d, %d) records=%d batch=%d: %s", check.flow,
+                topic, partition, start, end, end - start, batch_id, why)
+
+
+def _check_losses(check: LossCheck, batch_id: int, rows: list[Any]) -> list[tuple[TopicPartitionKey, int, int]]:
+    """Count and log what this batch skipped; return the ranges of re-created topics to copy now.
+
+    A partition whose first copied offset lies past the batch's planned start lost the records
+    below the source's log start offset (gaps above it are compaction or transaction markers).
+    A partition whose planned end lies before its start was deleted and re-created: Spark skips
+    the new records below the end, so they are returned to be copied by the batch itself.
+    """
+    starts = _batch_start_offsets(check.checkpoint, batch_id)
+    ends = _offsets_file(check.checkpoint / "offsets" / str(batch_id))
+    if not starts or not ends:
+        return []
+    first = _first_offsets(rows)
+    gaps: dict[TopicPartitionKey, tuple[int, int]] = {}
+    reset: list[TopicPartitionKey] = []
+    for key, end in ends.items():
+        start = starts.get(key)
+        if start is None:  # a partition new to the query: read from its beginning
+            continue
+        if end < start:
+            reset.append(key)
+        elif first.get(key, end) > start:
+            gaps[key] = (start, min(first.get(key, end), end))
+    if not gaps and not reset:
+        return []
+    lows = _log_start_offsets(check, [*gaps, *reset])
+    why = "the source deleted these records (retention or delete-records) before they were copied"
+    if batch_id == check.replayed_batch:
+        why += "; this batch runs again after a restart, so some may have been copied before it"
+    for key, (start, seen) in gaps.items():
+        lost_to = min(seen, lows.get(key, start))
+        if lost_to > start:
+            _report_lost(check, batch_id, key, start, lost_to, why)
+    copies = []
+    for key in reset:
+        low = lows.get(key, 0)
+        metrics.ERRORS.labels(service=metrics.SERVICE, flow=check.flow, kind="source_offsets_reset").inc()
+        log.warning("flow=%s topic=%s partition=%d offsets went back from %d to %d (topic deleted and re-created); "
+                    "records not copied from the old topic are lost, the new topic is copied from offset %d",
+                    check.flow, key[0], key[1], starts[key], ends[key], low)
+        if ends[key] > low:
+            copies.append((key, low, ends[key]))
+    return copies
+
+
+def _copy_ranges(batch: DataFrame, check: LossCheck, writer: WriterSettings,
+                 ranges: list[tuple[TopicPartitionKey, int, int]]) -> list[Any]:
+    """Copy source offset ranges Spark's stream skipped, with a bounded (non-streaming) read."""
+    assign: dict[str, list[int]] = {}
+    starting: dict[str, dict[str, int]] = {}
+    ending: dict[str, dict[str, int]] = {}
+    for (topic, partition), start, end in ranges:
+        assign.setdefault(topic, []).append(partition)
+        starting.setdefault(topic, {})[str(partition)] = start
+        ending.setdefault(topic, {})[str(partition)] = end
+    reader = batch.sparkSession.read.format("kafka")
+    for key, value in check.reader:
+        reader = reader.option(f"kafka.{key}", value)
+    frame = (reader.option("assign", json.dumps(assign)).option("startingOffsets", json.dumps(starting))
+             .option("endingOffsets", json.dumps(ending)).option("failOnDataLoss", "false")
+             .option("includeHeaders", "true").load())
+    return frame.mapInArrow(partial(copy_partition, settings=writer), SUMMARY_SCHEMA).collect()
+
+
+def _write_batch(batch: DataFrame, batch_id: int, flow: str, writer: WriterSettings,
+                 stopping: threading.Event, losses: LossCheck | None = None) -> None:
+    """foreachBatch: copy the batch through the executors, then account for it on the driver."""
+    if stopping.is_set():
+        raise StopRequested(f"flow {flow}: batch {batch_id} not started, the query is stopping")
+    started = time.monotonic()
+    rows = batch.mapInArrow(partial(copy_partition, settings=writer), SUMMARY_SCHEMA).collect()
+    _account_rows(flow, rows)
+    if losses is not None:
+        skipped = _check_losses(losses, batch_id, rows)
+        if skipped:
+            _account_rows(flow, _copy_ranges(batch, losses, writer, skipped))
     metrics.BATCH_DURATION.labels(flow=flow).observe(time.monotonic() - started)
     log.debug("flow=%s batch=%d partitions=%d records=%d", flow, batch_id, len(rows),
               sum(r.records for r in rows))

@@ -25,4 +25,5 @@ BATCH_DURATION = Histogram(
 )
 TOPICS_REPLICATED = Gauge("strait_flow_topics", "Source topics the flow replicates", ["flow"])
 DATA_LOSS = Counter("strait_source_data_loss_total",
-                    "Times the source had already deleted records not yet copied", ["flow"])
+                    "Source records deleted (retention, delete-records) before they were copied",
+                    ["flow", "topic", "partition"])

@@ -8,6 +8,7 @@ from pathlib import Path
 
 from strait.cli.configsync_cmd import add_configsync
 from strait.cli.service_options import add_service_options
+from strait.config import load_config
 
 
 def register(subparsers: argparse._SubParsersAction) -> None:
@@ -50,6 +51,8 @@ def _supervised(args: argparse.Namespace) -> int:
 
 
 def _replicator(args: argparse.Namespace) -> int:
+    if args.config is not None:
+        load_config(args.config)  # a bad file fails in a second, not after Spark took a minute to start
     from strait_replicator.app import ReplicatorOptions, main  # pyspark loads only for this command
 
     return main(ReplicatorOptions(
