@@ -9,13 +9,18 @@ copied by (a) Spark's Kafka sink and (b) strait's writer, as batch jobs on two l
 from __future__ import annotations
 
 import argparse
+import cProfile
+import io
 import json
+import pstats
 import shutil
 import tempfile
 import time
 from functools import partial
 from pathlib import Path
 
+
+import pyarrow as pa
 
 from strait.lab.clients import Record, consume_all, create_topic, produce
 from strait.lab.kafka import KafkaCluster, KafkaClusterSpec
@@ -83,6 +88,64 @@ def run(records: int, size: int, partitions: int, repeats: int) -> dict[str, obj
     return report
 
 
+# The Arrow schema Spark's Kafka source hands to mapInArrow (with includeHeaders).
+KAFKA_ARROW = pa.schema([
+    ("key", pa.binary()), ("value", pa.binary()), ("topic", pa.string()), ("partition", pa.int32()),
+    ("offset", pa.int64()), ("timestamp", pa.timestamp("us", tz="UTC")), ("timestampType", pa.int32()),
+    ("headers", pa.list_(pa.struct([("key", pa.string()), ("value", pa.binary())]))),
+])
+
+
+def arrow_batches(topic: str, partition: int, records: int, size: int,
+                  per_batch: int = 10_000) -> list[pa.RecordBatch]:
+    """Record batches shaped like Spark's Kafka source output for one topic-partition."""
+    payload = b"x" * size
+    batches = []
+    for start in range(0, records, per_batch):
+        n = min(per_batch, records - start)
+        batches.append(pa.RecordBatch.from_pydict({
+            "key": [f"key-{start + i}".encode() for i in range(n)], "value": [payload] * n,
+            "topic": [topic] * n,
+            "partition": [partition] * n, "offset": list(range(start, start + n)),
+            "timestamp": [1_700_000_000_000_000 + start + i for i in range(n)], "timestampType": [0] * n,
+            "headers": [[{"key": "h", "value": b"v"}]] * n,
+        }, schema=KAFKA_ARROW))
+    return batches
+
+
+def profile_writer(records: int, size: int, top: int = 25) -> dict[str, object]:
+    """Run ``copy_partition`` in this process (no Spark) under cProfile against a lab cluster.
+
+    What the writer costs per record in Python, without Spark's JVM and Arrow transfer around it.
+    """
+    workdir = Path(tempfile.mkdtemp(prefix="strait-profile-"))
+    cluster = KafkaCluster(KafkaClusterSpec("B", heap="1g"), workdir / "B")
+    cluster.start()
+    try:
+        create_topic(cluster.admin(), "A.bench", 1)
+        create_topic(cluster.admin(), "bench-syncs", 1, config={"cleanup.policy": "compact"})
+        settings = WriterSettings(
+            flow="A->B", source_alias="A", target_alias="B", policy=DefaultReplicationPolicy(),
+            target_producer={"bootstrap.servers": cluster.bootstrap_servers},
+            syncs_producer={"bootstrap.servers": cluster.bootstrap_servers},
+            syncs_topic="bench-syncs", syncs_alias="B")
+        batches = arrow_batches("bench", 0, records, size)
+        profiler = cProfile.Profile()
+        started = time.monotonic()
+        profiler.enable()
+        summary = list(copy_partition(iter(batches), settings))
+        profiler.disable()
+        seconds = time.monotonic() - started
+    finally:
+        cluster.stop()
+        shutil.rmtree(workdir, ignore_errors=True)
+    text = io.StringIO()
+    pstats.Stats(profiler, stream=text).sort_stats("tottime").print_stats(top)
+    copied = sum(batch.column("records")[0].as_py() for batch in summary)
+    return {"records": copied, "seconds": round(seconds, 2), "records_per_second": round(copied / seconds),
+            "profile": text.getvalue()}
+
+
 def main() -> None:
     """Command line of the benchmark; prints a JSON report."""
     parser = argparse.ArgumentParser(description=__doc__)
@@ -90,7 +153,14 @@ def main() -> None:
     parser.add_argument("--size", type=int, default=1024)
     parser.add_argument("--partitions", type=int, default=6)
     parser.add_argument("--repeats", type=int, default=3)
+    parser.add_argument("--profile", action="store_true",
+                        help="profile strait's writer alone (cProfile, no Spark) instead of comparing paths")
     args = parser.parse_args()
+    if args.profile:
+        result = profile_writer(args.records, args.size)
+        print(result.pop("profile"))
+        print(json.dumps(result, indent=2))
+        return
     print(json.dumps(run(args.records, args.size, args.partitions, args.repeats), indent=2))
 
 

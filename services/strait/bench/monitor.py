@@ -1,0 +1,74 @@
+"""CPU-seconds and peak RSS of a whole process tree, sampled with psutil.
+
+Children that exit and are reaped show up in their parent's ``children_*`` CPU times, so summing
+user + system + children times over the live tree counts every process once. RSS is summed over
+the tree (pages shared between forked workers are counted once per process: an upper bound).
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+
+import psutil
+
+log = logging.getLogger(__name__)
+
+
+def tree_usage(root_pid: int) -> tuple[float, int]:
+    """(CPU seconds, RSS bytes) summed over a process and all its descendants alive now."""
+    try:
+        root = psutil.Process(root_pid)
+        processes = [root, *root.children(recursive=True)]
+    except psutil.NoSuchProcess:
+        return 0.0, 0
+    cpu, rss = 0.0, 0
+    for process in processes:
+        try:
+            with process.oneshot():
+                times = process.cpu_times()
+                cpu += times.user + times.system + times.children_user + times.children_system
+                rss += process.memory_info().rss
+        except (psutil.NoSuchProcess, psutil.AccessDenied):
+            continue
+    return cpu, rss
+
+
+class TreeMonitor:
+    """Samples a process tree in a background thread: CPU seconds so far and the peak RSS.
+
+    Args:
+        root_pid: the process whose tree is measured.
+        interval: seconds between samples.
+    """
+
+    def __init__(self, root_pid: int, interval: float = 0.25) -> None:
+        self.root_pid = root_pid
+        self.interval = interval
+        self.cpu_seconds = 0.0
+        self.peak_rss = 0
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._run, name=f"monitor-{root_pid}", daemon=True)
+
+    def __enter__(self) -> TreeMonitor:
+        self.sample()
+        self._thread.start()
+        return self
+
+    def __exit__(self, *_exc: object) -> None:
+        self._stop.set()
+        self._thread.join()
+
+    def sample(self) -> float:
+        """Take one sample now; return the CPU seconds of the tree so far (never decreasing)."""
+        cpu, rss = tree_usage(self.root_pid)
+        self.cpu_seconds = max(self.cpu_seconds, cpu)
+        self.peak_rss = max(self.peak_rss, rss)
+        return self.cpu_seconds
+
+    def _run(self) -> None:
+        while not self._stop.wait(self.interval):
+            self.sample()
+        log.debug("monitor stopped pid=%d cpu_seconds=%.1f peak_rss=%d", self.root_pid, self.cpu_seconds,
+                  self.peak_rss)
+

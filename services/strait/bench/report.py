@@ -1,0 +1,148 @@
+"""The benchmark's report: a JSON document, a Markdown summary and a PNG plot."""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Mapping, Sequence
+from pathlib import Path
+from typing import Any
+
+from strait.bench import stats
+
+NAMES = {"strait": "strait", "mm2": "MirrorMaker 2", "limit": "limit (ProducerPerformance)"}
+SHORT = {"strait": "strait", "mm2": "MM2", "limit": "limit"}
+COLORS = {"strait": "#1f77b4", "mm2": "#ff7f0e", "limit": "#7f7f7f"}
+LATENCY_METHOD = (
+    "End-to-end latency = arrival time at a consumer of the target (fetch.wait.max.ms=5, same machine "
+    "clock) minus the record's CreateTime set when the bench produced it to the source at a fixed rate. "
+    "Remote topics keep the source timestamps, so the target's append time cannot be read; the consumer "
+    "adds a few milliseconds at most. For the limit the figure is ProducerPerformance's own send-to-ack "
+    "latency at the same rate."
+)
+CPU_METHOD = (
+    "CPU-seconds and peak RSS are summed over the whole process tree of each system, sampled every 0.25 s "
+    "with psutil (strait: Python driver + Spark JVM + Python workers; MM2: its JVM; limit: the "
+    "ProducerPerformance JVM). Throughput and CPU use the window from the first record on the target to "
+    "the last; start-up is reported apart. GB = 10^9 bytes of record values."
+)
+
+
+def build(options: Mapping[str, Any], runs: Mapping[str, Sequence[Mapping[str, Any]]],
+          scaling: Sequence[Mapping[str, Any]], machine: Mapping[str, Any]) -> dict[str, Any]:
+    """The report document: every run, the medians per system, the ratios, the goals."""
+    medians = {system: stats.medians(results) for system, results in runs.items() if results}
+    ratios = {}
+    for other in ("mm2", "limit"):
+        if "strait" in medians and other in medians:
+            ratios[f"strait/{other}"] = stats.ratios(medians["strait"], medians[other])
+    return {"options": dict(options), "machine": dict(machine), "latency_method": LATENCY_METHOD,
+            "cpu_method": CPU_METHOD, "runs": {k: list(v) for k, v in runs.items()}, "medians": medians,
+            "ratios": ratios, "goals": goals(medians, options.get("rates", ())), "scaling": list(scaling)}
+
+
+def goals(medians: Mapping[str, Mapping[str, float]], rates: Sequence[int]) -> dict[str, bool | None]:
+    """Issue #8's goals against MM2 (None when either side was not measured)."""
+    strait, mm2 = medians.get("strait", {}), medians.get("mm2", {})
+
+    def compare(key: str, test: Any) -> bool | None:
+        return bool(test(strait[key], mm2[key])) if key in strait and key in mm2 else None
+
+    lowest = f"latency.{min(rates)}.p99_ms" if rates else ""
+    return {
+        "throughput_at_least_mm2": compare("records_per_s", lambda s, m: s >= m),
+        "cpu_per_gb_at_most_mm2": compare("cpu_s_per_gb", lambda s, m: s <= m),
+        "p99_at_lowest_rate_within_2x_mm2": compare(lowest, lambda s, m: s <= 2 * m) if lowest else None,
+    }
+
+
+def _rows(rates: Sequence[int]) -> list[tuple[str, str]]:
+    rows = [("records_per_s", "records/s"), ("mb_per_s", "MB/s"), ("cpu_s_per_gb", "CPU-s per GB"),
+            ("peak_rss_mb", "peak RSS (MB)"), ("startup_s", "start-up to first record (s)")]
+    for rate in rates:
+        rows += [(f"latency.{rate}.{q}_ms", f"latency @{rate:,}/s {q} (ms)") for q in ("p50", "p99", "max")]
+    return [*rows, ("batch_s_during_latency_runs", "strait micro-batch duration at fixed rates (s)")]
+
+
+def _cell(value: float | None) -> str:
+    if value is None:
+        return "–"
+    return f"{value:,.0f}" if abs(value) >= 100 else f"{value:,.2f}"
+
+
+def markdown(report: Mapping[str, Any]) -> str:
+    """The Markdown summary: the medians table with ratios, goals, the scaling runs, the method."""
+    options, medians, ratios = report["options"], report["medians"], report["ratios"]
+    systems = [s for s in ("strait", "mm2", "limit") if s in medians]
+    header = ["metric (median)", *(NAMES[s] for s in systems), *ratios]
+    lines = [f"# strait benchmark ({report['machine'].get('started', '')})", "",
+             f"{options['records']:,} records of {options['record_size']:,} B with keys and headers, "
+             f"{options['partitions']} partitions, {options['cores']} cores, {options['repeats']} repeat(s); "
+             f"machine: {report['machine'].get('cpus')} CPUs, load average at start "
+             f"{report['machine'].get('load_average')}.", "",
+             "| " + " | ".join(header) + " |", "|" + "---|" * len(header)]
+    for key, label in _rows(options.get("rates", ())):
+        cells = [_cell(medians[s].get(key)) for s in systems]
+        cells += [f"{r[key]:.2f}x" if key in r else "–" for r in ratios.values()]
+        lines.append(f"| {label} | " + " | ".join(cells) + " |")
+    lines += ["", "Goals (issue #8): " + ", ".join(
+        f"{name.replace('_', ' ')}: {'yes' if ok else 'no' if ok is not None else 'not measured'}"
+        for name, ok in report["goals"].items()), ""]
+    if report["scaling"]:
+        lines += ["## Scaling (strait)", "",
+                  "| partitions | cores | records/s | MB/s | CPU-s per GB | peak RSS (MB) |",
+                  "|---|---|---|---|---|---|"]
+        for run in report["scaling"]:
+            lines.append(f"| {run['partitions']} | {run['cores']} | {_cell(run['records_per_s'])} | "
+                         f"{_cell(run['mb_per_s'])} | {_cell(run['cpu_s_per_gb'])} | "
+                         f"{_cell(run['peak_rss_mb'])} |")
+        lines.append("")
+    lines += ["## Method", "", report["cpu_method"], "", report["latency_method"], "",
+              "MM2 runs with heartbeats and checkpoints on (its defaults); the limit writes records without "
+              "keys or headers. All three use the same acks, compression, batch.size and linger.ms. "
+              "Numbers come from one shared machine and are noisy.", "",
+              "![latency and throughput](bench.png)", ""]
+    return "\n".join(lines)
+
+
+def plot(report: Mapping[str, Any], path: Path) -> None:
+    """Throughput and latency per system as a PNG (matplotlib's Agg backend, no display needed)."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    medians = report["medians"]
+    systems = [s for s in ("strait", "mm2", "limit") if s in medians]
+    rates = report["options"].get("rates", ())
+    figure, (left, right) = plt.subplots(1, 2, figsize=(11, 4.2))
+    left.bar([SHORT[s] for s in systems], [medians[s].get("mb_per_s", 0) for s in systems],
+             color=[COLORS[s] for s in systems])
+    left.set_ylabel("MB/s (median)")
+    left.set_title("Throughput")
+    width = 0.8 / max(1, 2 * len(systems))
+    for i, system in enumerate(systems):
+        for j, q in enumerate(("p50", "p99")):
+            values = [medians[system].get(f"latency.{r}.{q}_ms", 0) for r in rates]
+            offsets = [k + (2 * i + j) * width for k in range(len(rates))]
+            right.bar(offsets, values, width, label=f"{SHORT[system]} {q}", color=COLORS[system],
+                      alpha=1.0 if q == "p99" else 0.45)
+    right.set_xticks([k + width * (len(systems) - 0.5) for k in range(len(rates))],
+                     [f"{r:,}/s" for r in rates])
+    right.set_ylabel("ms (median of runs)")
+    if any(medians[s].get(f"latency.{r}.p50_ms", 0) > 0 for s in systems for r in rates):
+        right.set_yscale("log")
+    right.set_title("End-to-end latency at fixed rates")
+    right.legend(fontsize=7)
+    figure.tight_layout()
+    figure.savefig(path, dpi=110)
+    plt.close(figure)
+
+
+def write(report: Mapping[str, Any], folder: Path) -> dict[str, Path]:
+    """Write bench.json, bench.md and bench.png into ``folder``; return their paths."""
+    folder.mkdir(parents=True, exist_ok=True)
+    paths = {"json": folder / "bench.json", "markdown": folder / "bench.md", "plot": folder / "bench.png"}
+    paths["json"].write_text(json.dumps(report, indent=2, default=str))
+    paths["markdown"].write_text(markdown(report))
+    plot(report, paths["plot"])
+    return paths

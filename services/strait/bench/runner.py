@@ -1,0 +1,227 @@
+"""One benchmark: clusters, load, every system measured ``repeats`` times, the scaling runs."""
+
+from __future__ import annotations
+
+import logging
+import shutil
+import time
+from collections.abc import Callable
+from dataclasses import dataclass, replace
+from pathlib import Path
+from typing import Any
+
+from strait.bench import systems
+from strait.bench.monitor import TreeMonitor
+from strait.bench.options import BenchOptions
+from strait.bench.stats import latency_summary
+from strait.bench.traffic import KEEP_FOREVER, BenchError, LatencyProbe, Progress, end_offsets, load_topic
+from strait.lab.clients import create_topic
+from strait.lab.kafka import KafkaCluster, KafkaClusterSpec
+from strait.lab.process import ManagedProcess, tail
+
+log = logging.getLogger(__name__)
+
+POLL_SECONDS = 0.2
+GB = 1e9
+
+
+@dataclass(frozen=True)
+class Workload:
+    """A loaded source topic."""
+
+    topic: str
+    partitions: int
+    records: int
+    record_size: int
+    source_ends: Progress
+
+    @property
+    def payload_bytes(self) -> int:
+        """Value bytes of the topic (keys and headers add about 20 bytes per record, not counted)."""
+        return self.records * self.record_size
+
+
+class Bench:
+    """Runs the whole benchmark in ``workdir``; every process it starts is stopped by :meth:`close`.
+
+    Args:
+        options: sizes and switches.
+        workdir: scratch folder for cluster data and logs.
+    """
+
+    def __init__(self, options: BenchOptions, workdir: Path) -> None:
+        self.options = options
+        self.workdir = workdir
+        self.source = KafkaCluster(KafkaClusterSpec("A", heap=options.broker_heap), workdir / "A")
+        self._runs = 0
+
+    def close(self) -> None:
+        """Stop the source cluster."""
+        self.source.stop()
+
+    def load(self, partitions: int) -> Workload:
+        """Create and fill a source topic with ``partitions`` partitions."""
+        topic = f"bench-{partitions}p"
+        seconds = load_topic(self.source, topic, partitions, self.options.records, self.options.record_size)
+        ends = end_offsets(self.source, topic, partitions)
+        if ends.total != self.options.records:
+            raise BenchError(f"topic {topic} holds {ends.total} records after loading {self.options.records}")
+        log.info("workload topic=%s partitions=%d load_seconds=%.1f", topic, partitions, seconds)
+        return Workload(topic, partitions, self.options.records, self.options.record_size, ends)
+
+    # -- one measurement ---------------------------------------------------------------------------
+
+    def measure(self, system: str, workload: Workload, cores: int | None = None,
+                latency: bool = True) -> dict[str, Any]:
+        """One measurement of ``system`` on a fresh target cluster."""
+        self._runs += 1
+        folder = self.workdir / f"run{self._runs:02d}-{system}-{workload.partitions}p"
+        target = KafkaCluster(KafkaClusterSpec("B", heap=self.options.broker_heap), folder / "B")
+        target.start(timeout=180)
+        try:
+            if system == "limit":
+                return self._measure_limit(target, workload, folder)
+            return self._measure_replicator(system, target, workload, cores or self.options.cores, folder,
+                                            latency)
+        finally:
+            target.stop()
+            shutil.rmtree(folder / "B", ignore_errors=True)  # the copy is the bulk of the disk use
+
+    def _start(self, system: str, target: KafkaCluster, topics: list[str], cores: int,
+               folder: Path) -> ManagedProcess:
+        if system == "strait":
+            return systems.start_strait(self.source, target, topics, self.options, cores, folder)
+        if system == "mm2":
+            tuned = replace(self.options, cores=cores)
+            return systems.start_mm2(self.source, target, topics, tuned, folder)
+        raise BenchError(f"unknown system {system}")
+
+    def _measure_replicator(self, system: str, target: KafkaCluster, workload: Workload, cores: int,
+                            folder: Path, latency: bool) -> dict[str, Any]:
+        remote = systems.remote_topic(workload.topic, self.source)
+        # Each run probes latency on a topic of its own: the bulk topic must stay as loaded, and a
+        # later run must not see (and time) an earlier run's probes.
+        probes = f"probe-{self._runs:02d}"
+        create_topic(self.source.admin(), probes, workload.partitions, config=KEEP_FOREVER)
+        process = self._start(system, target, [workload.topic, probes], cores, folder)
+        started = time.monotonic()
+        try:
+            with TreeMonitor(process.pid or 0) as monitor:
+                first = self._wait(process, target, remote, workload, lambda p: p.total > 0,
+                                   "the first record")
+                cpu_first, first_at = monitor.sample(), time.monotonic()
+                self._wait(process, target, remote, workload, lambda p: _complete(p, workload),
+                           "every record")
+                cpu_done, done_at = monitor.sample(), time.monotonic()
+                result = _throughput(workload, done_at - first_at, cpu_done - cpu_first)
+                result["startup_s"] = round(first_at - started, 2)
+                batches = _batch_seconds(process)
+                result["latency"] = self._latencies(target, workload, probes) if latency else {}
+                if batches is not None and latency:
+                    after = _batch_seconds(process) or batches
+                    total, count = after[0] - batches[0], after[1] - batches[1]
+                    result["batch_s_during_latency_runs"] = round(total / count, 3) if count else None
+                final = end_offsets(target, remote, workload.partitions)
+                result["copied"] = workload.records if _complete(final, workload) else 0
+                probed = end_offsets(target, systems.remote_topic(probes, self.source), workload.partitions)
+                result["duplicates"] = final.total - workload.records + probed.total - _probe_records(
+                    result["latency"])
+                result["peak_rss_mb"] = round(monitor.peak_rss / 1e6, 1)
+                result["cpu_seconds_total"] = round(monitor.sample(), 2)  # start-up and latency runs included
+                log.info("measured system=%s partitions=%d cores=%d first=%d result=%s", system,
+                         workload.partitions, cores, first.total, result)
+        finally:
+            process.stop(timeout=60)
+        result.update(system=system, partitions=workload.partitions, cores=cores, log=str(process.log_path))
+        return result
+
+    def _wait(self, process: ManagedProcess, target: KafkaCluster, remote: str, workload: Workload,
+              done: Callable[[Progress], bool], what: str) -> Progress:
+        deadline = time.monotonic() + self.options.timeout_seconds
+        progress = Progress({})
+        while time.monotonic() < deadline:
+            if not process.alive():
+                raise BenchError(f"{process.name} exited while waiting for {what} on {remote}; "
+                                 f"log {process.log_path}:\n{tail(process.log_path)}")
+            progress = end_offsets(target, remote, workload.partitions)
+            if done(progress):
+                return progress
+            time.sleep(POLL_SECONDS)
+        raise BenchError(f"{process.name} did not copy {what} of {workload.topic} within "
+                         f"{self.options.timeout_seconds:.0f}s: {progress.total} of {workload.records} "
+                         f"records on {remote}; log {process.log_path}")
+
+    def _latencies(self, target: KafkaCluster, workload: Workload, probes: str) -> dict[str, Any]:
+        remote = systems.remote_topic(probes, self.source)
+        probe = LatencyProbe(self.source, target, probes, remote, workload.partitions,
+                             workload.record_size)
+        return {str(rate): latency_summary(probe.measure(rate, self.options.latency_seconds))
+                for rate in self.options.rates}
+
+    def _measure_limit(self, target: KafkaCluster, workload: Workload, folder: Path) -> dict[str, Any]:
+        topic = "limit"
+        create_topic(target.admin(), topic, workload.partitions)
+        process = systems.start_producer_performance(target, topic, workload.records, self.options, -1,
+                                                     folder)
+        with TreeMonitor(process.pid or 0) as monitor:
+            _wait_exit(process, self.options.timeout_seconds)
+            cpu = monitor.sample()
+        summary = systems.producer_performance_summary(process.log_path)
+        ends = end_offsets(target, topic, workload.partitions)
+        if ends.total != workload.records:
+            raise BenchError(f"ProducerPerformance wrote {ends.total} of {workload.records} records "
+                             f"to {topic}")
+        result = _throughput(workload, workload.records / summary["records_per_s"], cpu)
+        result["copied"] = ends.total
+        result["cpu_seconds_total"] = round(cpu, 2)
+        result["peak_rss_mb"] = round(monitor.peak_rss / 1e6, 1)
+        result["latency"] = {}
+        for rate in self.options.rates:
+            count = max(1, int(rate * self.options.latency_seconds))
+            rated = f"limit-{rate}"
+            create_topic(target.admin(), rated, workload.partitions)
+            perf = systems.start_producer_performance(target, rated, count, self.options, rate, folder)
+            _wait_exit(perf, self.options.timeout_seconds)
+            fixed = systems.producer_performance_summary(perf.log_path)
+            result["latency"][str(rate)] = {"p50_ms": fixed["p50_ms"], "p99_ms": fixed["p99_ms"],
+                                            "max_ms": fixed["max_ms"], "count": count}
+        result.update(system="limit", partitions=workload.partitions, cores=None, log=str(process.log_path))
+        return result
+
+
+def _batch_seconds(process: ManagedProcess) -> tuple[float, float] | None:
+    """strait's micro-batch duration totals (its latency floor); None for other systems."""
+    url = process.env.get(systems.METRICS_URL_ENV)
+    return systems.batch_seconds(url) if url else None
+
+
+def _complete(progress: Progress, workload: Workload) -> bool:
+    return all(progress.ends.get(p, 0) >= end for p, end in workload.source_ends.ends.items())
+
+
+def _probe_records(latency: dict[str, Any]) -> int:
+    return sum(int(summary["count"]) for summary in latency.values())
+
+
+def _throughput(workload: Workload, seconds: float, cpu_seconds: float) -> dict[str, Any]:
+    seconds = max(seconds, POLL_SECONDS)  # completion is polled: never claim more than the poll resolves
+    return {
+        "records": workload.records,
+        "seconds": round(seconds, 2),
+        "records_per_s": round(workload.records / seconds, 1),
+        "mb_per_s": round(workload.payload_bytes / 1e6 / seconds, 2),
+        "cpu_seconds": round(cpu_seconds, 2),
+        "cpu_s_per_gb": round(cpu_seconds / (workload.payload_bytes / GB), 2),
+    }
+
+
+def _wait_exit(process: ManagedProcess, timeout: float) -> None:
+    deadline = time.monotonic() + timeout
+    while process.alive():
+        if time.monotonic() > deadline:
+            process.stop()
+            raise BenchError(f"{process.name} still running after {timeout:.0f}s; log {process.log_path}")
+        time.sleep(POLL_SECONDS)
+    if process.returncode() != 0:
+        raise BenchError(f"{process.name} failed with code {process.returncode()}; log {process.log_path}:\n"
+                         f"{tail(process.log_path)}")

@@ -1,0 +1,169 @@
+"""The three measured systems as processes: strait's replicator, MirrorMaker 2, ProducerPerformance."""
+
+from __future__ import annotations
+
+import re
+import shutil
+import sys
+import urllib.request
+from collections.abc import Sequence
+from pathlib import Path
+
+import yaml
+from prometheus_client.parser import text_string_to_metric_families
+
+from strait.bench.options import BenchOptions
+from strait.bench.traffic import BenchError
+from strait.lab import deps
+from strait.lab.kafka import KafkaCluster
+from strait.lab.ports import free_port
+from strait.lab.process import ManagedProcess, tail
+
+METRICS_URL_ENV = "STRAIT_BENCH_METRICS_URL"  # where the bench finds the replicator's /metrics again
+MM2_MAIN = "org.apache.kafka.connect.mirror.MirrorMaker"
+PERF_MAIN = "org.apache.kafka.tools.ProducerPerformance"
+_LOG4J2 = """\
+status = warn
+appender.console.type = Console
+appender.console.name = STDOUT
+appender.console.layout.type = PatternLayout
+appender.console.layout.pattern = [%d] %p %m (%c)%n
+rootLogger.level = INFO
+rootLogger.appenderRef.stdout.ref = STDOUT
+"""
+
+
+def remote_topic(topic: str, source: KafkaCluster) -> str:
+    """The remote topic both replicators write (DefaultReplicationPolicy)."""
+    return f"{source.alias}.{topic}"
+
+
+def strait_config(source: KafkaCluster, target: KafkaCluster, topics: Sequence[str],
+                  options: BenchOptions) -> dict:
+    """strait's YAML config: one flow source->target over the given topics, the shared producer tuning."""
+    return {
+        "clusters": {
+            source.alias: {"bootstrap_servers": source.bootstrap_servers},
+            target.alias: {"bootstrap_servers": target.bootstrap_servers, "producer": options.tuning.java()},
+        },
+        "flows": [{"source": source.alias, "target": target.alias, "topics": {"include": list(topics)},
+                   "replication_factor": 1}],
+    }
+
+
+def batch_seconds(metrics_url: str) -> tuple[float, float]:
+    """(sum, count) of the replicator's micro-batch durations so far, from its /metrics page."""
+    with urllib.request.urlopen(metrics_url, timeout=10) as response:
+        text = response.read().decode()
+    found = {sample.name: sample.value for family in text_string_to_metric_families(text)
+             for sample in family.samples
+             if sample.name.startswith("strait_replicator_batch_duration_seconds_")}
+    return (found.get("strait_replicator_batch_duration_seconds_sum", 0.0),
+            found.get("strait_replicator_batch_duration_seconds_count", 0.0))
+
+
+def start_strait(source: KafkaCluster, target: KafkaCluster, topics: Sequence[str], options: BenchOptions,
+                 cores: int,
+                 workdir: Path) -> ManagedProcess:
+    """`strait run replicator --config FILE` on ``local[cores]``, as users run it (metrics URL in its env)."""
+    workdir.mkdir(parents=True, exist_ok=True)
+    config = workdir / "strait.yaml"
+    config.write_text(yaml.safe_dump(strait_config(source, target, topics, options), sort_keys=False))
+    port = free_port()
+    argv = [sys.executable, "-m", "strait.cli", "run", "replicator", "--config", str(config),
+            "--state-dir", str(workdir / "state"), "--master", f"local[{cores}]", "--metrics-port", str(port)]
+    process = ManagedProcess("strait replicator", argv, workdir / "replicator.log",
+                             env={METRICS_URL_ENV: f"http://127.0.0.1:{port}/metrics"})
+    process.start()
+    return process
+
+
+def mm2_properties(source: KafkaCluster, target: KafkaCluster, topics: Sequence[str],
+                   options: BenchOptions) -> dict[str, str]:
+    """MM2's dedicated-mode properties: A->B only, tasks = cores, the same producer tuning as strait.
+
+    Connect's worker producer defaults to one request in flight; strait's writer uses the idempotent
+    producer with five, so MM2 gets the same (order is kept either way). Heartbeats and checkpoints
+    stay on (MM2's defaults): they cost MM2 a little CPU that strait spends in other processes.
+    """
+    a, b = source.alias, target.alias
+    props = {
+        "clusters": f"{a}, {b}",
+        f"{a}.bootstrap.servers": source.bootstrap_servers,
+        f"{b}.bootstrap.servers": target.bootstrap_servers,
+        f"{a}->{b}.enabled": "true",
+        f"{a}->{b}.topics": ", ".join(topics),
+        f"{b}->{a}.enabled": "false",
+        "tasks.max": str(options.cores),
+        "replication.factor": "1",
+        "sync.topic.acls.enabled": "false",
+        # Flow-scoped: the source task reads connector-level consumer.* (cluster-scoped ones miss it).
+        f"{a}->{b}.consumer.auto.offset.reset": "earliest",
+        f"{a}->{b}.consumer.max.poll.records": "10000",  # Spark's Arrow batches hold 10,000 records
+        f"{b}.producer.enable.idempotence": "true",
+        f"{b}.producer.max.in.flight.requests.per.connection": "5",
+        f"{b}.producer.buffer.memory": str(256 * 1024 * 1024),  # librdkafka's queue in strait's writer
+    }
+    for name in ("checkpoints", "heartbeats", "offset-syncs"):
+        props[f"{name}.topic.replication.factor"] = "1"
+    for name in ("offset", "status", "config"):
+        props[f"{name}.storage.replication.factor"] = "1"
+    props.update({f"{b}.producer.{k}": v for k, v in options.tuning.java().items()})
+    return props
+
+
+def _java(heap: str, log_config: Path, classpath: str, main: str, *args: str) -> list[str]:
+    deps.ensure_java()
+    return [shutil.which("java") or "java", f"-Xmx{heap}", "-XX:+UseG1GC", "-Djava.awt.headless=true",
+            f"-Dlog4j2.configurationFile={log_config}", "-cp", classpath, main, *args]
+
+
+def start_mm2(source: KafkaCluster, target: KafkaCluster, topics: Sequence[str], options: BenchOptions,
+              workdir: Path) -> ManagedProcess:
+    """`connect-mirror-maker` (MirrorMaker's main class) with a generated properties file."""
+    workdir.mkdir(parents=True, exist_ok=True)
+    props = workdir / "mm2.properties"
+    settings = mm2_properties(source, target, topics, options)
+    props.write_text("".join(f"{k} = {v}\n" for k, v in settings.items()))
+    log_config = workdir / "log4j2.properties"
+    log_config.write_text(_LOG4J2)
+    deps.ensure_jars("mm2")
+    argv = _java(options.jvm_heap, log_config, deps.classpath("mm2"), MM2_MAIN, str(props))
+    process = ManagedProcess("MirrorMaker 2", argv, workdir / "mm2.log")
+    process.start()
+    return process
+
+
+def start_producer_performance(target: KafkaCluster, topic: str, records: int, options: BenchOptions,
+                               throughput: int, workdir: Path) -> ManagedProcess:
+    """Kafka's ProducerPerformance writing ``records`` records of the bench's size to ``topic``."""
+    workdir.mkdir(parents=True, exist_ok=True)
+    log_config = workdir / "log4j2.properties"
+    log_config.write_text(_LOG4J2.replace("INFO", "WARN"))
+    props = {"bootstrap.servers": target.bootstrap_servers, "enable.idempotence": "true",
+             "buffer.memory": str(256 * 1024 * 1024), **options.tuning.java()}
+    argv = _java("1g", log_config, deps.classpath("kafka"), PERF_MAIN, "--topic", topic,
+                 "--num-records", str(records), "--record-size", str(options.record_size),
+                 "--throughput", str(throughput), "--producer-props", *(f"{k}={v}" for k, v in props.items()))
+    process = ManagedProcess(f"ProducerPerformance {topic}", argv, workdir / f"perf-{topic}.log")
+    process.start()
+    return process
+
+
+_SUMMARY = re.compile(
+    r"(?P<records>\d+) records sent, (?P<rps>[\d.]+) records/sec \((?P<mbps>[\d.]+) MB/sec\), "
+    r"(?P<avg>[\d.]+) ms avg latency, (?P<max>[\d.]+) ms max latency, (?P<p50>\d+) ms 50th, "
+    r"(?P<p95>\d+) ms 95th, (?P<p99>\d+) ms 99th")
+
+
+def producer_performance_summary(log_path: Path) -> dict[str, float]:
+    """The final summary line of a ProducerPerformance run (records/s, MB/s, latencies)."""
+    text = log_path.read_text(errors="replace")
+    matches = list(_SUMMARY.finditer(text))
+    if not matches:
+        raise BenchError(f"ProducerPerformance printed no summary; log {log_path}:\n{tail(log_path)}")
+    found = matches[-1]
+    return {"records": int(found["records"]), "records_per_s": float(found["rps"]),
+            "mb_per_s_mib": float(found["mbps"]), "p50_ms": float(found["p50"]),
+            "p99_ms": float(found["p99"]),
+            "max_ms": float(found["max"])}

@@ -1,0 +1,86 @@
+"""Pure parts of the benchmark: percentiles, medians, ratios, options and the rendered report."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import numpy as np
+import pytest
+from hypothesis import given
+from hypothesis import strategies as st
+
+from strait.bench import report
+from strait.bench.options import parse_args
+from strait.bench.stats import latency_summary, medians, percentile, ratios
+
+
+@given(st.lists(st.floats(-1e6, 1e6), min_size=1, max_size=50), st.floats(0, 100))
+def test_percentile_matches_numpy(values: list[float], q: float) -> None:
+    assert percentile(values, q) == pytest.approx(float(np.percentile(values, q)), rel=1e-9, abs=1e-6)
+
+
+def test_percentile_rejects_nothing_and_bad_q() -> None:
+    with pytest.raises(ValueError):
+        percentile([], 50)
+    with pytest.raises(ValueError):
+        percentile([1.0], 101)
+
+
+def test_latency_summary() -> None:
+    summary = latency_summary([float(v) for v in range(1, 101)])
+    assert summary == {"p50_ms": 50.5, "p99_ms": 99.01, "max_ms": 100.0, "count": 100}
+
+
+def test_medians_over_runs_use_dotted_paths_and_skip_missing() -> None:
+    runs = [{"records_per_s": 10, "latency": {"5000": {"p99_ms": 3.0}}, "system": "strait"},
+            {"records_per_s": 30, "latency": {}},
+            {"records_per_s": 20, "latency": {"5000": {"p99_ms": 5.0}}}]
+    assert medians(runs) == {"records_per_s": 20.0, "latency.5000.p99_ms": 4.0}
+
+
+def test_ratios_skip_zero_and_one_sided_metrics() -> None:
+    assert ratios({"a": 3.0, "b": 1.0, "c": 2.0}, {"a": 1.5, "b": 0.0}) == {"a": 2.0}
+
+
+def test_quick_preset_and_explicit_overrides() -> None:
+    options = parse_args(["--quick", "--records", "1234", "--rates", "10,20", "--skip-scaling",
+                          "--compression", "lz4"])
+    assert (options.records, options.partitions, options.repeats, options.rates, options.scaling) == \
+        (1234, 6, 1, (10, 20), False)
+    assert options.tuning.java()["compression.type"] == "lz4"
+
+
+def test_quick_skips_scaling_unless_asked() -> None:
+    assert parse_args(["--quick"]).scaling is False
+    assert parse_args(["--quick", "--scaling"]).scaling is True
+    assert parse_args([]).scaling is True
+
+
+def test_unknown_system_is_refused() -> None:
+    with pytest.raises(ValueError, match="unknown systems"):
+        parse_args(["--systems", "strait,kafka-streams"])
+
+
+def _run(system: str, rps: float, cpu: float, p99: float) -> dict:
+    return {"system": system, "records_per_s": rps, "mb_per_s": rps / 1000, "cpu_s_per_gb": cpu,
+            "peak_rss_mb": 500.0, "latency": {"5000": {"p50_ms": p99 / 2, "p99_ms": p99, "max_ms": p99 * 2}}}
+
+
+def test_report_medians_ratios_goals_and_files(tmp_path: Path) -> None:
+    runs = {"strait": [_run("strait", r, 40, 30) for r in (900, 1100, 1000)],
+            "mm2": [_run("mm2", 500, 50, 20)], "limit": [_run("limit", 2000, 10, 5)]}
+    scaling = [{"partitions": 48, "cores": 2, "records_per_s": 1500, "mb_per_s": 1.5, "cpu_s_per_gb": 45,
+                "peak_rss_mb": 700}]
+    document = report.build({"records": 10, "record_size": 1024, "partitions": 12, "cores": 2, "repeats": 3,
+                             "rates": (5000,)}, runs, scaling, {"cpus": 2, "load_average": [1.0]})
+    assert document["medians"]["strait"]["records_per_s"] == 1000
+    assert document["ratios"]["strait/mm2"]["records_per_s"] == 2.0
+    assert document["ratios"]["strait/limit"]["cpu_s_per_gb"] == 4.0
+    assert document["goals"] == {"throughput_at_least_mm2": True, "cpu_per_gb_at_most_mm2": True,
+                                 "p99_at_lowest_rate_within_2x_mm2": True}
+    text = report.markdown(document)
+    assert "| records/s | 1,000 | 500 | 2,000 | 2.00x | 0.50x |" in text
+    assert "| latency @5,000/s p99 (ms) | 30.00 | 20.00 | 5.00 | 1.50x | 6.00x |" in text
+    assert "| 48 | 2 | 1,500 |" in text
+    paths = report.write(document, tmp_path)
+    assert paths["plot"].read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
