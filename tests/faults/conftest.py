@@ -1,0 +1,104 @@
+"""Fixtures of the fault drills: the shared rig, service replicas, and the per-fault table at the end."""
+
+from __future__ import annotations
+
+import logging
+import time
+import uuid
+from collections.abc import Callable, Iterator
+from pathlib import Path
+
+import pytest
+
+from strait.lab.kafka import KafkaCluster, KafkaClusterSpec
+from strait.lab.redis import RedisServer
+from strait.lab.services import StraitProcess
+from tests.faults.drill import (
+    DRILL_TOPICS,
+    REPORT_PATH,
+    KeyedLoad,
+    Mode,
+    Rig,
+    format_report,
+    read_report,
+    start_all,
+    wait_copied,
+)
+
+log = logging.getLogger(__name__)
+_rig_started = pytest.StashKey[bool]()
+
+BROKER_OVERRIDES = {"min.insync.replicas": "2", "default.replication.factor": "3"}
+
+
+@pytest.fixture(scope="session")
+def mode() -> Mode:
+    """Short (default) or full (STRAIT_FAULTS=full)."""
+    return Mode.from_env()
+
+
+@pytest.fixture(scope="package")
+def rig(lab_root: Path, request: pytest.FixtureRequest) -> Iterator[Rig]:
+    """Clusters C and D (3 brokers each), a dedicated Redis, the config in Redis and the replicator."""
+    REPORT_PATH.unlink(missing_ok=True)
+    request.config.stash[_rig_started] = True
+    workdir = lab_root / f"faults-{uuid.uuid4().hex[:6]}"
+    clusters = [KafkaCluster(KafkaClusterSpec(alias, brokers=3, overrides={"log.retention.ms": "-1",
+                                                                           **BROKER_OVERRIDES}),
+                             workdir / f"kafka-{alias}") for alias in ("C", "D")]
+    redis = RedisServer(workdir / "redis")
+    rig: Rig | None = None
+    try:
+        for cluster in clusters:
+            cluster.launch()
+        for cluster in clusters:
+            cluster.wait_ready(180)
+        redis.start()
+        rig = Rig(clusters[0], clusters[1], redis, workdir, f"drill-{uuid.uuid4().hex[:6]}")
+        rig.topics = [rig.topic(name) for name in DRILL_TOPICS]
+        for topic in rig.topics:
+            rig.create_topic(topic)
+        rig.apply(rig.build_config(rig.topics))
+        rig.start_replicator()
+        _warm_up(rig)
+        yield rig
+    finally:
+        if rig is not None:
+            rig.stop()
+        redis.stop()
+        for cluster in clusters:  # SIGKILL: the rig's data is thrown away, a clean shutdown only costs time
+            for node in cluster.nodes:
+                node.kill()
+
+
+def _warm_up(rig: Rig) -> None:
+    """Wait until the replicator copies records, so no drill counts the first start-up of Spark."""
+    load = KeyedLoad(rig.source, rig.topic("warm-up"), 100).start()
+    time.sleep(1)
+    load.stop()
+    wait_copied(rig, load.topic, load.mark(), timeout=600)
+
+
+@pytest.fixture
+def replicas(rig: Rig) -> Iterator[Callable[..., list[StraitProcess]]]:
+    """Start service replicas side by side: ``replicas("heartbeat", "heartbeat")``; stopped after the test."""
+    started: list[StraitProcess] = []
+
+    def start(*components: str) -> list[StraitProcess]:
+        processes = [rig.service(component, len(started) + i) for i, component in enumerate(components)]
+        started.extend(processes)
+        start_all(processes)
+        return processes
+
+    yield start
+    for process in started:
+        process.kill()  # the drill is over; a graceful stop only costs time
+
+
+def pytest_terminal_summary(terminalreporter: pytest.TerminalReporter, config: pytest.Config) -> None:
+    """Print the per-fault table of this run (rows from .cache/fault-report.json)."""
+    rows = read_report() if config.stash.get(_rig_started, False) else []
+    if rows:
+        terminalreporter.section("strait fault drills")
+        terminalreporter.write_line(format_report(rows))
+        terminalreporter.write_line(f"(rows in {REPORT_PATH})")

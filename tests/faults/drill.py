@@ -1,0 +1,419 @@
+"""The fault-drill harness: a keyed load, the replication rig, recovery timing, verification, the report.
+
+A drill runs a continuous keyed load into a source topic of the rig (3-broker clusters C and D, a
+dedicated Redis, the replicator live-configured from Redis), injects a fault, measures the recovery
+time, stops the load, waits until the target has caught up and runs `strait verify` (``verify_flow``)
+on the drill's topic. Every drill appends one row to the fault report.
+
+Definitions used by every drill:
+
+* **recovery time**: from the moment the fault is injected until the target holds, on every
+  partition, a copy of the first record produced after that moment (replication moved past the
+  fault point; everything before it is then copied too, as copies are in order). Service drills
+  define it as the moment the service's job is done again by a surviving replica (see each drill).
+* **lost**: source records without a copy on the target (verify's missing + mismatched + unexpected
+  + pending after the final catch-up); must be 0.
+* **duplicates**: older copies left by at-least-once replays (verify's duplicates). A replay only
+  repeats the batch that was in flight when the fault hit, and that batch can only hold records
+  produced before recovery; batches are cut every trigger from the lag, so the in-flight batch
+  started at most :data:`BATCH_LEAD_SECONDS` before the fault on a running rig. The bound is the
+  number of records produced from that long before each injection until its recovery.
+"""
+
+from __future__ import annotations
+
+import bisect
+import json
+import logging
+import os
+import re
+import subprocess
+import sys
+import threading
+import time
+from collections.abc import Callable, Mapping
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+from typing import Any
+
+from confluent_kafka import Producer
+
+from strait.config import load_config
+from strait.lab.clients import create_topic
+from strait.lab.kafka import KafkaCluster
+from strait.lab.redis import RedisServer
+from strait.lab.services import StraitProcess
+from strait.paths import cache_dir
+from strait.verify import FlowParity, verify_flow
+from tests.integration.replicator_support import last_values, wait_for, write_config
+
+log = logging.getLogger(__name__)
+
+FLOW = "C->D"
+PARTITIONS = 3
+BATCH_LEAD_SECONDS = 20.0
+# Every drill's topic exists before the replicator starts, so no drill waits for a topic refresh.
+DRILL_TOPICS = ("warm-up", "replicator-sigkill", "services-sigkill", "redis-sigkill", "source-broker-sigkill",
+                "target-broker-sigkill", "broker-sigstop", "config-change")
+LEASE_TTL = 4.0
+REPORT_PATH = cache_dir() / "fault-report.json"
+librdkafka_log = logging.getLogger("strait.librdkafka")
+
+
+@dataclass(frozen=True)
+class Mode:
+    """How long and how often: short (`make test`) or full (``STRAIT_FAULTS=full``)."""
+
+    name: str
+    rate: int  # records per second of the load
+    warmup_seconds: float  # load before the first fault
+    between_seconds: float  # load between two injections and after the last one
+    injections: int  # faults injected per drill
+
+    @classmethod
+    def from_env(cls) -> Mode:
+        """The mode named by $STRAIT_FAULTS (``full``), short otherwise."""
+        if os.environ.get("STRAIT_FAULTS", "").lower() == "full":
+            return cls("full", rate=2000, warmup_seconds=10, between_seconds=15, injections=3)
+        return cls("short", rate=500, warmup_seconds=2, between_seconds=2, injections=1)
+
+
+@dataclass(frozen=True)
+class DrillResult:
+    """One row of the fault report."""
+
+    fault: str
+    mode: str
+    injections: int
+    recovery_s: float  # the slowest recovery of the drill's injections
+    produced: int
+    lost: int
+    duplicates: int
+    duplicate_bound: int
+    recoveries_s: tuple[float, ...] = ()
+    note: str = ""
+
+
+class KeyedLoad:
+    """A thread producing keyed records ``<partition>:<sequence>`` at a steady rate, idempotently.
+
+    The sequence of partition p runs 0, 1, 2, ... and equals the source offset (one idempotent
+    producer, no transactions), so the target's last value says how far each partition is copied.
+    """
+
+    def __init__(self, cluster: KafkaCluster, topic: str, rate: int) -> None:
+        self.topic = topic
+        self.rate = rate
+        self._producer = Producer({**cluster.client_config(), "linger.ms": 5, "enable.idempotence": True,
+                                   "logger": librdkafka_log})
+        self._sent_at: list[float] = []  # monotonic time of each produce call, in order
+        self._acked = [-1] * PARTITIONS
+        self._acked_count = 0
+        self._next = 0  # index of the next record to produce
+        self._errors: list[str] = []
+        self._lock = threading.Lock()
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._run, name=f"load-{topic}", daemon=True)
+
+    def start(self) -> KeyedLoad:
+        """Start producing; returns self."""
+        self._thread.start()
+        return self
+
+    def mark(self) -> dict[int, int]:
+        """The last acknowledged sequence of each partition (-1: none yet)."""
+        with self._lock:
+            return dict(enumerate(self._acked))
+
+    def next_mark(self) -> dict[int, int]:
+        """The sequence the next record produced will have on each partition (the first one after now)."""
+        n = self._next
+        return {p: (n + (p - n) % PARTITIONS) // PARTITIONS for p in range(PARTITIONS)}
+
+    def produced_between(self, start: float, end: float) -> int:
+        """Records produced between two monotonic times."""
+        sent = list(self._sent_at)
+        return bisect.bisect_right(sent, end) - bisect.bisect_left(sent, start)
+
+    def stop(self) -> int:
+        """Stop, wait for every delivery and return the number of acknowledged records."""
+        self._stop.set()
+        self._thread.join(120)
+        remaining = self._producer.flush(120)
+        assert remaining == 0 and not self._errors, \
+            f"load on {self.topic}: {remaining} undelivered, {self._errors[:3]}"
+        return self._acked_count
+
+    def abort(self) -> None:
+        """Stop producing without waiting or checking (a drill that failed)."""
+        self._stop.set()
+
+    def _on_delivery(self, err: Any, message: Any) -> None:
+        if err is not None:
+            self._errors.append(str(err))
+            return
+        sequence = int(message.value().split(b":")[1])
+        with self._lock:
+            self._acked[message.partition()] = max(self._acked[message.partition()], sequence)
+            self._acked_count += 1
+
+    def _run(self) -> None:
+        per_tick = max(1, self.rate // 10)
+        while not self._stop.is_set():
+            started = time.monotonic()
+            for _ in range(per_tick):
+                self._produce(self._next)
+                self._next += 1
+            self._producer.poll(0)
+            self._stop.wait(max(0.0, 0.1 - (time.monotonic() - started)))
+
+    def _produce(self, i: int) -> None:
+        partition, sequence = i % PARTITIONS, i // PARTITIONS
+        while True:
+            try:
+                self._producer.produce(self.topic, key=f"k{i % 997}".encode(),
+                                       value=f"{partition}:{sequence}".encode(), partition=partition,
+                                       headers=[("seq", str(i).encode())], on_delivery=self._on_delivery)
+                self._sent_at.append(time.monotonic())
+                return
+            except BufferError:
+                self._producer.poll(0.05)
+
+
+@dataclass
+class Rig:
+    """The replication rig shared by the drills; see the module docstring."""
+
+    source: KafkaCluster
+    target: KafkaCluster
+    redis: RedisServer
+    workdir: Path
+    prefix: str
+    topics: list[str] = field(default_factory=list)  # the flow's topics in the current configuration
+    config: dict[str, Any] = field(default_factory=dict)
+    replicator: StraitProcess | None = None
+    restarts: int = 0
+
+    @property
+    def config_path(self) -> Path:
+        """The YAML of the current configuration (what was applied last)."""
+        return self.workdir / "strait.yaml"
+
+    def topic(self, drill: str) -> str:
+        """The source topic of a drill."""
+        return f"{self.prefix}-{drill}"
+
+    def remote(self, topic: str) -> str:
+        """The topic's copy on the target."""
+        return f"{self.source.alias}.{topic}"
+
+    def group(self, drill: str) -> str:
+        """The consumer group of a drill (matched by the flow's groups)."""
+        return f"{self.prefix}-{drill}-g"
+
+    def build_config(self, topics: list[str], rate_limit: float | None = None) -> dict[str, Any]:
+        """The configuration: one flow C->D over ``topics`` with fast schedules for the drills."""
+        flow: dict[str, Any] = {
+            "source": self.source.alias, "target": self.target.alias,
+            "topics": {"include": [re.escape(t) for t in topics]},
+            "groups": {"include": [rf"{re.escape(self.prefix)}-.*"]},
+            "replication_factor": 3,
+            "refresh_topics": {"enabled": True, "interval_seconds": 3},
+            "refresh_groups": {"enabled": True, "interval_seconds": 2},
+            "sync_topic_configs": {"enabled": True, "interval_seconds": 1},
+            "emit_heartbeats": {"enabled": True, "interval_seconds": 1},
+            "emit_checkpoints": {"enabled": True, "interval_seconds": 1},
+        }
+        if rate_limit is not None:
+            flow["rate_limit_records_per_second"] = rate_limit
+        return {
+            "clusters": {self.source.alias: {"bootstrap_servers": self.source.bootstrap_servers},
+                         self.target.alias: {"bootstrap_servers": self.target.bootstrap_servers}},
+            "redis_url": self.redis.url,
+            "flows": [flow],
+        }
+
+    def apply(self, config: dict[str, Any]) -> None:
+        """`strait config apply` a new configuration version into the rig's Redis."""
+        self.config = config
+        write_config(self.config_path, config)
+        result = subprocess.run([sys.executable, "-m", "strait.cli", "config", "apply", str(self.config_path),
+                                 "--redis-url", self.redis.url], capture_output=True, text=True, timeout=120)
+        assert result.returncode == 0, f"strait config apply failed: {result.stdout}{result.stderr}"
+
+    def create_topic(self, topic: str) -> None:
+        """A source topic of 3 partitions, replication factor 3, min.insync.replicas 2."""
+        create_topic(self.source.admin(), topic, partitions=PARTITIONS, replication_factor=3,
+                     config={"min.insync.replicas": "2", "retention.ms": "-1"})
+
+    def start_replicator(self) -> StraitProcess:
+        """Start (or start again) the replicator, live from Redis, on the rig's state folder."""
+        process = StraitProcess("replicator", ["--redis-url", self.redis.url, "--state-dir",
+                                               str(self.workdir / "state")],
+                                self.workdir, name=f"replicator-{self.restarts}")
+        self.restarts += 1
+        self.replicator = process
+        process.start(timeout=240)
+        return process
+
+    def service(self, component: str, index: int) -> StraitProcess:
+        """A replica of configsync, heartbeat or checkpoint, from the config file, coordinated in Redis."""
+        return StraitProcess(component, ["--config", str(self.config_path), "--lease-ttl", str(LEASE_TTL)],
+                             self.workdir, name=f"{component}-{index}-{time.monotonic_ns()}")
+
+    def stop(self) -> None:
+        """Stop the replicator (SIGKILL: the rig's state is thrown away, a graceful stop only costs time)."""
+        if self.replicator is not None:
+            self.replicator.kill()
+
+
+def start_all(processes: list[StraitProcess], timeout: float = 180.0) -> None:
+    """Start processes side by side, then wait until each serves /metrics."""
+    for process in processes:
+        process.process.start()
+    for process in processes:
+        process.process.wait_until(lambda p=process: bool(p.scrape_text()), timeout, "/metrics")
+
+
+def copied_up_to(rig: Rig, topic: str, mark: Mapping[int, int]) -> bool:
+    """Whether every partition's copy holds (at its end) the sequence ``mark`` has for it, or later."""
+    wanted = {p: s for p, s in mark.items() if s >= 0}
+    if not wanted:
+        return True
+    tails = last_values(rig.target, rig.remote(topic))
+    return all(_sequence(tails.get(p)) >= s for p, s in wanted.items())
+
+
+def _sequence(value: bytes | None) -> int:
+    """The sequence in a load record's value (-1 for none)."""
+    return int(value.split(b":")[1]) if value else -1
+
+
+def wait_copied(rig: Rig, topic: str, mark: Mapping[int, int], timeout: float = 300.0) -> float:
+    """Wait until :func:`copied_up_to`; returns the moment (monotonic) it was seen."""
+    wait_for(lambda: copied_up_to(rig, topic, mark), timeout,
+             f"{rig.remote(topic)} copied up to {dict(mark)}", interval=0.5)
+    return time.monotonic()
+
+
+def verify(rig: Rig, topic: str, timeout: float = 180.0) -> FlowParity:
+    """`strait verify` of the drill's topic once the offset syncs caught up (nothing pending)."""
+    config = load_config(rig.config_path)
+    flow = config.flow(FLOW)
+
+    def settled() -> FlowParity | None:
+        parity = verify_flow(config, flow, [topic], timeout=15)
+        return parity if parity.partitions and not parity.total("pending") else None
+
+    return wait_for(settled, timeout, f"offset syncs of {topic} to catch up", interval=2.0)
+
+
+def lost(parity: FlowParity) -> int:
+    """Source records without an equal newest copy on the target."""
+    return sum(parity.total(name) for name in ("missing", "mismatched", "unexpected", "pending"))
+
+
+@dataclass
+class Drill:
+    """One drill's load and measurements: ``inject()`` the fault, ``recovered()``, then ``finish()``."""
+
+    rig: Rig
+    name: str
+    mode: Mode
+    topic: str
+    load: KeyedLoad
+    recoveries: list[float] = field(default_factory=list)
+    bound: int = 0
+    _injected_at: float = 0.0
+    _mark: dict[int, int] = field(default_factory=dict)
+
+    @classmethod
+    def begin(cls, rig: Rig, name: str, mode: Mode, topic: str | None = None) -> Drill:
+        """Start the load on the drill's topic and wait until replication is flowing."""
+        topic = topic or rig.topic(name)
+        load = KeyedLoad(rig.source, topic, mode.rate).start()
+        drill = cls(rig, name, mode, topic, load)
+        time.sleep(mode.warmup_seconds)
+        wait_for(lambda: min(load.mark().values()) >= 0, 120, f"the load on {topic} acknowledged")
+        wait_copied(rig, topic, load.mark(), timeout=300)
+        log.info("drill=%s load flowing topic=%s", name, topic)
+        return drill
+
+    def inject(self, action: Callable[[], None]) -> None:
+        """Note the fault point (the first record produced after it, per partition) and run ``action``."""
+        self._mark = self.load.next_mark()
+        self._injected_at = time.monotonic()
+        log.info("drill=%s injecting fault mark=%s", self.name, self._mark)
+        action()
+
+    def wait_caught_up(self) -> float:
+        """Wait until the target caught up with the fault point; returns when (monotonic)."""
+        return wait_copied(self.rig, self.topic, self._mark)
+
+    def recovered(self, at: float | None = None, replays_end_at_fault: bool = False) -> float:
+        """Wait until the target caught up with the fault point (or take ``at``); returns the recovery time.
+
+        ``replays_end_at_fault``: the fault ended the process that wrote (a replicator kill), so a
+        replay can only repeat records produced before the fault; otherwise a batch retried during
+        the fault (a broker failing a write) may hold anything produced until the recovery.
+        """
+        at = at if at is not None else self.wait_caught_up()
+        recovery = at - self._injected_at
+        self.recoveries.append(recovery)
+        window_end = self._injected_at if replays_end_at_fault else at
+        self.bound += self.load.produced_between(self._injected_at - BATCH_LEAD_SECONDS, window_end)
+        log.info("drill=%s recovered after %.1fs", self.name, recovery)
+        return recovery
+
+    def finish(self, note: str = "", report: bool = True) -> DrillResult:
+        """Stop the load, wait for the final catch-up, verify and (``report``) record the drill's row."""
+        time.sleep(self.mode.between_seconds)
+        produced = self.load.stop()
+        wait_copied(self.rig, self.topic, self.load.mark())
+        parity = verify(self.rig, self.topic)
+        result = DrillResult(self.name, self.mode.name, len(self.recoveries),
+                             round(max(self.recoveries, default=0), 1), produced, lost(parity),
+                             parity.total("duplicates"), self.bound,
+                             tuple(round(r, 1) for r in self.recoveries), note)
+        if report:
+            record(result)
+        checked = parity.total("source_records")
+        assert checked == produced, f"verify checked {checked} of {produced} produced records"
+        assert result.lost == 0, f"{self.name}: {result.lost} records lost: {parity}"
+        assert result.duplicates <= result.duplicate_bound, \
+            f"{self.name}: {result.duplicates} duplicates exceed the at-least-once bound " \
+            f"{result.duplicate_bound}"
+        return result
+
+    def abort(self) -> None:
+        """Stop the load without checks (a drill that failed early)."""
+        self.load.abort()
+
+
+def record(result: DrillResult) -> None:
+    """Append a row to the fault report (``.cache/fault-report.json``)."""
+    rows = read_report()
+    rows.append(asdict(result))
+    REPORT_PATH.parent.mkdir(parents=True, exist_ok=True)
+    REPORT_PATH.write_text(json.dumps(rows, indent=2))
+    log.info("fault report row %s", result)
+
+
+def read_report() -> list[dict[str, Any]]:
+    """The rows of the fault report so far."""
+    try:
+        return list(json.loads(REPORT_PATH.read_text()))
+    except (FileNotFoundError, ValueError):
+        return []
+
+
+def format_report(rows: list[dict[str, Any]]) -> str:
+    """The report as a fixed-width table."""
+    header = f"{'fault':<34} {'mode':<5} {'inj':>3} {'recovery_s':>10} {'produced':>9} {'lost':>5} " \
+             f"{'duplicates':>10} {'dup_bound':>9}"
+    lines = [header, "-" * len(header)]
+    for row in rows:
+        lines.append(f"{row['fault']:<34} {row['mode']:<5} {row['injections']:>3} {row['recovery_s']:>10.1f} "
+                     f"{row['produced']:>9} {row['lost']:>5} {row['duplicates']:>10} "
+                     f"{row['duplicate_bound']:>9}")
+    return "\n".join(lines)

@@ -1,0 +1,96 @@
+"""Data-plane drills under keyed load: the replicator SIGKILLed, a source or target broker SIGKILLed,
+a broker frozen (SIGSTOP) past the broker session timeout. Each ends with `strait verify`: nothing
+lost, duplicates within the at-least-once bound (see tests/faults/drill.py)."""
+
+from __future__ import annotations
+
+import os
+import signal
+import threading
+import time
+
+import pytest
+
+from strait.lab.kafka import KafkaCluster
+from tests.faults.drill import Drill, Mode, Rig
+
+pytestmark = [pytest.mark.faults, pytest.mark.slow]
+
+BROKER_SESSION_TIMEOUT_S = 9.0  # Kafka's broker.session.timeout.ms default
+FREEZE_S = BROKER_SESSION_TIMEOUT_S + 6.0
+
+
+def _leader_index(cluster: KafkaCluster, topic: str, partition: int = 0) -> int:
+    """The node index (0-based) of the broker leading a partition."""
+    metadata = cluster.admin().list_topics(topic, timeout=30).topics[topic]
+    return metadata.partitions[partition].leader - 1
+
+
+def test_replicator_sigkill(rig: Rig, mode: Mode) -> None:
+    """SIGKILL the replicator mid-stream and start it again: it resumes from its checkpoint.
+
+    Recovery: from the kill until the target holds a record produced after the kill on every
+    partition (it includes the new process's start-up).
+    """
+    drill = Drill.begin(rig, "replicator-sigkill", mode)
+    try:
+        for _ in range(mode.injections):
+            assert rig.replicator is not None
+            drill.inject(rig.replicator.kill)
+            rig.start_replicator()
+            drill.recovered(replays_end_at_fault=True)
+            time.sleep(mode.between_seconds)
+        drill.finish()
+    finally:
+        drill.abort()
+
+
+@pytest.mark.parametrize("side", ["source", "target"])
+def test_broker_sigkill(rig: Rig, mode: Mode, side: str) -> None:
+    """SIGKILL the broker leading partition 0 (source topic, or its copy on the target); restart it after.
+
+    Replication factor 3 and min.insync.replicas 2 keep every partition writable on two brokers.
+    Recovery: from the kill until the target holds a record produced after the kill on every
+    partition, measured while the broker is still down.
+    """
+    drill = Drill.begin(rig, f"{side}-broker-sigkill", mode)
+    cluster = rig.source if side == "source" else rig.target
+    topic = drill.topic if side == "source" else rig.remote(drill.topic)
+    try:
+        for _ in range(mode.injections):
+            victim = _leader_index(cluster, topic)
+            drill.inject(cluster.nodes[victim].kill)
+            drill.recovered()
+            cluster.restart_node(victim, timeout=180)
+            time.sleep(mode.between_seconds)
+        drill.finish()
+    finally:
+        drill.abort()
+
+
+def test_broker_sigstop_past_session_timeout(rig: Rig, mode: Mode) -> None:
+    """Freeze (SIGSTOP) the source broker leading partition 0 past the broker session timeout, then SIGCONT.
+
+    The frozen broker is fenced by the controllers and its partitions move; when it runs again it
+    rejoins. Recovery: from the SIGSTOP until the target holds a record produced after it on every
+    partition (measured while the broker may still be frozen).
+    """
+    drill = Drill.begin(rig, "broker-sigstop", mode)
+    try:
+        for _ in range(mode.injections):
+            node = rig.source.nodes[_leader_index(rig.source, drill.topic)]
+            assert node.pid is not None
+            thaw = threading.Timer(FREEZE_S, os.kill, (node.pid, signal.SIGCONT))
+            try:
+                drill.inject(lambda: os.kill(node.pid, signal.SIGSTOP))  # type: ignore[arg-type]
+                thaw.start()
+                drill.recovered()
+                thaw.join()
+            finally:
+                thaw.cancel()
+                os.kill(node.pid, signal.SIGCONT)
+            rig.source.wait_ready(180)
+            time.sleep(mode.between_seconds)
+        drill.finish(note=f"frozen {FREEZE_S:.0f}s")
+    finally:
+        drill.abort()

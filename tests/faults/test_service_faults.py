@@ -1,0 +1,229 @@
+"""Control-plane drills under keyed load: the replica of each service (configsync, heartbeat,
+checkpoint) doing the flow's work SIGKILLed, with a second replica taking over; Redis SIGKILLed and
+restarted. The data plane is verified after each (nothing lost, duplicates within the bound)."""
+
+from __future__ import annotations
+
+import random
+import time
+from collections.abc import Callable
+
+import pytest
+import redis
+from confluent_kafka import Consumer, TopicPartition
+from confluent_kafka.admin import AlterConfigOpType, ConfigEntry, ConfigResource, ResourceType
+
+from strait.coord.leases import Leases
+from strait.coord.membership import Membership
+from strait.lab.clients import consume_all
+from strait.lab.services import StraitProcess
+from strait.records import Checkpoint, Heartbeat, RecordFormatError
+from tests.faults.drill import FLOW, LEASE_TTL, PARTITIONS, Drill, DrillResult, Mode, Rig, record
+from tests.integration.replicator_support import last_values, wait_for
+from tests.integration.test_checkpoint_support import commit_offsets
+
+pytestmark = [pytest.mark.faults, pytest.mark.slow]
+
+SERVICES = ("configsync", "heartbeat", "checkpoint")
+
+
+def _holder(client: redis.Redis, service: str, replicas: list[StraitProcess]) -> StraitProcess | None:
+    """The live replica holding the flow's lease of ``service`` in Redis."""
+    owner = Leases(client).owner(f"{service}:{FLOW}")
+    if owner is None:
+        return None
+    ports = {m.id: m.metadata.get("metrics_port") for m in Membership(client).live_members(service)}
+    port = ports.get(owner.holder)
+    return next((r for r in replicas if r.process.alive() and str(r.metrics_port) == port), None)
+
+
+def _latest_heartbeat_ms(rig: Rig) -> int:
+    """The newest heartbeat of the flow in the source's heartbeats topic (0: none yet)."""
+    try:
+        records = consume_all(rig.source.client_config(), "heartbeats", [0], timeout=20)
+    except Exception:  # not created yet
+        return 0
+    newest = 0
+    for r in records:
+        try:
+            heartbeat = Heartbeat.from_record(r.key, r.value)
+        except RecordFormatError:
+            continue
+        if (heartbeat.source_alias, heartbeat.target_alias) == (rig.source.alias, rig.target.alias):
+            newest = max(newest, heartbeat.timestamp_ms)
+    return newest
+
+
+def _checkpoints(rig: Rig, group: str) -> dict[int, tuple[int, int]]:
+    """The newest checkpoint of each partition of ``group``: (upstream, downstream)."""
+    latest: dict[int, tuple[int, int]] = {}
+    try:
+        records = consume_all(rig.target.client_config(), f"{rig.source.alias}.checkpoints.internal",
+                              timeout=20)
+    except Exception:  # not created yet
+        return latest
+    for r in sorted(records, key=lambda r: r.offset or 0):
+        checkpoint = Checkpoint.from_record(r.key, r.value)
+        if checkpoint.group == group:
+            latest[checkpoint.partition] = (checkpoint.upstream_offset, checkpoint.downstream_offset)
+    return latest
+
+
+def _value_at(rig: Rig, topic: str, partition: int, offset: int) -> bytes | None:
+    """The value of one target record."""
+    consumer = Consumer({**rig.target.client_config(), "group.id": "strait-drill-peek",
+                         "enable.auto.commit": False})
+    try:
+        consumer.assign([TopicPartition(topic, partition, offset)])
+        message = consumer.poll(20)
+        assert message is not None and not message.error(), f"no record at {topic}[{partition}]@{offset}"
+        assert message.offset() == offset, f"{topic}[{partition}]: asked for {offset}, got {message.offset()}"
+        return message.value()
+    finally:
+        consumer.close()
+
+
+def _topic_config(rig: Rig, admin_of: str, topic: str, name: str) -> str | None:
+    cluster = rig.source if admin_of == "source" else rig.target
+    resource = ConfigResource(ResourceType.TOPIC, topic)
+    admin = cluster.admin()  # must outlive its futures
+    entries = admin.describe_configs([resource])[resource].result(timeout=30)
+    return entries[name].value if name in entries else None
+
+
+def _set_retention(rig: Rig, topic: str, value: int) -> None:
+    resource = ConfigResource(ResourceType.TOPIC, topic, incremental_configs=[
+        ConfigEntry("retention.ms", str(value), incremental_operation=AlterConfigOpType.SET)])
+    admin = rig.source.admin()  # must outlive its futures
+    admin.incremental_alter_configs([resource])[resource].result(timeout=30)
+
+
+class _ServiceJob:
+    """One service's job in the drill: a change to make and the condition that it was done."""
+
+    def __init__(self, rig: Rig, drill: Drill, service: str, seed: int) -> None:
+        self.rig, self.drill, self.service = rig, drill, service
+        self.retention = 10**12 + seed
+        self.since_ms = 0
+        self.upstream: dict[int, int] = {}
+
+    def request(self) -> None:
+        """Ask for new work: a config to sync, offsets to checkpoint, a heartbeat after now."""
+        self.since_ms = int(time.time() * 1000)
+        if self.service == "configsync":
+            self.retention += 1
+            _set_retention(self.rig, self.drill.topic, self.retention)
+        elif self.service == "checkpoint":
+            tails = last_values(self.rig.target, self.rig.remote(self.drill.topic))
+            self.upstream = {p: int((tails[p] or b"").split(b":")[1]) for p in range(PARTITIONS)}
+            commit_offsets(self.rig.source, self.rig.group("services-sigkill"),
+                           [TopicPartition(self.drill.topic, p, o) for p, o in self.upstream.items()])
+
+    def done(self) -> bool:
+        """Whether the requested work shows on the clusters."""
+        if self.service == "configsync":
+            value = _topic_config(self.rig, "target", self.rig.remote(self.drill.topic), "retention.ms")
+            return value == str(self.retention)
+        if self.service == "heartbeat":
+            return _latest_heartbeat_ms(self.rig) > self.since_ms
+        checkpoints = _checkpoints(self.rig, self.rig.group("services-sigkill"))
+        return all(checkpoints.get(p, (-1, -1))[0] == o for p, o in self.upstream.items())
+
+    def check_exact(self) -> None:
+        """Checkpoints point at the copy of the committed record itself."""
+        checkpoints = _checkpoints(self.rig, self.rig.group("services-sigkill"))
+        for p, upstream in self.upstream.items():
+            downstream = checkpoints[p][1]
+            value = _value_at(self.rig, self.rig.remote(self.drill.topic), p, downstream)
+            assert value == f"{p}:{upstream}".encode(), \
+                f"checkpoint of partition {p}: upstream {upstream} -> downstream {downstream} holds {value!r}"
+
+
+def test_service_replica_sigkill(rig: Rig, mode: Mode, replicas: Callable[..., list[StraitProcess]]) -> None:
+    """Two replicas of each service; SIGKILL the replica holding the flow (all three services at once).
+
+    Recovery per service: from the kill until work requested right after it is done by the
+    survivor: a changed topic config on the target (configsync), a heartbeat newer than the kill
+    (heartbeat), checkpoints of freshly committed group offsets (checkpoint), which must be exact.
+    """
+    client = rig.redis.client()
+    drill = Drill.begin(rig, "services-sigkill", mode)
+    try:
+        started = replicas(*[s for s in SERVICES for _ in range(2)])
+        group = {s: [r for r in started if r.component == s] for s in SERVICES}
+        jobs = {s: _ServiceJob(rig, drill, s, random.randrange(10**6)) for s in SERVICES}
+        for service, job in jobs.items():
+            job.request()
+            wait_for(job.done, 240, f"{service} doing its job before the fault", interval=1.0)
+        times: dict[str, list[float]] = {s: [] for s in SERVICES}
+        for injection in range(mode.injections):
+            holders = {s: wait_for(lambda s=s: _holder(client, s, group[s]), 60, f"the {s} holder")
+                       for s in SERVICES}
+            killed = time.monotonic()
+            for holder in holders.values():
+                holder.kill()
+            for service, job in jobs.items():
+                job.request()
+            _wait_each(jobs, killed, times)
+            jobs["checkpoint"].check_exact()
+            if injection + 1 < mode.injections:  # the killed replicas come back as the new standbys
+                fresh = replicas(*SERVICES)
+                group = {s: [r for r in group[s] if r.process.alive()] + fresh[i:i + 1]
+                         for i, s in enumerate(SERVICES)}
+            time.sleep(mode.between_seconds)
+        data = drill.finish(report=False)
+        for service in SERVICES:
+            record(DrillResult(f"{service} replica sigkill", mode.name, len(times[service]),
+                               round(max(times[service]), 1), data.produced, data.lost, data.duplicates,
+                               data.duplicate_bound, tuple(round(t, 1) for t in times[service]),
+                               "recovery: the survivor did the job"))
+    finally:
+        drill.abort()
+
+
+def _wait_each(jobs: dict[str, _ServiceJob], since: float, times: dict[str, list[float]]) -> None:
+    """Poll every job until done; note each one's time since ``since``."""
+    pending = dict(jobs)
+    deadline = since + 240
+    while pending and time.monotonic() < deadline:
+        for service, job in list(pending.items()):
+            if job.done():
+                times[service].append(time.monotonic() - since)
+                del pending[service]
+        time.sleep(0.5)
+    assert not pending, f"not taken over within 240s: {sorted(pending)} (lease TTL {LEASE_TTL}s)"
+
+
+def test_redis_sigkill(rig: Rig, mode: Mode, replicas: Callable[..., list[StraitProcess]]) -> None:
+    """SIGKILL Redis, start it again (empty: the lab Redis keeps no data) and apply the config again.
+
+    The replicator keeps replicating on its last configuration and the heartbeat replica registers
+    and takes its lease again in the new Redis. Recovery: from the kill until the target holds a
+    record produced after the kill on every partition and a heartbeat was emitted under the new lease.
+    """
+    heartbeat = replicas("heartbeat")[0]
+    drill = Drill.begin(rig, "redis-sigkill", mode)
+    try:
+        wait_for(lambda: _latest_heartbeat_ms(rig) > 0, 120, "heartbeats before the fault")
+        for _ in range(mode.injections):
+            assert rig.redis.process is not None
+            drill.inject(rig.redis.process.kill)
+            time.sleep(2)
+            rig.redis.start()
+            restarted_ms = int(time.time() * 1000)
+            rig.apply(rig.config)
+            copied_at = drill.wait_caught_up()
+            client = rig.redis.client()
+            wait_for(lambda: _holder(client, "heartbeat", [heartbeat]), 120,
+                     "the heartbeat lease taken again", interval=0.5)
+            leased_ms = int(time.time() * 1000)
+            wait_for(lambda: _latest_heartbeat_ms(rig) > max(restarted_ms, leased_ms), 120,
+                     "a heartbeat under the new lease", interval=0.5)
+            drill.recovered(at=max(copied_at, time.monotonic()))
+            assert rig.replicator is not None and rig.replicator.process.alive(), \
+                "the replicator died with Redis"
+            assert heartbeat.process.alive(), "the heartbeat replica died with Redis"
+            time.sleep(mode.between_seconds)
+        drill.finish(note="redis restarted empty, config re-applied")
+    finally:
+        drill.abort()
