@@ -34,6 +34,7 @@ log = logging.getLogger(__name__)
 librdkafka_log = logging.getLogger("strait.librdkafka")
 
 MAX_BACKOFF = 60.0
+
 # A rate limit is records per trigger; with triggers at least this far apart, batches (which take
 # a few hundred milliseconds) finish before the next trigger and the limit holds as a rate.
 RATE_LIMITED_TRIGGER_SECONDS = 1.0
@@ -134,7 +135,7 @@ class FlowRunner:
         try:
             plan = self.make_plan(config, flow)
         except Exception as exc:  # an unreachable cluster must not stop the other flows
-            self._fail("discovery", str(exc))
+            self._fail("discovery", f"{type(exc).__name__}: {exc}")  # some timeouts carry no text
             return
         metrics.TOPICS_REPLICATED.labels(flow=self.flow_name).set(len(plan.topics))
         self._report_vanished(plan)
@@ -434,7 +435,11 @@ def _write_batch(batch: DataFrame, batch_id: int, flow: str, writer: WriterSetti
     if stopping.is_set():
         raise StopRequested(f"flow {flow}: batch {batch_id} not started, the query is stopping")
     started = time.monotonic()
-    rows = batch.mapInArrow(partial(copy_partition, settings=writer), SUMMARY_SCHEMA).collect()
+    # One task per core instead of one per Kafka partition: each task costs a Python hand-off and two
+    # acknowledgement round trips (records, then syncs), whatever its size. The writer keeps each
+    # partition's records in order and syncs them per partition, so merging partitions is safe.
+    tasks = batch.sparkSession.sparkContext.defaultParallelism
+    rows = batch.coalesce(tasks).mapInArrow(partial(copy_partition, settings=writer), SUMMARY_SCHEMA).collect()
     _account_rows(flow, rows)
     if losses is not None:
         skipped = _check_losses(losses, batch_id, rows)
