@@ -151,7 +151,7 @@ class FlowSupervisor:
         self._member = MemberKeeper(membership, options.service, self.member_id, options.lease_ttl,
                                     {"host": socket.gethostname(), "pid": str(os.getpid()),
                                      "metrics_port": str(metrics_port)})
-        self._tracker = ShareTracker(membership, options.service, self.member_id)
+        self._tracker = ShareTracker(membership, options.service, self.member_id, holders=self._flow_holders)
         self._wanted, self._make_worker = wanted, make_worker
         self._workers: dict[str, FlowWorker] = {}
         self._stopping: list[FlowWorker] = []
@@ -161,6 +161,11 @@ class FlowSupervisor:
     def lease_name(self, flow: str) -> str:
         """The lease a replica holds while working on ``flow``."""
         return f"{self.options.service}:{flow}"
+
+    def _flow_holders(self, flows: frozenset[str]) -> dict[str, str]:
+        """Which replica works on each flow now, by the flows' leases: it keeps the assignment sticky."""
+        by_lease = {self.lease_name(flow): flow for flow in flows}
+        return {by_lease[name]: holder for name, holder in self.leases.holders(by_lease).items()}
 
     def step(self) -> None:
         """One pass: follow the share, take and give back leases, pass on new configurations."""

@@ -140,3 +140,65 @@ def test_items_change_moves_little(count: int) -> None:
     before, after = assign(items, members), assign([*items, "new-topic"], members)
     # The new item lands somewhere; at most the spills around it move besides.
     assert len(moved(before, after)) <= 1 + len(off_home(before)) + len(off_home(after))
+
+
+# --- stickiness: the current holders keep their items ---------------------------------------------
+
+
+holder_maps = st.dictionaries(names, names, max_size=40)
+
+
+@given(item_sets, member_sets, holder_maps)
+@settings(max_examples=300, deadline=None)
+def test_any_holders_still_give_a_balanced_partition(items: set[str], members: set[str],
+                                                     holders: dict[str, str]) -> None:
+    result = assign(items, members, holders)
+    assert set(result) == members
+    assert sorted(item for held in result.values() for item in held) == sorted(items)
+    loads = [len(held) for held in result.values()]
+    assert max(loads) - min(loads) <= 1
+
+
+@given(item_sets, member_sets, holder_maps)
+@settings(max_examples=300, deadline=None)
+def test_the_assignment_is_a_fixed_point_once_held(items: set[str], members: set[str],
+                                                   holders: dict[str, str]) -> None:
+    """Once every member holds what it was given, nobody computes a move."""
+    settled = assign(items, members, holders)
+    assert assign(items, members, owners(settled)) == settled
+
+
+@given(item_sets, member_sets, names)
+@settings(max_examples=300, deadline=None)
+def test_a_leaver_moves_only_its_own_items(items: set[str], members: set[str], x: str) -> None:
+    larger, smaller = members | {x}, members - {x}
+    if not smaller:
+        return
+    before = assign(items, larger)
+    after = assign(items, smaller, owners(before))  # x's leases are gone or ignored: it is not live
+    assert moved(before, after) == set(before[x])
+
+
+@given(item_sets, member_sets, names)
+@settings(max_examples=300, deadline=None)
+def test_a_joiner_only_takes_items_and_only_what_its_quota_needs(items: set[str], members: set[str],
+                                                                 x: str) -> None:
+    smaller = members - {x}
+    if not smaller:
+        return
+    before = assign(items, smaller)
+    after = assign(items, smaller | {x}, owners(before))
+    assert moved(before, after) == set(after[x])
+    assert len(after[x]) == len(items) // (len(smaller) + 1)
+
+
+def test_three_flows_over_three_replicas_a_killed_holder_moves_only_its_flow() -> None:
+    """The configsync/heartbeat/checkpoint case: survivors never give up a flow they hold."""
+    flows = ["A1->B", "A2->B", "A3->B"]
+    rnd = random.Random(7)
+    for _ in range(500):
+        replicas = [f"host-{rnd.randrange(10**6)}-{rnd.randrange(16**6):06x}" for _ in range(3)]
+        before = owners(assign(flows, replicas))
+        victim = before["A2->B"]
+        after = owners(assign(flows, [r for r in replicas if r != victim], before))
+        assert {f: after[f] for f in flows if f != "A2->B"} == {f: before[f] for f in flows if f != "A2->B"}

@@ -34,7 +34,7 @@ import logging
 import math
 import threading
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterable
 import redis
 
 from strait.coord.redis_client import LUA_PRELUDE, CoordinationError, redis_errors, text
@@ -227,6 +227,16 @@ class Leases:
         if holder is None or token is None:
             return None
         return LeaseOwner(text(holder), int(token), max(pttl, 0) / 1000)
+
+    def holders(self, names: Iterable[str]) -> dict[str, str]:
+        """Who holds each named lease now (name -> holder), in one round trip; free ones are left out."""
+        names = list(names)
+        with redis_errors(self._client, f"read {len(names)} leases"):
+            pipe = self._client.pipeline(transaction=False)
+            for name in names:
+                pipe.hget(self._key(name), "holder")
+            replies = pipe.execute()
+        return {name: text(holder) for name, holder in zip(names, replies, strict=True) if holder is not None}
 
     def check(self, lease: Lease) -> None:
         """Raise :class:`LeaseLostError` unless the local deadline is ahead and Redis agrees."""
