@@ -10,6 +10,7 @@ import logging
 import os
 import signal
 import threading
+import time
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
@@ -57,17 +58,50 @@ def follow_config(feed: ConfigFeed, config_file: Path | None, client: redis.Redi
     return watch_config(client, feed.set, poll_interval=2.0, namespace=namespace, after_version=version)
 
 
+STOP_GRACE_SECONDS = 40.0  # under the lab's 60 s: the process ends by itself before it is killed
+END_GRACE_SECONDS = 5.0  # for threads left running once the body ended
+
+
 def run_service(service: str, metrics_port: int, body: Callable[[threading.Event, int], None]) -> int:
-    """Serve /metrics, then run ``body(stop, metrics_port)`` until SIGINT or SIGTERM sets ``stop``."""
+    """Serve /metrics, then run ``body(stop, metrics_port)`` until SIGINT or SIGTERM sets ``stop``.
+
+    The process always ends: a stop signal gives it ``STRAIT_STOP_GRACE_SECONDS`` (default 40) to
+    finish its work, and once the body returned or failed the interpreter gets a few seconds to shut
+    down. So a thread that would not end (py4j's, when Spark's JVM died under it) cannot keep a
+    dead service running, where no supervisor would restart it.
+    """
     stop = threading.Event()
+    grace = float(os.environ.get("STRAIT_STOP_GRACE_SECONDS", STOP_GRACE_SECONDS))
+
+    def on_signal(signum: int, _frame: object) -> None:
+        if not stop.is_set():
+            _exit_after(service, grace, f"signal {signal.Signals(signum).name}", code=0)
+        stop.set()
+
     for sig in (signal.SIGINT, signal.SIGTERM):
-        signal.signal(sig, lambda *_: stop.set())
+        signal.signal(sig, on_signal)
     # In containers Prometheus scrapes from another host: STRAIT_METRICS_ADDR=0.0.0.0 there.
     port = serve_metrics(metrics_port, addr=os.environ.get("STRAIT_METRICS_ADDR", "127.0.0.1"))
     print(f"{service} metrics on http://127.0.0.1:{port}/metrics", flush=True)
     SERVICE_UP.labels(service=service).set(1)
+    failed = True
     try:
         body(stop, port)
+        failed = False
     finally:
         SERVICE_UP.labels(service=service).set(0)
+        _exit_after(service, END_GRACE_SECONDS, "a fatal error" if failed else "its work ended", code=int(failed))
     return 0
+
+
+def _exit_after(service: str, seconds: float, cause: str, code: int) -> None:
+    """End the process ``seconds`` from now unless it has ended by itself."""
+
+    def watchdog() -> None:
+        time.sleep(seconds)
+        log.error("service=%s still running %.0fs after %s: exiting now", service, seconds, cause)
+        for handler in logging.getLogger().handlers:
+            handler.flush()
+        os._exit(code)
+
+    threading.Thread(target=watchdog, name="exit-watchdog", daemon=True).start()
