@@ -27,6 +27,11 @@ Pure rendezvous hashing with quotas is not sticky: balancing can move an item be
 surviving members (measured: 3 flows over 3 members, one killed, moved a survivor's flow in
 about 30 % of cases). Holders come from the work items' leases, so the answer converges to the
 current ownership and stays there.
+
+:class:`ShareTracker` is the runtime side: it recomputes the caller's share whenever the group's
+membership, the item set or the holders change. Replicas read Redis at slightly different moments,
+so during a re-balance two members may briefly both think they own an item; work that must not
+overlap is additionally protected by a lease.
 """
 
 from __future__ import annotations
@@ -87,7 +92,7 @@ def assign(
         owned[member] = {item for _, _, item in ranked[: quotas[member]]}
         spilled.extend(item for _, _, item in ranked[quotas[member] :])
     _place(spilled, owned, quotas)
-    return {member: frozenset(items_) for member, items_ in owned.items()}
+    return {member: frozenset(owned_items) for member, owned_items in owned.items()}
 
 
 def _quotas(candidates: dict[str, list[tuple[bool, int, str]]]) -> dict[str, int]:
