@@ -193,9 +193,10 @@ def overview() -> Dashboard:
                       unit="s", width=6, height=5, thresholds=((60, "orange"), (600, "red")),
                       description="Time to copy the current lag at the current rate (large when nothing moves)."),
                 Panel("Groups synced", "stat",
-                      (Query(f"max by (flow) (strait_groups_synced{{{FLOW}}})", "{{flow}}"),),
+                      (Query(f"sum by (flow) (strait_groups_synced{{{FLOW}}})", "{{flow}}"),),
                       width=6, height=5,
-                      description="Target consumer groups whose offsets are at their translated source offsets."),
+                      description="Target consumer groups whose offsets are at their translated source offsets "
+                                  "(summed over the checkpoint replicas, each serving its shards' groups)."),
             )),
             ("Throughput and lag", (
                 Panel("Records/s", "timeseries",

@@ -1,10 +1,12 @@
-"""The replica frame of strait services (heartbeat, checkpoint): flows spread over replicas.
+"""The replica frame of strait services (configsync, heartbeat, checkpoint): work spread over replicas.
 
-Replicas register in their service's membership group; every replica computes the same balanced
-assignment of flows over the live members, and before working on a flow it takes the flow's fenced
-lease (``<service>:<flow>``), so no flow is ever worked on by two replicas at once. A killed
-replica stops renewing: its membership and its leases expire within one lease TTL and its flows
-move to the survivors.
+A service's work items are its flows (configsync, heartbeat) or shards of them (checkpoint:
+``<flow>#<index>/<count>``, see :class:`strait.coord.assignment.ShardItem`). Replicas register in
+their service's membership group; every replica computes the same balanced assignment of the
+items over the live members, and before working on an item it takes the item's fenced lease
+(``<service>:<item>``), so no item is ever worked on by two replicas at once. A killed replica
+stops renewing: its membership and its leases expire within one lease TTL and its items move to
+the survivors.
 """
 
 from __future__ import annotations
@@ -24,7 +26,7 @@ import redis
 from strait.config import load_config
 from strait.config.model import DEFAULT_REDIS_URL, StraitConfig
 from strait.config.secrets import resolve_value
-from strait.coord.assignment import ShareTracker
+from strait.coord.assignment import ShareTracker, item_flow
 from strait.coord.leases import LeaseKeeper, LeaseLostError, Leases
 from strait.coord.membership import MemberKeeper, Membership
 from strait.coord.redis_client import CoordinationError, connect
@@ -39,7 +41,7 @@ class SupervisorOptions:
     """How a replica takes part in its service group."""
 
     service: str
-    flows: tuple[str, ...] = ()  # only these flows (all wanted ones when empty)
+    flows: tuple[str, ...] = ()  # only work items of these flows (all wanted ones when empty)
     lease_ttl: float = 15.0
     tick_seconds: float = 0.5
     namespace: str = "strait"
@@ -62,7 +64,7 @@ class ProcessOptions:
 
 
 class FlowWorker(abc.ABC):
-    """Works on one flow in a thread while its lease is held; releases the lease when it ends."""
+    """Works on one item (a flow or a shard of one) in a thread while its lease is held; releases it at the end."""
 
     def __init__(self, service: str, keeper: LeaseKeeper, config: StraitConfig, flow_name: str) -> None:
         self.name = flow_name
@@ -119,7 +121,7 @@ class FlowWorker(abc.ABC):
             log.warning("service=%s flow=%s lease lost, stopping: %s", self.service, self.name, exc)
         except Exception:
             log.exception("service=%s flow=%s worker failed", self.service, self.name)
-            ERRORS.labels(service=self.service, flow=self.name, kind="internal").inc()
+            ERRORS.labels(service=self.service, flow=item_flow(self.name), kind="internal").inc()
         finally:
             try:
                 self.close()
@@ -129,7 +131,7 @@ class FlowWorker(abc.ABC):
 
     @abc.abstractmethod
     def work(self) -> None:
-        """The flow's loop; return when :attr:`running` turns false."""
+        """The item's loop; return when :attr:`running` turns false."""
 
     def close(self) -> None:
         """Release the worker's clients (called once when the loop ends)."""
@@ -139,7 +141,7 @@ WorkerFactory = Callable[[LeaseKeeper, StraitConfig, str], FlowWorker]
 
 
 class FlowSupervisor:
-    """Membership, this replica's share of the flows, their leases, and one worker per held flow."""
+    """Membership, this replica's share of the work items, their leases, and one worker per held item."""
 
     def __init__(self, options: SupervisorOptions, client: redis.Redis, metrics_port: int,
                  wanted: Callable[[StraitConfig], set[str]], make_worker: WorkerFactory) -> None:
@@ -158,13 +160,13 @@ class FlowSupervisor:
         self.feed = ConfigFeed()
         self._applied: StraitConfig | None = None
 
-    def lease_name(self, flow: str) -> str:
-        """The lease a replica holds while working on ``flow``."""
-        return f"{self.options.service}:{flow}"
+    def lease_name(self, item: str) -> str:
+        """The lease a replica holds while working on ``item``."""
+        return f"{self.options.service}:{item}"
 
-    def _flow_holders(self, flows: frozenset[str]) -> dict[str, str]:
-        """Which replica works on each flow now, by the flows' leases: it keeps the assignment sticky."""
-        by_lease = {self.lease_name(flow): flow for flow in flows}
+    def _flow_holders(self, items: frozenset[str]) -> dict[str, str]:
+        """Which replica works on each item now, by the items' leases: it keeps the assignment sticky."""
+        by_lease = {self.lease_name(item): item for item in items}
         return {by_lease[name]: holder for name, holder in self.leases.holders(by_lease).items()}
 
     def step(self) -> None:
@@ -172,7 +174,8 @@ class FlowSupervisor:
         config = self.feed.current()
         if config is None:
             return
-        wanted = {name for name in self._wanted(config) if not self.options.flows or name in self.options.flows}
+        wanted = {name for name in self._wanted(config)
+                  if not self.options.flows or item_flow(name) in self.options.flows}
         share = self._tracker.refresh(wanted)
         mine = share.items & wanted
         self._stopping = [w for w in self._stopping if w.alive]

@@ -1,4 +1,4 @@
-"""The checkpoint process: one fenced checkpointer per flow with checkpoints on, spread over the replicas.
+"""The checkpoint process: each flow's consumer groups in shards, the shards spread over the replicas.
 
 The configuration comes from Redis (live) or from a file; coordination always goes through Redis
 (the file's ``redis_url`` with ``--config``).
@@ -7,18 +7,26 @@ The configuration comes from Redis (live) or from a file; coordination always go
 from __future__ import annotations
 
 from strait.config.model import StraitConfig
+from strait.coord.assignment import ShardItem
+from strait.coord.leases import LeaseKeeper
+from strait.replicas import FlowSupervisor, ProcessOptions, run_supervised
 from strait_checkpoint import metrics
-from strait.replicas import ProcessOptions, run_supervised
-from strait_checkpoint.worker import CheckpointWorker
+from strait_checkpoint.worker import Checkpointers, ShardWorker
 
 
-def checkpoint_flows(config: StraitConfig) -> set[str]:
-    """The flows that get checkpoints: enabled, with checkpoints or group offset sync on."""
-    return {flow.name for flow in config.enabled_flows
-            if flow.emit_checkpoints.enabled or flow.sync_group_offsets.enabled}
+def checkpoint_items(config: StraitConfig) -> set[str]:
+    """The shards of every flow that gets checkpoints: enabled, with checkpoints or group offset sync on."""
+    return {shard.name for flow in config.enabled_flows
+            if flow.emit_checkpoints.enabled or flow.sync_group_offsets.enabled
+            for shard in ShardItem.all_of(flow.name, flow.checkpoint_shards)}
 
 
 def main(options: ProcessOptions) -> int:
     """Run the checkpoint service until SIGINT or SIGTERM."""
-    return run_supervised(options.supervisor(metrics.SERVICE), options.redis_url, options.config_file, options.metrics_port,
-                          checkpoint_flows, CheckpointWorker)
+    checkpointers = Checkpointers()
+
+    def make_worker(_supervisor: FlowSupervisor, keeper: LeaseKeeper, config: StraitConfig, item: str) -> ShardWorker:
+        return ShardWorker(checkpointers, keeper, config, item)
+
+    return run_supervised(options.supervisor(metrics.SERVICE), options.redis_url, options.config_file,
+                          options.metrics_port, checkpoint_items, make_worker)

@@ -1,11 +1,19 @@
 """One flow's checkpoints: exact translations of the source groups' commits, and group offset sync.
 
-Start-up: the checkpoints already on the target are read back (so nothing regresses across a
-restart), then the offset-syncs topic is read from its beginning; no checkpoint is written before
-that read reached the end offset the topic had at start. Then, every emit interval, the source
-groups that pass the flow's group filter are listed (a new group is seen within one interval),
-their committed offsets translated exactly, and a checkpoint written for each partition whose
-translation changed. Offsets without an exact translation yet are left out, never guessed.
+The flow's consumer groups are split into shards (``checkpoint_shards``, by a hash of the group
+id); each shard is a work item with its own fenced lease, so the groups of one flow spread over
+the checkpoint replicas. In one process a single :class:`FlowCheckpointer` thread serves every
+shard of the flow it holds: one reader of the offset-syncs topic, one set of clients. A
+:class:`ShardWorker` holds a shard's lease and attaches the shard to its flow's checkpointer; every
+write for a group is checked against the lease of the group's shard first.
+
+Start-up: the checkpoints already on the target are read back for every shard attached (so nothing
+regresses across a restart or a hand-over), then the offset-syncs topic is read from its beginning;
+no checkpoint is written before that read reached the end offset the topic had at start. Then,
+every emit interval, the source groups that pass the flow's group filter and fall in a held shard
+are listed (a new group is seen within one interval), their committed offsets translated exactly,
+and a checkpoint written for each partition whose translation changed. Offsets without an exact
+translation yet are left out, never guessed.
 
 With group offset sync on, every sync interval the translations are written to target groups
 that have no active members (EMPTY or absent); a target offset only moves back when the source
@@ -15,6 +23,7 @@ group's committed offset moved back (the group was reset on the source).
 from __future__ import annotations
 
 import logging
+import threading
 import time
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -31,6 +40,7 @@ from confluent_kafka import (
 from confluent_kafka.admin import AdminClient
 
 from strait.config.model import FlowConfig, StraitConfig
+from strait.coord.assignment import ShardItem
 from strait.coord.leases import LeaseKeeper, LeaseLostError
 from strait.coord.redis_client import CoordinationError
 from strait.kafka.admin import KafkaAdminError, admin_client, create_topics, explain_error, internal_topic
@@ -48,7 +58,7 @@ from strait.translation import (
 )
 from strait.kafka.groups import ACTIVE_STATES, group_states
 from strait_checkpoint import metrics
-from strait.replicas import FlowSupervisor, FlowWorker
+from strait.replicas import FlowWorker
 
 log = logging.getLogger(__name__)
 librdkafka_log = logging.getLogger("strait.librdkafka")
@@ -105,11 +115,19 @@ def read_checkpoints(settings: dict[str, str], topic: str, timeout: float = 30.0
         consumer.close()
 
 
-class CheckpointWorker(FlowWorker):
-    """Checkpoints one flow's groups while this replica holds the flow's lease."""
+class FlowCheckpointer:
+    """Checkpoints the groups of one flow that fall in the shards this process holds, in one thread."""
 
-    def __init__(self, supervisor: FlowSupervisor, keeper: LeaseKeeper, config: StraitConfig, flow_name: str) -> None:
-        super().__init__(metrics.SERVICE, keeper, config, flow_name)
+    def __init__(self, config: StraitConfig, flow_name: str) -> None:
+        self.name = flow_name
+        self.config = config
+        self._pending: StraitConfig | None = None
+        self._shards: dict[str, tuple[ShardItem, LeaseKeeper]] = {}  # held, checkpoints loaded
+        self._joining: dict[str, tuple[ShardItem, LeaseKeeper]] = {}  # attached, not loaded yet
+        self._lock = threading.Lock()  # guards _pending and _joining
+        self._step_lock = threading.Lock()  # held through a step: a detached shard is never used after
+        self.wake, self.stopping = threading.Event(), threading.Event()
+        self._thread = threading.Thread(target=self._run, name=f"checkpoint-{flow_name}", daemon=True)
         self._clients: _Clients | None = None
         self._last: dict[CheckpointKey, Checkpoint] = {}
         self._synced_upstream: dict[CheckpointKey, int] = {}
@@ -120,43 +138,107 @@ class CheckpointWorker(FlowWorker):
         self._resend: set[CheckpointKey] = set()  # written but not acknowledged
         self._failures = 0
         self._corrupt_syncs = 0  # corrupt records of the syncs topic already counted
+        self._next_setup = self._next_pass = self._next_sync = 0.0
 
     @property
     def flow(self) -> FlowConfig:
         """The flow's current configuration."""
         return self.config.flow(self.name)
 
+    @property
+    def alive(self) -> bool:
+        """Whether the thread still runs."""
+        return self._thread.is_alive()
+
+    def start(self) -> FlowCheckpointer:
+        """Start the thread; returns self."""
+        self._thread.start()
+        return self
+
+    def stop(self) -> None:
+        """Ask the thread to end (does not wait)."""
+        self.stopping.set()
+        self.wake.set()
+
+    def join(self, timeout: float) -> None:
+        """Wait for the thread to end."""
+        self._thread.join(timeout)
+
+    def update(self, config: StraitConfig) -> None:
+        """Hand a new configuration to the thread."""
+        with self._lock:
+            self._pending = config
+        self.wake.set()
+
+    def attach(self, shard: ShardItem, keeper: LeaseKeeper) -> None:
+        """Serve ``shard`` (its lease held by ``keeper``) from the next step on."""
+        with self._lock:
+            self._joining[shard.name] = (shard, keeper)
+        self.wake.set()
+
+    def detach(self, shard: ShardItem) -> int:
+        """Stop serving ``shard``; returns once no step uses its lease any more. Returns the shards left."""
+        with self._step_lock:
+            with self._lock:
+                self._joining.pop(shard.name, None)
+                left = len(self._joining)
+            if self._shards.pop(shard.name, None) is not None:
+                self._forget_unowned()
+                log.info("flow=%s shard=%s detached shards_left=%d", self.name, shard.name, len(self._shards))
+            return left + len(self._shards)
+
     # -- loop ------------------------------------------------------------------------------------
 
-    def work(self) -> None:
-        next_setup = next_pass = next_sync = 0.0
-        while self.running:
-            if self.take_update() is not None:
-                next_pass = next_sync = 0.0
-            now = time.monotonic()
-            try:
-                if self._clients is None:
-                    if now < next_setup:
-                        self.wake.wait(min(1.0, next_setup - now))
-                        continue
-                    self._setup()
-                self._follow()
-                if self._clients.follower.ready and now >= next_pass:
-                    self._checkpoint_pass()
-                    next_pass = now + (self.flow.emit_checkpoints.interval_seconds if self.flow.emit_checkpoints.enabled
-                                       else self.flow.sync_group_offsets.interval_seconds)
-                    if self.flow.sync_group_offsets.enabled and now >= next_sync:
-                        self._sync_pass()
-                        next_sync = now + self.flow.sync_group_offsets.interval_seconds
-                    self._failures = 0
-                    set_flow_state(metrics.SERVICE, self.name, "running")
-            except LeaseLostError:
-                raise
-            except Exception as exc:  # a broken cluster must cost retries, never the worker
-                delay = self._failed(exc)
-                next_pass = next_sync = now + delay
-                if self._clients is None:
-                    next_setup = now + delay
+    def _run(self) -> None:
+        try:
+            while not self.stopping.is_set():
+                with self._step_lock:
+                    pause = self._step()
+                if pause > 0:
+                    self.wake.wait(pause)
+                self.wake.clear()
+        except Exception:
+            log.exception("flow=%s checkpointer failed", self.name)
+            ERRORS.labels(service=metrics.SERVICE, flow=self.name, kind="internal").inc()
+        finally:
+            self._close()
+            log.info("flow=%s checkpointer stopped", self.name)
+
+    def _step(self) -> float:
+        """One round: set up, admit shards, read syncs, and a pass when due; returns how long to pause."""
+        with self._lock:
+            config, self._pending = self._pending, None
+        if config is not None:
+            self.config = config
+            self._next_pass = self._next_sync = 0.0
+        now = time.monotonic()
+        try:
+            if self._clients is None:
+                if now < self._next_setup:
+                    return min(1.0, self._next_setup - now)
+                self._setup()
+            self._admit_joining()
+            self._follow()  # waits up to POLL_BUDGET for syncs: it paces the loop
+            if self._clients.follower.ready and self._shards and now >= self._next_pass:
+                self._passes(now)
+                self._failures = 0
+                set_flow_state(metrics.SERVICE, self.name, "running")
+        except Exception as exc:  # a broken cluster must cost retries, never the checkpointer
+            delay = self._failed(exc)
+            self._next_pass = self._next_sync = now + delay
+            if self._clients is None:
+                self._next_setup = now + delay
+                return min(1.0, delay)
+        return 0.0
+
+    def _passes(self, now: float) -> None:
+        flow = self.flow
+        self._checkpoint_pass()
+        self._next_pass = now + (flow.emit_checkpoints.interval_seconds if flow.emit_checkpoints.enabled
+                                 else flow.sync_group_offsets.interval_seconds)
+        if flow.sync_group_offsets.enabled and now >= self._next_sync:
+            self._sync_pass()
+            self._next_sync = now + flow.sync_group_offsets.interval_seconds
 
     def _failed(self, exc: BaseException) -> float:
         self._failures += 1
@@ -171,13 +253,57 @@ class CheckpointWorker(FlowWorker):
             log.warning("flow=%s kind=%s checkpoint step failed, retry_in=%.0fs: %s", self.name, kind, delay, exc)
         return delay
 
-    def close(self) -> None:
+    def _close(self) -> None:
         if self._clients is not None:
             self._clients.producer.flush(10)
             self._clients.follower.close()
             self._clients.probe.close()
         metrics.forget_flow(self.name, list(self._current_at))
         set_flow_state(metrics.SERVICE, self.name, "stopped")
+
+    # -- shards ----------------------------------------------------------------------------------
+
+    def _keeper_for(self, group: str) -> LeaseKeeper | None:
+        """The lease of the held shard ``group`` falls in; None when this process does not hold it."""
+        for shard, keeper in self._shards.values():
+            if shard.owns(group):
+                return keeper
+        return None
+
+    def _admit_joining(self) -> None:
+        """Load the newest checkpoints of newly attached shards' groups, then serve those shards."""
+        with self._lock:
+            joining, self._joining = self._joining, {}
+        if not joining:
+            return
+        try:
+            loaded = self._read_checkpoints()
+        except Exception:
+            with self._lock:
+                self._joining = {**joining, **self._joining}
+            raise
+        group_filter = self.flow.group_filter()
+        for key, checkpoint in loaded.items():
+            if group_filter.should_replicate_group(checkpoint.group) \
+                    and any(shard.owns(checkpoint.group) for shard, _ in joining.values()):
+                self._last[key] = checkpoint
+                self._synced_upstream[key] = checkpoint.upstream_offset
+        self._shards.update(joining)
+        self._next_pass = 0.0
+        log.info("flow=%s shards attached=%s held=%d", self.name, ",".join(sorted(joining)), len(self._shards))
+
+    def _forget_unowned(self) -> None:
+        """Drop the state and metric series of groups whose shard this process no longer holds."""
+        def owned(key: CheckpointKey) -> bool:
+            return self._keeper_for(key[0]) is not None
+
+        self._last = {k: v for k, v in self._last.items() if owned(k)}
+        self._synced_upstream = {k: v for k, v in self._synced_upstream.items() if owned(k)}
+        self._resend = {k for k in self._resend if owned(k)}
+        self._translations = {g: t for g, t in self._translations.items() if self._keeper_for(g) is not None}
+        for group in [g for g in self._current_at if self._keeper_for(g) is None]:
+            del self._current_at[group]
+            metrics.forget_group(self.name, group)
 
     # -- start-up --------------------------------------------------------------------------------
 
@@ -187,9 +313,6 @@ class CheckpointWorker(FlowWorker):
         target_admin = admin_client(target.librdkafka_config("admin"))
         topic = flow.policy().checkpoints_topic(flow.source)
         create_topics(target_admin, flow.target, [internal_topic(topic, flow.replication_factor)])
-        loaded = read_checkpoints(target.librdkafka_config("consumer"), topic, on_corrupt=self._count_corrupt)
-        self._last = {key: c for key, c in loaded.items() if flow.group_filter().should_replicate_group(c.group)}
-        self._synced_upstream = {key: c.upstream_offset for key, c in self._last.items()}
         location = offset_syncs_location(flow)
         follower = SyncsFollower(self.config.cluster(location.alias).librdkafka_config("consumer"), location)
         self._corrupt_syncs = 0
@@ -198,8 +321,12 @@ class CheckpointWorker(FlowWorker):
                                            "linger.ms": "5", "logger": librdkafka_log}),
                                  follower, TailProbe(source.librdkafka_config("consumer")))
         set_flow_state(metrics.SERVICE, self.name, "starting")
-        log.info("flow=%s checkpoints loaded=%d syncs_topic=%s on %s", self.name, len(self._last),
-                 location.topic, location.alias)
+        log.info("flow=%s syncs_topic=%s on %s", self.name, location.topic, location.alias)
+
+    def _read_checkpoints(self) -> dict[CheckpointKey, Checkpoint]:
+        flow = self.flow
+        return read_checkpoints(self.config.cluster(flow.target).librdkafka_config("consumer"),
+                                flow.policy().checkpoints_topic(flow.source), on_corrupt=self._count_corrupt)
 
     def _follow(self) -> None:
         assert self._clients is not None
@@ -220,6 +347,7 @@ class CheckpointWorker(FlowWorker):
     # -- checkpoints -----------------------------------------------------------------------------
 
     def _source_groups(self) -> list[str]:
+        """The source's groups that pass the flow's filter and fall in a shard held here."""
         assert self._clients is not None
         try:
             listing = self._clients.source_admin.list_consumer_groups(request_timeout=ADMIN_TIMEOUT).result(
@@ -227,7 +355,8 @@ class CheckpointWorker(FlowWorker):
         except KafkaException as exc:
             raise explain_error(exc, self.flow.source, "listing consumer groups") from None
         group_filter = self.flow.group_filter()
-        return sorted(g.group_id for g in listing.valid if group_filter.should_replicate_group(g.group_id))
+        return sorted(g.group_id for g in listing.valid if group_filter.should_replicate_group(g.group_id)
+                      and self._keeper_for(g.group_id) is not None)
 
     def _checkpoint_pass(self) -> None:
         assert self._clients is not None
@@ -240,7 +369,7 @@ class CheckpointWorker(FlowWorker):
             offsets = committed_offsets(settings, flow.source, group, partitions, ADMIN_TIMEOUT)
             translations[group] = translate_group(flow, clients.follower.index, offsets, clients.probe)
         self._sent = set()
-        emitted = sum(self._emit(group, result) for group, result in translations.items()) \
+        emitted = sum(self._emit_fenced(group, result) for group, result in translations.items()) \
             if flow.emit_checkpoints.enabled else 0
         if emitted:
             self._flush()
@@ -258,7 +387,16 @@ class CheckpointWorker(FlowWorker):
         self._translations = translations
         log.debug("flow=%s groups=%d checkpoints_emitted=%d", self.name, len(groups), emitted)
 
-    def _emit(self, group: str, translations: list[PartitionTranslation]) -> int:
+    def _emit_fenced(self, group: str, translations: list[PartitionTranslation]) -> int:
+        """Emit the group's changed checkpoints while its shard's lease holds; 0 when it was lost."""
+        keeper = self._keeper_for(group)
+        try:
+            return self._emit(group, translations, keeper) if keeper is not None else 0
+        except LeaseLostError as exc:
+            log.warning("flow=%s group=%s not checkpointed, its shard's lease is lost: %s", self.name, group, exc)
+            return 0
+
+    def _emit(self, group: str, translations: list[PartitionTranslation], keeper: LeaseKeeper) -> int:
         assert self._clients is not None
         topic = self.flow.policy().checkpoints_topic(self.flow.source)
         emitted = 0
@@ -273,7 +411,7 @@ class CheckpointWorker(FlowWorker):
             if previous is not None and checkpoint.downstream_offset < previous.downstream_offset \
                     and checkpoint.upstream_offset >= previous.upstream_offset:
                 continue  # never move a checkpoint back unless the source group moved back
-            self.keeper.ensure_valid()  # only the lease holder writes
+            keeper.ensure_valid()  # only the shard's lease holder writes
             self._clients.producer.produce(topic, key=checkpoint.key_bytes(), value=checkpoint.value_bytes(),
                                            partition=0, on_delivery=self._delivered)
             self._clients.producer.poll(0)
@@ -312,7 +450,13 @@ class CheckpointWorker(FlowWorker):
             if states.get(group) in ACTIVE_STATES:
                 active += 1
                 continue
-            if self._sync_group(group, result):
+            keeper = self._keeper_for(group)
+            try:
+                written = keeper is not None and self._sync_group(group, result, keeper)
+            except LeaseLostError as exc:
+                log.warning("flow=%s group=%s not synced, its shard's lease is lost: %s", self.name, group, exc)
+                continue
+            if written:
                 synced += 1
             else:
                 active += 1
@@ -323,7 +467,7 @@ class CheckpointWorker(FlowWorker):
         assert self._clients is not None
         return group_states(self._clients.target_admin, self.flow.target, groups, ADMIN_TIMEOUT)
 
-    def _sync_group(self, group: str, translations: list[PartitionTranslation]) -> bool:
+    def _sync_group(self, group: str, translations: list[PartitionTranslation], keeper: LeaseKeeper) -> bool:
         """Write the group's translated offsets to the target; False when the group turned out active."""
         assert self._clients is not None
         partitions = [TopicPartition(t.remote_topic, t.partition) for t in translations]
@@ -342,7 +486,7 @@ class CheckpointWorker(FlowWorker):
                 self._synced_upstream[key] = t.upstream
         if not writes:
             return True
-        self.keeper.ensure_valid()  # only the lease holder writes
+        keeper.ensure_valid()  # only the shard's lease holder writes
         request = [ConsumerGroupTopicPartitions(group, writes)]
         future = self._clients.target_admin.alter_consumer_group_offsets(
             request, request_timeout=ADMIN_TIMEOUT)[group]
@@ -360,3 +504,51 @@ class CheckpointWorker(FlowWorker):
         metrics.GROUP_OFFSETS_WRITTEN.labels(self.name).inc(len(writes))
         log.info("flow=%s group=%s target offsets written partitions=%d", self.name, group, len(writes))
         return True
+
+
+class Checkpointers:
+    """This process's flow checkpointers: one per flow while it holds a shard of the flow."""
+
+    def __init__(self) -> None:
+        self._lock = threading.Lock()
+        self._flows: dict[str, FlowCheckpointer] = {}
+
+    def attach(self, shard: ShardItem, keeper: LeaseKeeper, config: StraitConfig) -> FlowCheckpointer:
+        """Serve ``shard`` from its flow's checkpointer, started when it is the flow's first shard here."""
+        with self._lock:
+            checkpointer = self._flows.get(shard.flow)
+            if checkpointer is None or not checkpointer.alive:
+                checkpointer = self._flows[shard.flow] = FlowCheckpointer(config, shard.flow).start()
+            checkpointer.attach(shard, keeper)
+            return checkpointer
+
+    def detach(self, shard: ShardItem) -> None:
+        """Stop serving ``shard``; the flow's checkpointer ends (and is waited for) with its last shard."""
+        with self._lock:
+            checkpointer = self._flows.get(shard.flow)
+            if checkpointer is None or checkpointer.detach(shard) > 0:
+                return
+            del self._flows[shard.flow]
+            checkpointer.stop()
+            checkpointer.join(timeout=60)
+
+
+class ShardWorker(FlowWorker):
+    """Holds one shard's lease and has the flow's checkpointer serve the shard's groups meanwhile."""
+
+    def __init__(self, checkpointers: Checkpointers, keeper: LeaseKeeper, config: StraitConfig, item: str) -> None:
+        super().__init__(metrics.SERVICE, keeper, config, item)
+        self.shard = ShardItem.parse(item)
+        self._checkpointers = checkpointers
+
+    def work(self) -> None:
+        checkpointer = self._checkpointers.attach(self.shard, self.keeper, self.config)
+        try:
+            while self.running and checkpointer.alive:
+                config = self.take_update()
+                if config is not None:
+                    checkpointer.update(config)
+                self.wake.wait(0.5)
+                self.wake.clear()
+        finally:
+            self._checkpointers.detach(self.shard)

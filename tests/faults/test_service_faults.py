@@ -13,6 +13,8 @@ import redis
 from confluent_kafka import Consumer, TopicPartition
 from confluent_kafka.admin import AlterConfigOpType, ConfigEntry, ConfigResource, ResourceType
 
+from strait.config.model import DEFAULT_CHECKPOINT_SHARDS
+from strait.coord.assignment import ShardItem, shard_of
 from strait.coord.leases import Leases
 from strait.coord.membership import Membership
 from strait.lab.clients import consume_all
@@ -27,9 +29,18 @@ pytestmark = [pytest.mark.faults, pytest.mark.slow]
 SERVICES = ("configsync", "heartbeat", "checkpoint")
 
 
-def _holder(client: redis.Redis, service: str, replicas: list[StraitProcess]) -> StraitProcess | None:
-    """The live replica holding the flow's lease of ``service`` in Redis."""
-    owner = Leases(client).owner(f"{service}:{FLOW}")
+def _work_item(rig: Rig, service: str) -> str:
+    """What the drill's job needs: the flow, or for checkpoint the shard of the job's group."""
+    if service != "checkpoint":
+        return FLOW
+    count = DEFAULT_CHECKPOINT_SHARDS
+    return ShardItem(FLOW, shard_of(rig.group("services-sigkill"), count), count).name
+
+
+def _holder(client: redis.Redis, service: str, replicas: list[StraitProcess], item: str = FLOW
+            ) -> StraitProcess | None:
+    """The live replica holding the lease of ``service`` on ``item`` (by default the flow) in Redis."""
+    owner = Leases(client).owner(f"{service}:{item}")
     if owner is None:
         return None
     ports = {m.id: m.metadata.get("metrics_port") for m in Membership(client).live_members(service)}
@@ -157,7 +168,8 @@ def test_service_replica_sigkill(rig: Rig, mode: Mode, replicas: Callable[..., l
             wait_for(job.done, 240, f"{service} doing its job before the fault", interval=1.0)
         times: dict[str, list[float]] = {s: [] for s in SERVICES}
         for injection in range(mode.injections):
-            holders = {s: wait_for(lambda s=s: _holder(client, s, group[s]), 60, f"the {s} holder")
+            holders = {s: wait_for(lambda s=s: _holder(client, s, group[s], _work_item(rig, s)), 60,
+                                   f"the {s} holder")
                        for s in SERVICES}
             killed = time.monotonic()
             for holder in holders.values():

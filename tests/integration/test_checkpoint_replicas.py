@@ -1,5 +1,9 @@
 """Three checkpoint and three heartbeat replicas as processes.
 
+One flow's consumer groups are spread over the checkpoint replicas by shard (each shard a leased
+work item); a SIGKILLed replica's shards move to the survivors within one lease TTL and their
+groups keep getting exact checkpoints.
+
 Three flows (A1->B, A2->B, A3->B: three aliases of the source cluster) are spread one per replica
 of each service; each flow has one heartbeat emitter at a time; a SIGKILLed replica's flow is
 taken over within one lease TTL and keeps getting checkpoints and heartbeats; a replica frozen past
@@ -22,6 +26,7 @@ import pytest
 import redis
 from confluent_kafka import TopicPartition
 
+from strait.coord.assignment import ShardItem
 from strait.coord.leases import Leases
 from strait.coord.membership import Membership
 from strait.kafka.admin import create_topics, internal_topic
@@ -45,7 +50,7 @@ def _config(source: KafkaCluster, target: KafkaCluster, prefix: str, redis_url: 
     flows = [{"source": alias, "target": "B", "topics": {"include": [f"{prefix}-{alias}-t"]},
               "groups": {"include": [f"{prefix}-{alias}-g"]}, "replication_factor": 1,
               "offset_syncs_topic_location": "target", "emit_heartbeats": {"interval_seconds": 1},
-              "emit_checkpoints": {"interval_seconds": 1}} for alias in ALIASES]
+              "emit_checkpoints": {"interval_seconds": 1}, "checkpoint_shards": 1} for alias in ALIASES]
     return {"clusters": {**clusters, "B": {"bootstrap_servers": target.bootstrap_servers}}, "flows": flows,
             "redis_url": redis_url}
 
@@ -68,16 +73,7 @@ def _commit(source: KafkaCluster, prefix: str, alias: str, offsets: tuple[int, i
 
 def _checkpoints(target: KafkaCluster, prefix: str, alias: str) -> dict[int, tuple[int, int]]:
     """The newest checkpoint per partition of the alias's group: (upstream, downstream)."""
-    latest: dict[int, tuple[int, int]] = {}
-    try:
-        records = consume_all(target.client_config(), f"{alias}.checkpoints.internal", [0], timeout=20)
-    except Exception:  # not created yet
-        return latest
-    for record in records:
-        checkpoint = Checkpoint.from_record(record.key, record.value)
-        if checkpoint.group == f"{prefix}-{alias}-g":
-            latest[checkpoint.partition] = (checkpoint.upstream_offset, checkpoint.downstream_offset)
-    return latest
+    return _all_checkpoints(target, alias, prefix).get(f"{prefix}-{alias}-g", {})
 
 
 def _heartbeat_times(source: KafkaCluster, alias: str) -> list[int]:
@@ -98,7 +94,7 @@ def _holders(client: redis.Redis, service: str, replicas: list[StraitProcess]) -
     index = {str(r.metrics_port): i for i, r in enumerate(replicas) if r.process.alive()}
     held: dict[str, int | None] = {}
     for flow in FLOWS:
-        owner = Leases(client).owner(f"{service}:{flow}")
+        owner = Leases(client).owner(f"{service}:{flow}#0/1" if service == "checkpoint" else f"{service}:{flow}")
         held[flow] = index.get(ports.get(owner.holder, "")) if owner is not None else None
     return held
 
@@ -193,3 +189,102 @@ def test_three_replicas_spread_flows_fence_heartbeats_and_take_over(
     time.sleep(6)
     window = [t for t in _heartbeat_times(source_cluster, "A3") if resumed * 1000 <= t <= resumed * 1000 + 6000]
     assert 3 <= len(window) <= 8, f"{len(window)} heartbeats of {frozen_flow} in 6 s at one per second"
+
+
+SHARDS = 6
+
+
+def _groups_covering_every_shard(prefix: str, flow: str, per_shard: int = 2) -> list[str]:
+    """Group names such that each of the flow's shards gets at least ``per_shard`` of them."""
+    shards, groups = ShardItem.all_of(flow, SHARDS), []
+    while any(sum(s.owns(g) for g in groups) < per_shard for s in shards):
+        groups.append(f"{prefix}-S-g{len(groups)}")
+    return groups
+
+
+def _all_checkpoints(target: KafkaCluster, alias: str, prefix: str) -> dict[str, dict[int, tuple[int, int]]]:
+    """The newest checkpoint per group (of this test) and partition: (upstream, downstream)."""
+    latest: dict[str, dict[int, tuple[int, int]]] = {}
+    try:
+        records = consume_all(target.client_config(), f"{alias}.checkpoints.internal", [0], timeout=20)
+    except Exception:  # not created yet
+        return latest
+    for record in records:
+        checkpoint = Checkpoint.from_record(record.key, record.value)
+        if not checkpoint.group.startswith(prefix):
+            continue
+        latest.setdefault(checkpoint.group, {})[checkpoint.partition] = (checkpoint.upstream_offset,
+                                                                         checkpoint.downstream_offset)
+    return latest
+
+
+def _shard_holders(client: redis.Redis, flow: str, replicas: list[StraitProcess]) -> dict[ShardItem, int | None]:
+    """For each shard of the flow, the index of the live replica holding its lease (None: no live holder)."""
+    ports = {m.id: m.metadata.get("metrics_port") for m in Membership(client).live_members("checkpoint")}
+    index = {str(r.metrics_port): i for i, r in enumerate(replicas) if r.process.alive()}
+    held: dict[ShardItem, int | None] = {}
+    for shard in ShardItem.all_of(flow, SHARDS):
+        owner = Leases(client).owner(f"checkpoint:{shard.name}")
+        held[shard] = index.get(ports.get(owner.holder, "")) if owner is not None else None
+    return held
+
+
+def _tracked(replica: StraitProcess, flow: str) -> float | None:
+    try:
+        return replica.sample("strait_groups_checkpointed", flow=flow)
+    except OSError:
+        return None
+
+
+def test_groups_of_one_flow_spread_over_replicas_by_shard_and_move_when_one_dies(
+    source_cluster: KafkaCluster, target_cluster: KafkaCluster, redis_url: str,
+    services: Callable[..., StraitProcess], unique_name: Callable[[str], str], tmp_path: Path,
+) -> None:
+    prefix, flow = unique_name("shard"), "S->B"
+    _replicated(source_cluster, target_cluster, prefix, "S")
+    groups = _groups_covering_every_shard(prefix, flow)
+    topic = f"{prefix}-S-t"
+    for group in groups:
+        commit_offsets(source_cluster, group, [TopicPartition(topic, 0, 4), TopicPartition(topic, 1, 7)])
+    config = {"clusters": {"S": {"bootstrap_servers": source_cluster.bootstrap_servers},
+                           "B": {"bootstrap_servers": target_cluster.bootstrap_servers}},
+              "flows": [{"source": "S", "target": "B", "topics": {"include": [topic]},
+                         "groups": {"include": [f"{prefix}-S-g.*"]}, "replication_factor": 1,
+                         "offset_syncs_topic_location": "target", "emit_heartbeats": {"enabled": False},
+                         "emit_checkpoints": {"interval_seconds": 1}, "checkpoint_shards": SHARDS}],
+              "redis_url": redis_url}
+    path = write_config(tmp_path / "strait.yaml", config)
+    replicas = [services("checkpoint", "--config", str(path), "--lease-ttl", str(LEASE_TTL)) for _ in range(3)]
+    client = redis.Redis.from_url(redis_url)
+
+    def two_shards_each() -> dict[ShardItem, int | None] | None:
+        held = _shard_holders(client, flow, replicas)
+        return held if Counter(held.values()) == Counter({0: 2, 1: 2, 2: 2}) else None
+
+    held = wait_for(two_shards_each, 30, "two shards per replica", interval=0.5)
+    expected = {group: {0: (4, 4), 1: (7, 7)} for group in groups}
+    wait_for(lambda: _all_checkpoints(target_cluster, "S", prefix) == expected, 60, "checkpoints of every group")
+    mine = {i: sum(1 for g in groups if any(s.owns(g) for s, h in held.items() if h == i)) for i in range(3)}
+    wait_for(lambda: [_tracked(r, flow) for r in replicas] == [mine[i] for i in range(3)], 20,
+             f"each replica checkpointing only its shards' groups {mine}")
+    assert all(count >= 2 * 2 for count in mine.values()) and sum(mine.values()) == len(groups)
+
+    victim = 1
+    replicas[victim].kill()
+    killed = time.monotonic()
+    survivors_hold_all = wait_for(
+        lambda: (h := _shard_holders(client, flow, replicas)) and None not in h.values()
+        and victim not in h.values() and h, 3 * LEASE_TTL, "the killed replica's shards taken over", interval=0.2)
+    took = time.monotonic() - killed
+    print(f"shard hand-over after SIGKILL: {took:.1f}s (lease TTL {LEASE_TTL:.0f}s)")
+    assert took <= LEASE_TTL + 1.5
+    assert sorted(Counter(survivors_hold_all.values()).values()) == [3, 3]
+    for shard, holder in held.items():  # the survivors kept the shards they held
+        if holder != victim:
+            assert survivors_hold_all[shard] == holder, f"{shard.name} moved from survivor {holder}"
+    for group in groups:  # every group moves on, the killed replica's among them
+        commit_offsets(source_cluster, group, [TopicPartition(topic, 0, 9), TopicPartition(topic, 1, 2)])
+    moved_on = {group: {0: (9, 9), 1: (2, 2)} for group in groups}
+    wait_for(lambda: _all_checkpoints(target_cluster, "S", prefix) == moved_on, 60, "checkpoints of every group after the kill")
+    wait_for(lambda: sum(_tracked(replicas[i], flow) or 0 for i in (0, 2)) == len(groups), 20,
+             "the survivors checkpointing every group")

@@ -100,9 +100,15 @@ def test_legacy_names_lose_to_current_ones_in_the_same_scope_but_a_flow_key_wins
 
 def test_strait_extension_keys() -> None:
     config = _load("strait.redis.url = redis://r:6379/3\nA->B.enabled = true\n"
-                   "A->B.strait.rate.limit.records.per.second = 100\n")
+                   "A->B.strait.rate.limit.records.per.second = 100\nA->B.strait.checkpoint.shards = 4\n")
     assert config.redis_url == "redis://r:6379/3"
     assert config.flows[0].rate_limit_records_per_second == 100.0
+    assert config.flows[0].checkpoint_shards == 4
+
+
+def test_bad_checkpoint_shards_name_the_line_and_key() -> None:
+    message = _error("A->B.enabled = true\nA->B.strait.checkpoint.shards = 0\n")
+    assert "line 6: A->B.strait.checkpoint.shards: expected a whole number from 1 to 256, got '0'" in message
 
 
 def test_unknown_keys_are_errors_with_suggestions() -> None:

@@ -61,6 +61,7 @@ def test_minimal_file_gets_strait_defaults(tmp_path: Path) -> None:
     assert flow.offset_syncs_topic_location == "source"
     assert flow.replication_factor == 2
     assert flow.rate_limit_records_per_second is None
+    assert flow.checkpoint_shards == 6
     assert flow.heartbeats_replication_enabled
 
 
@@ -146,6 +147,8 @@ def test_unknown_keys_are_reported_with_a_suggestion(tmp_path: Path) -> None:
      "flows[0].emit_checkpoints.interval_seconds: expected a number of seconds above 0, got 0"),
     ("{source: A, target: B, replication_factor: 0}", "flows[0].replication_factor: expected a whole number"),
     ("{source: A, target: B, rate_limit_records_per_second: -5}", "flows[0].rate_limit_records_per_second"),
+    ("{source: A, target: B, checkpoint_shards: 0}",
+     "flows[0].checkpoint_shards: expected a whole number from 1 to 256, got 0"),
     ("{source: A, target: B, offset_syncs_topic_location: middle}",
      "flows[0].offset_syncs_topic_location: expected one of source, target, got 'middle'"),
     ("{source: A, target: B, separator: ''}", "flows[0].separator: expected a string, got an empty string"),

@@ -7,7 +7,7 @@ import random
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
-from strait.coord.assignment import assign, home
+from strait.coord.assignment import ShardItem, assign, home, item_flow, shard_of
 
 names = st.text("abcdefghijklmnopqrstuvwxyz0123456789-.>", min_size=1, max_size=12)
 item_sets = st.sets(names, max_size=80)
@@ -202,3 +202,44 @@ def test_three_flows_over_three_replicas_a_killed_holder_moves_only_its_flow() -
         victim = before["A2->B"]
         after = owners(assign(flows, [r for r in replicas if r != victim], before))
         assert {f: after[f] for f in flows if f != "A2->B"} == {f: before[f] for f in flows if f != "A2->B"}
+
+
+# -- shards: a flow's keys (consumer groups) split into leased work items -------------------------
+
+flows = st.from_regex(r"[A-Za-z0-9][A-Za-z0-9_-]{0,8}->[A-Za-z0-9][A-Za-z0-9_-]{0,8}", fullmatch=True)
+
+
+@given(flows, st.integers(1, 256), st.data())
+def test_shard_item_names_round_trip_and_name_their_flow(flow: str, count: int, data: st.DataObject) -> None:
+    shard = ShardItem(flow, data.draw(st.integers(0, count - 1)), count)
+    assert ShardItem.parse(shard.name) == shard
+    assert item_flow(shard.name) == flow and item_flow(flow) == flow
+
+
+@given(flows, st.integers(1, 64), st.sets(st.text(min_size=1, max_size=30), max_size=50))
+def test_every_key_falls_in_exactly_one_shard_of_a_count(flow: str, count: int, keys: set[str]) -> None:
+    shards = ShardItem.all_of(flow, count)
+    assert len({s.name for s in shards}) == count
+    for key in keys:
+        assert [s.index for s in shards if s.owns(key)] == [shard_of(key, count)]
+
+
+def test_shard_of_is_stable_and_spreads_keys() -> None:
+    assert [shard_of(f"group-{i}", 6) for i in range(6)] == [shard_of(f"group-{i}", 6) for i in range(6)]
+    counts = [0] * 6
+    for i in range(6000):
+        counts[shard_of(f"orders-consumer-{i}", 6)] += 1
+    assert min(counts) > 850 and max(counts) < 1150, counts
+
+
+@pytest.mark.parametrize("name", ["A->B", "A->B#", "A->B#1", "A->B#6/6", "A->B#x/6", "#0/1", "A->B#-1/6"])
+def test_names_that_are_not_shard_items_are_refused(name: str) -> None:
+    with pytest.raises(ValueError, match="not a shard item name"):
+        ShardItem.parse(name)
+
+
+def test_shards_of_one_flow_spread_evenly_over_replicas() -> None:
+    items = [s.name for s in ShardItem.all_of("A->B", 6)]
+    for members in (["r1"], ["r1", "r2"], ["r1", "r2", "r3"]):
+        sizes = sorted(len(mine) for mine in assign(items, members).values())
+        assert sizes == [6 // len(members)] * len(members)

@@ -31,6 +31,7 @@ from strait.config.model import (
     CLIENT_ROLES,
     DEFAULT_REDIS_URL,
     FLOW_FIELDS,
+    MAX_CHECKPOINT_SHARDS,
     NESTED_FLOW_FIELDS,
     OFFSET_SYNCS_LOCATIONS,
     ClusterConfig,
@@ -374,6 +375,13 @@ def _replication_factor(value: Any, path: str, problems: Problems) -> Any:
     return INVALID
 
 
+def _shards(value: Any, path: str, problems: Problems) -> Any:
+    if isinstance(value, int) and not isinstance(value, bool) and 1 <= value <= MAX_CHECKPOINT_SHARDS:
+        return value
+    problems.add(path, f"expected a whole number from 1 to {MAX_CHECKPOINT_SHARDS}, got {_describe(value)}")
+    return INVALID
+
+
 def _rate_limit(value: Any, path: str, problems: Problems) -> Any:
     if value is None:
         return None
@@ -402,6 +410,7 @@ _FLOW_READERS: dict[str, Callable[[Any, str, Problems], Any]] = {
     "offset_syncs_topic_location": lambda v, p, pr: _one_of(v, OFFSET_SYNCS_LOCATIONS, p, pr),
     "replication_factor": _replication_factor,
     "rate_limit_records_per_second": _rate_limit,
+    "checkpoint_shards": _shards,
     "heartbeats_replication_enabled": _bool,
     "config_properties_exclude": _regex_list,
     **{name: (_SELECTION if kind is Selection else _SCHEDULE) for name, kind in NESTED_FLOW_FIELDS.items()},

@@ -5,8 +5,8 @@ flow and overrides the global ``x``. Top-level client security settings (``secur
 ``sasl.*``, ``ssl.*``) and ``consumer.*``/``producer.*``/``admin.*`` apply to every cluster that
 does not set its own. A flow exists when any ``A->B.`` key names it; as in MM2 it is disabled until
 ``A->B.enabled=true``. MM2 keys strait has no use for are listed in a warning; unknown keys are
-errors. strait's own extension keys: ``strait.redis.url`` and
-``[A->B.]strait.rate.limit.records.per.second``.
+errors. strait's own extension keys: ``strait.redis.url``,
+``[A->B.]strait.rate.limit.records.per.second`` and ``[A->B.]strait.checkpoint.shards``.
 """
 
 from __future__ import annotations
@@ -23,6 +23,7 @@ from strait.config.document import ALIAS_PATTERN
 from strait.config.model import (
     CLIENT_ROLES,
     DEFAULT_REDIS_URL,
+    MAX_CHECKPOINT_SHARDS,
     OFFSET_SYNCS_LOCATIONS,
     ClusterConfig,
     FlowConfig,
@@ -38,6 +39,7 @@ log = logging.getLogger(__name__)
 
 REDIS_URL_KEY = "strait.redis.url"
 RATE_LIMIT_KEY = "strait.rate.limit.records.per.second"
+CHECKPOINT_SHARDS_KEY = "strait.checkpoint.shards"
 
 _SCHEDULES = {
     "refresh.topics": "refresh_topics",
@@ -62,7 +64,7 @@ FLOW_KEYS = (
     *_SELECTIONS, "replication.policy.class", "replication.policy.separator",
     "replication.policy.internal.topic.separator.enabled", "offset-syncs.topic.location",
     "replication.factor", "heartbeats.replication.enabled", "config.properties.exclude",
-    "config.properties.blacklist", RATE_LIMIT_KEY,
+    "config.properties.blacklist", RATE_LIMIT_KEY, CHECKPOINT_SHARDS_KEY,
     *(f"{prefix}.{suffix}" for prefix in _SCHEDULES for suffix in ("enabled", "interval.seconds")),
 )
 
@@ -489,6 +491,13 @@ def _rate_limit(entry: Property, reader: _Reader) -> Any:
     return reader.invalid(entry, f"expected records per second above 0, got {entry.value!r}")
 
 
+def _shards(entry: Property, reader: _Reader) -> Any:
+    value = int(entry.value) if entry.value.isdigit() else 0
+    if 1 <= value <= MAX_CHECKPOINT_SHARDS:
+        return value
+    return reader.invalid(entry, f"expected a whole number from 1 to {MAX_CHECKPOINT_SHARDS}, got {entry.value!r}")
+
+
 def _config_excludes(entry: Property, reader: _Reader) -> Any:
     return reader._regexes(entry)
 
@@ -503,4 +512,5 @@ _SCALAR_READERS: dict[str, tuple[str, Callable[[Property, _Reader], Any]]] = {
     "config.properties.exclude": ("config_properties_exclude", _config_excludes),
     "config.properties.blacklist": ("config_properties_exclude", _config_excludes),
     RATE_LIMIT_KEY: ("rate_limit_records_per_second", _rate_limit),
+    CHECKPOINT_SHARDS_KEY: ("checkpoint_shards", _shards),
 }

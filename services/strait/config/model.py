@@ -34,6 +34,8 @@ DEFAULT_REDIS_URL = "redis://127.0.0.1:19079/0"
 POLICY_NAMES = ("default", "identity")
 OFFSET_SYNCS_LOCATIONS = ("source", "target")
 CLIENT_ROLES = ("consumer", "producer", "admin")
+DEFAULT_CHECKPOINT_SHARDS = 6  # spreads evenly over 1, 2, 3 or 6 checkpoint replicas
+MAX_CHECKPOINT_SHARDS = 256
 
 Role = Literal["consumer", "producer", "admin"]
 
@@ -156,7 +158,9 @@ class FlowConfig:
 
     ``replication_factor`` is MM2's 2 for remote topics (``-1`` uses the target broker's default):
     a disaster-recovery copy should never be single-replica by accident. ``rate_limit_records_per_second``
-    of None means unlimited.
+    of None means unlimited. ``checkpoint_shards`` splits the flow's consumer groups (by a hash of
+    the group id) into that many work items, which the checkpoint replicas share; use at least as
+    many shards as replicas.
     """
 
     source: str
@@ -179,6 +183,7 @@ class FlowConfig:
     rate_limit_records_per_second: float | None = None
     heartbeats_replication_enabled: bool = True
     config_properties_exclude: tuple[str, ...] = CONFIG_PROPERTIES_EXCLUDE_DEFAULT
+    checkpoint_shards: int = DEFAULT_CHECKPOINT_SHARDS
 
     def __post_init__(self) -> None:
         object.__setattr__(self, "config_properties_exclude", tuple(self.config_properties_exclude))

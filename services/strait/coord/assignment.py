@@ -119,6 +119,58 @@ def _place(spilled: list[str], owned: dict[str, set[str]], quotas: dict[str, int
             placed.add(item)
 
 
+SHARD_MARK = "#"
+
+
+def shard_of(key: str, shards: int) -> int:
+    """The shard (``0 .. shards - 1``) that ``key`` (e.g. a consumer group) falls in; the same everywhere."""
+    if shards < 1:
+        raise ValueError(f"shards must be at least 1, got {shards}")
+    digest = hashlib.blake2b(key.encode(), digest_size=8).digest()
+    return int.from_bytes(digest, "big") % shards
+
+
+@dataclass(frozen=True)
+class ShardItem:
+    """One shard of a flow's work as an assignable item, named ``"<flow>#<index>/<count>"``.
+
+    The count is part of the name, so when a flow's shard count changes every shard is a new item
+    (with its own lease) and no two shards of different counts can be taken for the same keys.
+    """
+
+    flow: str
+    index: int
+    count: int
+
+    @property
+    def name(self) -> str:
+        """The item's name (also its lease's suffix)."""
+        return f"{self.flow}{SHARD_MARK}{self.index}/{self.count}"
+
+    def owns(self, key: str) -> bool:
+        """Whether ``key`` falls in this shard."""
+        return shard_of(key, self.count) == self.index
+
+    @classmethod
+    def parse(cls, name: str) -> ShardItem:
+        """The shard named ``name``; ValueError when it is not a shard item's name."""
+        flow, mark, rest = name.rpartition(SHARD_MARK)
+        index, _, count = rest.partition("/")
+        if not mark or not flow or not index.isdigit() or not count.isdigit() or int(index) >= int(count):
+            raise ValueError(f"not a shard item name: {name!r} (expected '<flow>#<index>/<count>')")
+        return cls(flow, int(index), int(count))
+
+    @classmethod
+    def all_of(cls, flow: str, count: int) -> tuple[ShardItem, ...]:
+        """Every shard of ``flow`` split ``count`` ways."""
+        return tuple(cls(flow, index, count) for index in range(count))
+
+
+def item_flow(item: str) -> str:
+    """The flow a work item belongs to: the item itself, or the flow of a shard item."""
+    return item.rpartition(SHARD_MARK)[0] or item
+
+
 @dataclass(frozen=True)
 class Share:
     """One member's part of the work at a membership epoch.
