@@ -84,6 +84,7 @@ class FlowRunner:
         self._failures = 0
         self._retry_at = 0.0
         self._next_refresh = 0.0
+        self._logged_batch: int | None = None
         self._stopping = threading.Event()
         set_flow_state(metrics.SERVICE, flow_name, "starting")
 
@@ -234,6 +235,10 @@ class FlowRunner:
             return
         self._failures = 0 if self.query.lastProgress and self._failures else self._failures
         progress = self.query.lastProgress
+        if progress and log.isEnabledFor(logging.DEBUG) and progress.get("batchId") != self._logged_batch:
+            self._logged_batch = progress.get("batchId")
+            log.debug("flow=%s batch=%s rows=%s durations_ms=%s", self.flow_name, progress.get("batchId"),
+                      progress.get("numInputRows"), json.dumps(progress.get("durationMs", {}), sort_keys=True))
         if progress:
             for source in progress.get("sources", []):
                 _export_lag(self.flow_name, source)
@@ -440,11 +445,13 @@ def _write_batch(batch: DataFrame, batch_id: int, flow: str, writer: WriterSetti
     # partition's records in order and syncs them per partition, so merging partitions is safe.
     tasks = batch.sparkSession.sparkContext.defaultParallelism
     rows = batch.coalesce(tasks).mapInArrow(partial(copy_partition, settings=writer), SUMMARY_SCHEMA).collect()
+    copied = time.monotonic()
     _account_rows(flow, rows)
     if losses is not None:
         skipped = _check_losses(losses, batch_id, rows)
         if skipped:
             _account_rows(flow, _copy_ranges(batch, losses, writer, skipped))
-    metrics.BATCH_DURATION.labels(flow=flow).observe(time.monotonic() - started)
-    log.debug("flow=%s batch=%d partitions=%d records=%d", flow, batch_id, len(rows),
-              sum(r.records for r in rows))
+    ended = time.monotonic()
+    metrics.BATCH_DURATION.labels(flow=flow).observe(ended - started)
+    log.debug("flow=%s batch=%d partitions=%d records=%d copy_s=%.3f after_copy_s=%.3f", flow, batch_id, len(rows),
+              sum(r.records for r in rows), copied - started, ended - copied)
