@@ -27,6 +27,7 @@ import threading
 import time
 from collections.abc import Callable
 from dataclasses import dataclass
+from typing import TypeVar
 
 from confluent_kafka import (
     Consumer,
@@ -69,6 +70,7 @@ ADMIN_TIMEOUT = 15.0
 CORRUPT_RECORD = "corrupt_record"  # strait_errors_total kind of a skipped undecodable record
 
 CheckpointKey = tuple[str, str, int]  # group, remote topic, partition
+T = TypeVar("T")
 
 
 @dataclass
@@ -387,14 +389,20 @@ class FlowCheckpointer:
         self._translations = translations
         log.debug("flow=%s groups=%d checkpoints_emitted=%d", self.name, len(groups), emitted)
 
+    def _as_shard_holder(self, group: str, doing: str, write: Callable[[LeaseKeeper], T]) -> T | None:
+        """``write(keeper)`` under the lease of the group's shard; None when that lease is not held (any more)."""
+        keeper = self._keeper_for(group)
+        if keeper is None:
+            return None
+        try:
+            return write(keeper)
+        except LeaseLostError as exc:
+            log.warning("flow=%s group=%s not %s, its shard's lease is lost: %s", self.name, group, doing, exc)
+            return None
+
     def _emit_fenced(self, group: str, translations: list[PartitionTranslation]) -> int:
         """Emit the group's changed checkpoints while its shard's lease holds; 0 when it was lost."""
-        keeper = self._keeper_for(group)
-        try:
-            return self._emit(group, translations, keeper) if keeper is not None else 0
-        except LeaseLostError as exc:
-            log.warning("flow=%s group=%s not checkpointed, its shard's lease is lost: %s", self.name, group, exc)
-            return 0
+        return self._as_shard_holder(group, "checkpointed", lambda keeper: self._emit(group, translations, keeper)) or 0
 
     def _emit(self, group: str, translations: list[PartitionTranslation], keeper: LeaseKeeper) -> int:
         assert self._clients is not None
@@ -450,11 +458,9 @@ class FlowCheckpointer:
             if states.get(group) in ACTIVE_STATES:
                 active += 1
                 continue
-            keeper = self._keeper_for(group)
-            try:
-                written = keeper is not None and self._sync_group(group, result, keeper)
-            except LeaseLostError as exc:
-                log.warning("flow=%s group=%s not synced, its shard's lease is lost: %s", self.name, group, exc)
+            written = self._as_shard_holder(group, "synced",
+                                            lambda keeper, g=group, r=result: self._sync_group(g, r, keeper))
+            if written is None:
                 continue
             if written:
                 synced += 1
