@@ -253,14 +253,25 @@ class KafkaCluster:
 
     def wait_ready(self, timeout: float = 90.0) -> None:
         """Block until describe_cluster sees every broker of the cluster."""
-        admin = self.admin()  # must outlive its futures, or librdkafka destroys the handle
+        last = ["no answer"]
 
         def all_brokers_registered() -> bool:
             for node in self.nodes:
                 node.check_alive()
-            result = admin.describe_cluster(request_timeout=5).result(timeout=10)
+            # A fresh client per probe: one made while a node restarts once kept a view without that
+            # node for the whole 180 s of a drill's restart, though the node was serving.
+            admin = self.admin()
+            try:
+                result = admin.describe_cluster(request_timeout=5).result(timeout=10)
+            except Exception as exc:
+                last[0] = f"describe_cluster failed: {exc}"
+                raise
+            last[0] = f"brokers seen: {sorted(n.id for n in result.nodes)}"
             return len(result.nodes) == self.spec.brokers
-        self.nodes[0].wait_until(all_brokers_registered, timeout, "describe cluster")
+        try:
+            self.nodes[0].wait_until(all_brokers_registered, timeout, "describe cluster")
+        except ProcessStartError as exc:
+            raise ProcessStartError(f"kafka cluster {self.alias}: {last[0]} of {self.spec.brokers}; {exc}") from None
         log.info("kafka cluster ready alias=%s bootstrap=%s", self.alias, self.bootstrap_servers)
 
     def stop(self) -> None:
