@@ -41,18 +41,17 @@ import redis
 from confluent_kafka import (
     Consumer,
     ConsumerGroupTopicPartitions,
-    IsolationLevel,
     KafkaError,
     KafkaException,
     Producer,
     TopicPartition,
 )
-from confluent_kafka.admin import AdminClient, OffsetSpec
+from confluent_kafka.admin import AdminClient
 
 from strait.config.model import FlowConfig, StraitConfig
 from strait.config.store import apply_config, load_stored_config
 from strait.errors import StraitError
-from strait.kafka.admin import admin_client, create_topics, explain_error, internal_topic
+from strait.kafka.admin import admin_client, create_topics, end_offsets, explain_error, internal_topic
 from strait.kafka.groups import ACTIVE_STATES, group_states
 from strait.records import Checkpoint
 from strait.translation import (
@@ -156,25 +155,6 @@ def _consumer(settings: Mapping[str, str], **extra: object) -> Consumer:
 def read_committed(settings: Mapping[str, str]) -> dict[str, str]:
     """Source consumer settings as the replicator reads: read_committed unless configured otherwise."""
     return {"isolation.level": "read_committed", **settings}
-
-
-def end_offsets(admin: AdminClient, alias: str, partitions: Sequence[TopicPartition],
-                isolation: IsolationLevel = IsolationLevel.READ_COMMITTED) -> dict[tuple[str, int], tuple[int, int]]:
-    """``(earliest, end)`` per partition; the end is the last stable offset with read_committed."""
-    if not partitions:
-        return {}
-    result: dict[tuple[str, int], tuple[int, int]] = {}
-    for spec_name, spec in (("earliest", OffsetSpec.earliest()), ("latest", OffsetSpec.latest())):
-        futures = admin.list_offsets({TopicPartition(tp.topic, tp.partition): spec for tp in partitions},
-                                     isolation_level=isolation, request_timeout=KAFKA_TIMEOUT)
-        for tp, future in futures.items():
-            try:
-                offset = future.result(timeout=KAFKA_TIMEOUT).offset
-            except KafkaException as exc:
-                raise explain_error(exc, alias, f"listing {spec_name} offsets of {tp.topic}[{tp.partition}]") from None
-            low, high = result.get((tp.topic, tp.partition), (0, 0))
-            result[(tp.topic, tp.partition)] = (offset, high) if spec_name == "earliest" else (low, offset)
-    return result
 
 
 def list_groups(admin: AdminClient, flow: FlowConfig, alias: str) -> list[str]:

@@ -13,6 +13,7 @@ import logging
 import re
 import threading
 import time
+from collections import namedtuple
 from dataclasses import dataclass
 from functools import partial
 from pathlib import Path
@@ -22,13 +23,15 @@ from confluent_kafka import Consumer, KafkaException, TopicPartition
 from pyspark.sql import DataFrame, SparkSession
 from pyspark.sql.streaming import StreamingQuery
 
-from strait.config.clients import java_settings
 from strait.config.model import FlowConfig, StraitConfig
 from strait.kafka.admin import admin_client, create_topics, internal_topic, topic_partitions
 from strait.metrics import set_flow_state
 from strait.remote_topics import RemoteTopic, reconcile_remote_topics, replicated_topics
 from strait_replicator import metrics
-from strait_replicator.writer import SUMMARY_SCHEMA, WriterSettings, copy_partition
+from strait_replicator.source import (
+    FORMAT, INITIAL_OFFSETS_FILE, PLAN_OPTION, CopySource, SourcePlan, offsets_of_log_file,
+)
+from strait_replicator.writer import SUMMARY_FIELDS, CopyRange, WriterSettings, copy_ranges
 
 log = logging.getLogger(__name__)
 librdkafka_log = logging.getLogger("strait.librdkafka")
@@ -39,8 +42,9 @@ MAX_BACKOFF = 60.0
 # a few hundred milliseconds) finish before the next trigger and the limit holds as a rate.
 RATE_LIMITED_TRIGGER_SECONDS = 1.0
 # Without a rate limit a batch is still capped: after a long outage one huge batch would be what a
-# crash replays, so the cap bounds duplicates per crash without costing throughput.
-MAX_RECORDS_PER_BATCH = 100_000
+# crash replays, so the cap bounds duplicates per crash. Each batch costs Spark's planning and two
+# checkpoint writes, so with a backlog a batch should be large enough to make those small.
+MAX_RECORDS_PER_BATCH = 500_000
 # Interrupting a query inside its foreachBatch callback can wedge py4j's callback channel, so a stop
 # first lets the running batch finish (a stopping flag makes the next batch fail before any work).
 GRACEFUL_STOP_SECONDS = 120.0
@@ -59,7 +63,7 @@ class FlowPlan:
     topics: tuple[RemoteTopic, ...]
     max_offsets_per_trigger: int
     trigger_seconds: float
-    source_settings: tuple[tuple[str, str], ...]
+    source_admin: tuple[tuple[str, str], ...]  # librdkafka settings, to plan batches
     source_consumer: tuple[tuple[str, str], ...]  # librdkafka settings, to check for records lost
     writer: WriterSettings
 
@@ -110,13 +114,13 @@ class FlowRunner:
             syncs_producer=config.cluster(syncs_alias).librdkafka_config("producer"),
             syncs_topic=syncs_topic, syncs_alias=syncs_alias,
             remote_names={t.source: t.remote for t in topics},
+            source_consumer=source.librdkafka_config("consumer"),
         )
         return FlowPlan(
             topics=tuple(topics),
             max_offsets_per_trigger=max(1, int(rate * trigger)) if rate else MAX_RECORDS_PER_BATCH,
             trigger_seconds=trigger,
-            source_settings=tuple(sorted(
-                java_settings(_with_read_committed(source.settings("consumer"))).items())),
+            source_admin=tuple(sorted(source.librdkafka_config("admin").items())),
             source_consumer=tuple(sorted(source.librdkafka_config("consumer").items())),
             writer=writer,
         )
@@ -170,18 +174,15 @@ class FlowRunner:
                  plan.max_offsets_per_trigger)
 
     def _start_query(self, plan: FlowPlan) -> StreamingQuery:
-        reader = self.spark.readStream.format("kafka")
-        for key, value in plan.source_settings:
-            reader = reader.option(f"kafka.{key}", value)
-        reader = (reader.option("subscribe", ",".join(t.source for t in plan.topics))
-                  .option("startingOffsets", "earliest")
-                  .option("failOnDataLoss", "false")
-                  .option("includeHeaders", "true"))
-        reader = reader.option("maxOffsetsPerTrigger", str(plan.max_offsets_per_trigger))
         checkpoint = self.state_dir / "checkpoint"
         checkpoint.mkdir(parents=True, exist_ok=True)
+        source = SourcePlan(
+            partitions=tuple((t.source, t.partitions) for t in plan.topics), source_admin=plan.source_admin,
+            max_records_per_batch=plan.max_offsets_per_trigger,
+            tasks=self.spark.sparkContext.defaultParallelism, checkpoint=str(checkpoint), writer=plan.writer)
+        self.spark.dataSource.register(CopySource)
         self._stopping = threading.Event()
-        return (reader.load().writeStream
+        return (self.spark.readStream.format(FORMAT).option(PLAN_OPTION, source.encode()).load().writeStream
                 .queryName(f"strait {self.flow_name}")
                 .foreachBatch(partial(_write_batch, flow=self.flow_name, writer=plan.writer, stopping=self._stopping,
                                       losses=loss_check(self.flow_name, plan, checkpoint)))
@@ -239,34 +240,6 @@ class FlowRunner:
             self._logged_batch = progress.get("batchId")
             log.debug("flow=%s batch=%s rows=%s durations_ms=%s", self.flow_name, progress.get("batchId"),
                       progress.get("numInputRows"), json.dumps(progress.get("durationMs", {}), sort_keys=True))
-        if progress:
-            for source in progress.get("sources", []):
-                _export_lag(self.flow_name, source)
-
-
-def _with_read_committed(settings: dict[str, str]) -> dict[str, str]:
-    """Consumer settings for the source; records of aborted transactions are never copied unless the
-    user asks for read_uncommitted explicitly (target consumers would otherwise see them)."""
-    return {"isolation.level": "read_committed", **settings}
-
-
-def _export_lag(flow: str, source: dict[str, Any]) -> None:
-    latest, end = _offsets(source.get("latestOffset")), _offsets(source.get("endOffset"))
-    for topic, partitions in latest.items():
-        for partition, offset in partitions.items():
-            copied = end.get(topic, {}).get(partition, 0)
-            metrics.SOURCE_LAG.labels(flow=flow, topic=topic, partition=partition).set(max(0, offset - copied))
-
-
-def _offsets(raw: Any) -> dict[str, dict[str, int]]:
-    """Offsets from a progress field: JSON text, a dict, or nothing (e.g. before the first batch)."""
-    if isinstance(raw, dict):
-        return raw
-    try:
-        parsed = json.loads(raw) if isinstance(raw, str) and raw.strip() else None
-    except ValueError:
-        return {}
-    return parsed if isinstance(parsed, dict) else {}
 
 
 def _first_task_error(text: str) -> str:
@@ -287,8 +260,7 @@ class LossCheck:
     flow: str
     source_alias: str
     consumer: dict[str, str]  # librdkafka settings of the source
-    reader: tuple[tuple[str, str], ...]  # the streaming reader's Kafka settings
-    checkpoint: Path  # the query's checkpoint: offsets/N holds batch N's end offsets, sources/0/0 the initial ones
+    checkpoint: Path  # the query's checkpoint: offsets/N holds batch N's end offsets
     replayed_batch: int | None = None  # planned but not committed before the query started: run again
 
 
@@ -297,8 +269,7 @@ def loss_check(flow: str, plan: FlowPlan, checkpoint: Path) -> LossCheck:
     planned = _batch_ids(checkpoint / "offsets")
     committed = _batch_ids(checkpoint / "commits")
     replayed = max(planned) if planned and max(planned) not in committed else None
-    return LossCheck(flow, plan.writer.source_alias, dict(plan.source_consumer), plan.source_settings, checkpoint,
-                     replayed)
+    return LossCheck(flow, plan.writer.source_alias, dict(plan.source_consumer), checkpoint, replayed)
 
 
 def _batch_ids(folder: Path) -> set[int]:
@@ -309,23 +280,10 @@ TopicPartitionKey = tuple[str, int]
 
 
 def _batch_start_offsets(checkpoint: Path, batch_id: int) -> dict[TopicPartitionKey, int] | None:
-    """Where ``batch_id`` starts: the previous batch's end, or the query's initial offsets for batch 0."""
+    """Where ``batch_id`` starts: the previous batch's end, or the stream's initial offsets for batch 0."""
     if batch_id == 0:
-        return _offsets_file(checkpoint / "sources" / "0" / "0")
-    return _offsets_file(checkpoint / "offsets" / str(batch_id - 1))
-
-
-def _offsets_file(path: Path) -> dict[TopicPartitionKey, int] | None:
-    """Kafka offsets from one of Spark's checkpoint files (JSON on the last line), or None."""
-    try:
-        lines = path.read_text(errors="replace").splitlines()
-        parsed = json.loads(lines[-1]) if lines else None
-    except (OSError, ValueError):
-        return None
-    if not isinstance(parsed, dict):
-        return None
-    return {(topic, int(p)): int(o) for topic, partitions in parsed.items() if isinstance(partitions, dict)
-            for p, o in partitions.items()}
+        return offsets_of_log_file(checkpoint / INITIAL_OFFSETS_FILE)
+    return offsets_of_log_file(checkpoint / "offsets" / str(batch_id - 1))
 
 
 def _log_start_offsets(check: LossCheck, partitions: list[TopicPartitionKey]) -> dict[TopicPartitionKey, int]:
@@ -350,8 +308,9 @@ def _log_start_offsets(check: LossCheck, partitions: list[TopicPartitionKey]) ->
 def _first_offsets(rows: list[Any]) -> dict[TopicPartitionKey, int]:
     first: dict[TopicPartitionKey, int] = {}
     for row in rows:
-        key = (row.topic, row.partition)
-        first[key] = min(first.get(key, row.first_offset), row.first_offset)
+        if row.records:
+            key = (row.topic, row.partition)
+            first[key] = min(first.get(key, row.first_offset), row.first_offset)
     return first
 
 
@@ -361,6 +320,8 @@ def _account_rows(flow: str, rows: list[Any]) -> None:
         metrics.BYTES.labels(flow=flow, topic=row.topic).inc(row.bytes)
         metrics.OFFSET_SYNCS.labels(flow=flow).inc(row.syncs)
         metrics.LATENCY.add((flow, row.topic), row.latency_counts, row.latency_sum)
+        if row.lag >= 0:
+            metrics.SOURCE_LAG.labels(flow=flow, topic=row.topic, partition=row.partition).set(row.lag)
 
 
 def _report_lost(check: LossCheck, batch_id: int, key: TopicPartitionKey, start: int, end: int, why: str) -> None:
@@ -379,7 +340,7 @@ def _check_losses(check: LossCheck, batch_id: int, rows: list[Any]) -> list[tupl
     the new records below the end, so they are returned to be copied by the batch itself.
     """
     starts = _batch_start_offsets(check.checkpoint, batch_id)
-    ends = _offsets_file(check.checkpoint / "offsets" / str(batch_id))
+    ends = offsets_of_log_file(check.checkpoint / "offsets" / str(batch_id))
     if not starts or not ends:
         return []
     first = _first_offsets(rows)
@@ -415,23 +376,13 @@ def _check_losses(check: LossCheck, batch_id: int, rows: list[Any]) -> list[tupl
     return copies
 
 
-def _copy_ranges(batch: DataFrame, check: LossCheck, writer: WriterSettings,
-                 ranges: list[tuple[TopicPartitionKey, int, int]]) -> list[Any]:
-    """Copy source offset ranges Spark's stream skipped, with a bounded (non-streaming) read."""
-    assign: dict[str, list[int]] = {}
-    starting: dict[str, dict[str, int]] = {}
-    ending: dict[str, dict[str, int]] = {}
-    for (topic, partition), start, end in ranges:
-        assign.setdefault(topic, []).append(partition)
-        starting.setdefault(topic, {})[str(partition)] = start
-        ending.setdefault(topic, {})[str(partition)] = end
-    reader = batch.sparkSession.read.format("kafka")
-    for key, value in check.reader:
-        reader = reader.option(f"kafka.{key}", value)
-    frame = (reader.option("assign", json.dumps(assign)).option("startingOffsets", json.dumps(starting))
-             .option("endingOffsets", json.dumps(ending)).option("failOnDataLoss", "false")
-             .option("includeHeaders", "true").load())
-    return frame.mapInArrow(partial(copy_partition, settings=writer), SUMMARY_SCHEMA).collect()
+Summary = namedtuple("Summary", SUMMARY_FIELDS)  # type: ignore[misc]
+
+
+def _copy_ranges(writer: WriterSettings, ranges: list[tuple[TopicPartitionKey, int, int]]) -> list[Any]:
+    """Copy, from the driver, source offset ranges the stream's plan went past (a re-created topic)."""
+    copies = [CopyRange(topic, partition, start, end) for (topic, partition), start, end in ranges]
+    return [Summary(*row) for row in copy_ranges(copies, writer)]
 
 
 def _write_batch(batch: DataFrame, batch_id: int, flow: str, writer: WriterSettings,
@@ -440,17 +391,13 @@ def _write_batch(batch: DataFrame, batch_id: int, flow: str, writer: WriterSetti
     if stopping.is_set():
         raise StopRequested(f"flow {flow}: batch {batch_id} not started, the query is stopping")
     started = time.monotonic()
-    # One task per core instead of one per Kafka partition: each task costs a Python hand-off and two
-    # acknowledgement round trips (records, then syncs), whatever its size. The writer keeps each
-    # partition's records in order and syncs them per partition, so merging partitions is safe.
-    tasks = batch.sparkSession.sparkContext.defaultParallelism
-    rows = batch.coalesce(tasks).mapInArrow(partial(copy_partition, settings=writer), SUMMARY_SCHEMA).collect()
+    rows = batch.collect()  # the source's tasks copy their ranges; each row sums one range up
     copied = time.monotonic()
     _account_rows(flow, rows)
     if losses is not None:
         skipped = _check_losses(losses, batch_id, rows)
         if skipped:
-            _account_rows(flow, _copy_ranges(batch, losses, writer, skipped))
+            _account_rows(flow, _copy_ranges(writer, skipped))
     ended = time.monotonic()
     metrics.BATCH_DURATION.labels(flow=flow).observe(ended - started)
     log.debug("flow=%s batch=%d partitions=%d records=%d copy_s=%.3f after_copy_s=%.3f", flow, batch_id, len(rows),

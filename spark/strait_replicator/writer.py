@@ -1,10 +1,11 @@
-"""The executor side: copy one Spark partition (one source topic-partition range) to the target.
+"""The executor side: copy source offset ranges to the target, record by record, in order.
 
-Runs inside ``mapInArrow``: every record goes to the same partition number of its remote topic with
-key, value, headers and timestamp unchanged and in order (idempotent producer), then the exact offset
-syncs for what was copied are produced, and one summary row per source partition is returned to the
-driver. Any delivery error fails the task, so Spark never commits a batch that is not fully on the
-target (at-least-once, nothing lost).
+A task reads its ranges with a librdkafka consumer and produces every record to the same partition
+number of its remote topic with key, value, headers and timestamp unchanged and in order (idempotent
+producer); then the exact offset syncs for what was copied are produced, and one summary row per
+source partition goes back to the driver. Records never pass through the JVM or Arrow. Any read or
+delivery error fails the task, so Spark never commits a batch that is not fully on the target
+(at-least-once, nothing lost).
 """
 
 from __future__ import annotations
@@ -19,9 +20,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 import numpy as np
-import pyarrow as pa
-import pyarrow.compute as pc
-from confluent_kafka import KafkaError, Producer
+from confluent_kafka import Consumer, KafkaError, Producer, TopicPartition
 
 from strait.errors import StraitError
 from strait.offsets import OffsetTranslationError, SyncPoint
@@ -35,14 +34,11 @@ LATENCY_BUCKETS = (0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0
 
 SUMMARY_SCHEMA = (
     "topic string, partition int, remote_topic string, records long, bytes long, "
-    "first_offset long, last_offset long, syncs int, latency_counts array<long>, latency_sum double"
+    "first_offset long, last_offset long, syncs int, latency_counts array<long>, latency_sum double, "
+    "lag long"
 )
-_SUMMARY_ARROW = pa.schema([
-    ("topic", pa.string()), ("partition", pa.int32()), ("remote_topic", pa.string()), ("records", pa.int64()),
-    ("bytes", pa.int64()), ("first_offset", pa.int64()), ("last_offset", pa.int64()), ("syncs", pa.int32()),
-    ("latency_counts", pa.list_(pa.int64())), ("latency_sum", pa.float64()),
-])
-
+SUMMARY_FIELDS = ("topic", "partition", "remote_topic", "records", "bytes", "first_offset", "last_offset", "syncs",
+                  "latency_counts", "latency_sum", "lag")
 PRODUCER_DEFAULTS = {
     "enable.idempotence": "true",  # keeps per-partition order across retries
     "acks": "all",
@@ -51,6 +47,23 @@ PRODUCER_DEFAULTS = {
     "message.max.bytes": "104857600",  # let the target broker judge record sizes, not the client
     "queue.buffering.max.kbytes": "262144",
 }
+
+CONSUMER_DEFAULTS = {
+    "fetch.max.bytes": "52428800",
+    "max.partition.fetch.bytes": "4194304",
+    # Prefetched records past a range's end are dropped when the next task assigns new ranges, so
+    # the prefetch queue is kept small: it bounds what a task reads and discards.
+    "queued.max.messages.kbytes": "16384",
+    "fetch.wait.max.ms": "100",
+}
+# The copy loop's own settings; the user's consumer settings cannot change them.
+CONSUMER_FIXED = {
+    "enable.auto.commit": "false",
+    "enable.auto.offset.store": "false",
+    "enable.partition.eof": "true",
+    "auto.offset.reset": "earliest",
+}
+CONSUME_BATCH = 10_000
 
 
 def _install_lazy_zip_invalidation() -> None:
@@ -89,6 +102,10 @@ class ReplicationWriteError(StraitError):
     """A record or an offset sync could not be written to the target; the batch is not committed."""
 
 
+class ReplicationReadError(StraitError):
+    """A source range could not be read to its end; the batch is not committed."""
+
+
 @dataclass(frozen=True)
 class WriterSettings:
     """What a task needs to copy records of one flow (pickled to the executors)."""
@@ -101,7 +118,9 @@ class WriterSettings:
     syncs_producer: Mapping[str, str]
     syncs_topic: str
     syncs_alias: str
+    source_consumer: Mapping[str, str] = field(default_factory=dict)
     flush_timeout: float = 120.0
+    read_timeout: float = 120.0
     remote_names: Mapping[str, str] = field(default_factory=dict)
 
     def remote_topic(self, topic: str) -> str:
@@ -109,7 +128,18 @@ class WriterSettings:
         return self.remote_names.get(topic) or self.policy.format_remote_topic(self.source_alias, topic)
 
 
+@dataclass(frozen=True)
+class CopyRange:
+    """Source offsets ``[start, end)`` of one topic-partition to copy; ``start`` None: from the earliest."""
+
+    topic: str
+    partition: int
+    start: int | None
+    end: int
+
+
 _producers: dict[tuple[tuple[str, str], ...], Producer] = {}
+_consumers: dict[tuple[tuple[str, str], ...], Consumer] = {}
 
 
 def _producer(config: Mapping[str, str]) -> Producer:
@@ -120,6 +150,19 @@ def _producer(config: Mapping[str, str]) -> Producer:
     return _producers[key]
 
 
+def _consumer(settings: WriterSettings) -> Consumer:
+    """One source consumer per flow per Python worker: its connections outlive a task.
+
+    It never joins a group nor commits: each task assigns its ranges' start offsets itself.
+    """
+    config = {**CONSUMER_DEFAULTS, **settings.source_consumer, **CONSUMER_FIXED,
+              "group.id": f"strait-replicator-{settings.flow}"}
+    key = tuple(sorted(config.items()))
+    if key not in _consumers:
+        _consumers[key] = Consumer({**config, "logger": logging.getLogger("strait.librdkafka")})
+    return _consumers[key]
+
+
 class _Copied:
     """What one task copied of one source partition: offsets sent, offsets and times acknowledged.
 
@@ -127,16 +170,18 @@ class _Copied:
     i-th acknowledged offset belongs to the i-th record sent.
     """
 
-    __slots__ = ("topic", "partition", "remote", "offsets", "timestamps", "bytes", "acked", "ack_times",
-                 "on_delivery")
+    __slots__ = ("topic", "partition", "remote", "end", "offsets", "timestamps", "bytes", "acked", "ack_times",
+                 "on_delivery", "lag")
 
-    def __init__(self, topic: str, partition: int, remote: str, errors: list[tuple[str, int, Any]]) -> None:
-        self.topic, self.partition, self.remote = topic, partition, remote
-        self.offsets: list[np.ndarray] = []
-        self.timestamps: list[np.ndarray] = []
+    def __init__(self, topic: str, partition: int, remote: str, end: int,
+                 errors: list[tuple[str, int, Any]]) -> None:
+        self.topic, self.partition, self.remote, self.end = topic, partition, remote, end
+        self.offsets: list[int] = []
+        self.timestamps: list[int] = []
         self.bytes = 0
         self.acked: list[int] = []
         self.ack_times: list[float] = []
+        self.lag = -1  # records on the source past the range's end when it was copied; -1: unknown
         acked, ack_times, now = self.acked.append, self.ack_times.append, time.time
 
         def on_delivery(err: KafkaError | None, msg: Any) -> None:
@@ -146,10 +191,6 @@ class _Copied:
             acked(msg.offset())
             ack_times(now())
         self.on_delivery = on_delivery
-
-    def source_offsets(self) -> np.ndarray:
-        """Every source offset sent, in send order."""
-        return np.concatenate(self.offsets)
 
 
 def _produce(producer: Producer, topic: str, **kwargs: Any) -> None:
@@ -161,85 +202,104 @@ def _produce(producer: Producer, topic: str, **kwargs: Any) -> None:
             producer.poll(0.05)
 
 
-def _timestamps_ms(batch: pa.RecordBatch) -> np.ndarray:
-    column = batch.column("timestamp")
-    micros = pc.cast(column.cast(pa.timestamp("us")), pa.int64())
-    return (micros.to_numpy(zero_copy_only=False) // 1000).astype(np.int64)
-
-
-def _headers(column: pa.ListArray) -> list[list[tuple[str, bytes | None]] | None]:
-    """Each row's headers as confluent-kafka wants them (None for none), without a dict per header."""
-    offsets = column.offsets.to_numpy(zero_copy_only=False)
-    if len(column) == 0 or offsets[0] == offsets[-1]:
-        return [None] * len(column)
-    first, last = int(offsets[0]), int(offsets[-1])
-    values = column.values.slice(first, last - first)
-    pairs = list(zip(values.field("key").to_pylist(), values.field("value").to_pylist()))
-    counts = np.diff(offsets)
-    if len(counts) and (counts == counts[0]).all():  # the usual case: every record has as many headers
-        chunks = iter(pairs)
-        return [list(chunk) for chunk in zip(*[chunks] * int(counts[0]))]
-    bounds = (offsets - first).tolist()
-    return [pairs[bounds[i]:bounds[i + 1]] or None for i in range(len(column))]
-
-
-def _binary_bytes(column: pa.Array) -> int:
-    total = pc.sum(pc.binary_length(column)).as_py()
-    return int(total or 0)
-
-
-def _groups(batch: pa.RecordBatch) -> list[tuple[str, int, np.ndarray | slice]]:
-    """Rows per source topic-partition; a Spark partition of the Kafka source holds exactly one."""
-    topics, partitions = batch.column("topic"), batch.column("partition")
-    if pc.count_distinct(topics).as_py() == 1 and pc.count_distinct(partitions).as_py() == 1:
-        return [(topics[0].as_py(), partitions[0].as_py(), slice(0, batch.num_rows))]
-    rows: dict[tuple[str, int], list[int]] = {}
-    for i, key in enumerate(zip(topics.to_pylist(), partitions.to_pylist())):
-        rows.setdefault(key, []).append(i)
-    return [(topic, partition, np.array(indices)) for (topic, partition), indices in rows.items()]
-
-
-def _send_batch(producer: Producer, batch: pa.RecordBatch, settings: WriterSettings,
-                copied: dict[tuple[str, int], _Copied], errors: list[tuple[str, int, Any]]) -> None:
-    """Produce every row of one Arrow batch to its remote topic's same partition."""
-    keys, values = batch.column("key").to_pylist(), batch.column("value").to_pylist()
-    headers = _headers(batch.column("headers"))
-    timestamps = _timestamps_ms(batch)
-    ts_list = timestamps.tolist()
-    offsets = batch.column("offset").to_numpy(zero_copy_only=False)
-    produce = producer.produce
-    for topic, partition, rows in _groups(batch):
-        part = copied.get((topic, partition))
-        if part is None:
-            part = _Copied(topic, partition, settings.remote_topic(topic), errors)
-            copied[(topic, partition)] = part
-        remote, on_delivery = part.remote, part.on_delivery
-        indices = range(rows.start, rows.stop) if isinstance(rows, slice) else rows.tolist()
-        for i in indices:
-            try:
-                produce(remote, value=values[i], key=keys[i], partition=partition, on_delivery=on_delivery,
-                        timestamp=ts_list[i], headers=headers[i])
-            except BufferError:  # local queue full: let deliveries drain, then send this one
-                _produce(producer, remote, value=values[i], key=keys[i], partition=partition,
-                         on_delivery=on_delivery, timestamp=ts_list[i], headers=headers[i])
-        part.offsets.append(offsets[rows])
-        part.timestamps.append(timestamps[rows])
-        subset = batch if isinstance(rows, slice) else batch.take(pa.array(rows))
-        part.bytes += _binary_bytes(subset.column("key")) + _binary_bytes(subset.column("value"))
-
-
-def copy_partition(batches: Iterator[pa.RecordBatch], settings: WriterSettings) -> Iterator[pa.RecordBatch]:
-    """mapInArrow function: copy the records, emit offset syncs, yield one summary row per partition."""
+def copy_ranges(ranges: list[CopyRange], settings: WriterSettings) -> list[tuple[Any, ...]]:
+    """Copy each range to its remote topic, emit the offset syncs; one summary row per range."""
     producer = _producer(settings.target_producer)
     errors: list[tuple[str, int, Any]] = []
-    copied: dict[tuple[str, int], _Copied] = {}
-    for batch in batches:
-        if batch.num_rows == 0:
-            continue
-        _send_batch(producer, batch, settings, copied, errors)
-        producer.poll(0)
+    copied = {(r.topic, r.partition): _Copied(r.topic, r.partition, settings.remote_topic(r.topic), r.end, errors)
+              for r in ranges if r.start is None or r.start < r.end}
+    if copied:
+        _read_and_send(_consumer(settings), producer, ranges, copied, settings)
     _flush(producer, settings, errors)
-    yield from _emit_syncs_and_summarise(settings, copied)
+    return _emit_syncs_and_summarise(settings, list(copied.values()))
+
+
+def _read_and_send(consumer: Consumer, producer: Producer, ranges: list[CopyRange],
+                   copied: dict[tuple[str, int], _Copied], settings: WriterSettings) -> None:
+    """Consume every range to its end and produce each record as it comes."""
+    consumer.assign([TopicPartition(r.topic, r.partition, -2 if r.start is None else r.start)
+                     for r in ranges if (r.topic, r.partition) in copied])
+    try:
+        pending = dict(copied)
+        remaining = sum(r.end - (r.start or 0) for r in ranges if (r.topic, r.partition) in copied)
+        deadline = time.monotonic() + settings.read_timeout
+        while pending:
+            # Asking for no more than what is left returns as soon as the last record arrives.
+            messages = consumer.consume(max(1, min(CONSUME_BATCH, remaining)), 0.1)
+            if messages:
+                remaining -= _send_messages(messages, producer, pending)
+                deadline = time.monotonic() + settings.read_timeout
+            elif time.monotonic() > deadline:
+                part = next(iter(pending.values()))
+                raise ReplicationReadError(
+                    f"flow {settings.flow}: reading topic {part.topic} partition {part.partition} on cluster "
+                    f"{settings.source_alias} stalled for {settings.read_timeout:.0f}s before offset {part.end}; "
+                    f"check that its brokers are up and the partition has a leader")
+            producer.poll(0)
+        _note_lag(consumer, copied)
+    finally:
+        consumer.unassign()
+
+
+def _note_lag(consumer: Consumer, copied: dict[tuple[str, int], _Copied]) -> None:
+    """Each range's lag from the end offset the last fetch reported (no request to the broker)."""
+    for part in copied.values():
+        try:
+            _low, high = consumer.get_watermark_offsets(TopicPartition(part.topic, part.partition), cached=True)
+        except Exception:  # noqa: BLE001 - a lag is nice to have, never a reason to fail a copy
+            continue
+        if high >= 0:
+            part.lag = max(0, high - part.end)
+
+
+def _send_messages(messages: list[Any], producer: Producer, pending: dict[tuple[str, int], _Copied]) -> int:
+    """Produce the messages of still-pending ranges; return how many were consumed."""
+    produce = producer.produce
+    for message in messages:
+        part = pending.get((message.topic(), message.partition()))
+        if part is None:  # past the end of a finished range
+            continue
+        offset = message.offset()
+        error = message.error()
+        if error is not None:
+            _on_consume_error(error, offset, part, pending)
+            continue
+        if offset >= part.end:
+            del pending[(part.topic, part.partition)]
+            continue
+        value, key, timestamp = message.value(), message.key(), message.timestamp()[1]
+        headers = message.headers()
+        try:
+            produce(part.remote, value, key, part.partition, part.on_delivery, timestamp=timestamp, headers=headers)
+        except BufferError:  # local queue full: let deliveries drain, then send this one
+            _produce(producer, part.remote, value=value, key=key, partition=part.partition,
+                     on_delivery=part.on_delivery, timestamp=timestamp, headers=headers)
+        part.offsets.append(offset)
+        part.timestamps.append(timestamp)
+        part.bytes += len(value or b"") + len(key or b"")
+        if offset >= part.end - 1:
+            del pending[(part.topic, part.partition)]
+    return len(messages)
+
+
+def _on_consume_error(error: KafkaError, offset: int, part: _Copied,
+                      pending: dict[tuple[str, int], _Copied]) -> None:
+    """End of partition finishes a range whose end it reached; any other error fails the task."""
+    if error.code() == KafkaError._PARTITION_EOF:
+        if offset >= part.end:
+            del pending[(part.topic, part.partition)]
+        return
+    if error.code() in (KafkaError.UNKNOWN_TOPIC_OR_PART, KafkaError._UNKNOWN_TOPIC, KafkaError._UNKNOWN_PARTITION):
+        log.warning("topic=%s partition=%d is gone from the source (deleted?): its range ends at offset %d",
+                    part.topic, part.partition, part.offsets[-1] + 1 if part.offsets else -1)
+        del pending[(part.topic, part.partition)]
+        return
+    if error.fatal() or error.code() == KafkaError.TOPIC_AUTHORIZATION_FAILED:
+        raise ReplicationReadError(f"reading topic {part.topic} partition {part.partition}: {error.str()} "
+                                   f"({error.name()})")
+    # Anything else (a broker down, a leader moving) librdkafka retries by itself; a range that
+    # never moves again fails the task after the read timeout.
+    log.warning("topic=%s partition=%d reading goes on after: %s", part.topic, part.partition, error.str())
 
 
 def sync_points_of(source_offsets: np.ndarray, target_offsets: np.ndarray) -> list[SyncPoint]:
@@ -276,17 +336,17 @@ def _flush(producer: Producer, settings: WriterSettings, errors: list[tuple[str,
         )
 
 
-def _emit_syncs_and_summarise(settings: WriterSettings,
-                              copied: dict[tuple[str, int], _Copied]) -> Iterator[pa.RecordBatch]:
+def _emit_syncs_and_summarise(settings: WriterSettings, copied: list[_Copied]) -> list[tuple[Any, ...]]:
+    """Produce the offset syncs of every range copied; one summary row per range (SUMMARY_FIELDS)."""
     syncs = _producer(settings.syncs_producer)
     sync_errors: list[tuple[str, int, Any]] = []
 
     def on_sync_delivery(err: KafkaError | None, msg: Any) -> None:
         if err is not None:
             sync_errors.append((msg.topic(), msg.partition(), err))
-    rows: dict[str, list[Any]] = {name: [] for name in _SUMMARY_ARROW.names}
-    for part in copied.values():
-        offsets = part.source_offsets()
+    rows = []
+    for part in copied:
+        offsets = np.array(part.offsets, dtype=np.int64)
         if len(part.acked) != len(offsets):
             raise ReplicationWriteError(
                 f"flow {settings.flow}: {len(offsets)} records sent to {part.remote}[{part.partition}] but "
@@ -297,15 +357,11 @@ def _emit_syncs_and_summarise(settings: WriterSettings,
             record = OffsetSync(part.topic, part.partition, point.upstream, point.downstream)
             _produce(syncs, settings.syncs_topic, key=record.key_bytes(), value=record.value_bytes(),
                      partition=0, on_delivery=on_sync_delivery)
-        latencies = np.array(part.ack_times) - np.concatenate(part.timestamps).astype(np.float64) / 1000.0
+        latencies = np.array(part.ack_times) - np.array(part.timestamps, dtype=np.float64) / 1000.0
         counts = np.histogram(latencies, bins=(-np.inf, *LATENCY_BUCKETS, np.inf))[0]
-        for name, value in (("topic", part.topic), ("partition", part.partition),
-                            ("remote_topic", part.remote),
-                            ("records", len(offsets)), ("bytes", part.bytes),
-                            ("first_offset", int(offsets[0])), ("last_offset", int(offsets[-1])),
-                            ("syncs", len(points)), ("latency_counts", [int(c) for c in counts]),
-                            ("latency_sum", float(latencies.sum()))):
-            rows[name].append(value)
+        rows.append((part.topic, part.partition, part.remote, len(offsets), part.bytes,
+                     int(offsets[0]) if len(offsets) else None, int(offsets[-1]) if len(offsets) else None,
+                     len(points), [int(c) for c in counts], float(latencies.sum()), part.lag))
     remaining = syncs.flush(settings.flush_timeout)
     if sync_errors or remaining:
         detail = sync_errors[0][2].str() if sync_errors else f"{remaining} not acknowledged"
@@ -313,5 +369,4 @@ def _emit_syncs_and_summarise(settings: WriterSettings,
             f"flow {settings.flow}: writing offset syncs to topic {settings.syncs_topic} on cluster "
             f"{settings.syncs_alias} failed: {detail}"
         )
-    if rows["topic"]:
-        yield pa.RecordBatch.from_pydict(rows, schema=_SUMMARY_ARROW)
+    return rows

@@ -7,11 +7,13 @@ MM2's settings (one partition, ``cleanup.policy=compact``).
 from __future__ import annotations
 
 import logging
-from collections.abc import Iterable, Mapping
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 
-from confluent_kafka import KafkaError, KafkaException
-from confluent_kafka.admin import AdminClient, ConfigResource, ConfigSource, NewPartitions, NewTopic, ResourceType
+from confluent_kafka import IsolationLevel, KafkaError, KafkaException, TopicPartition
+from confluent_kafka.admin import (
+    AdminClient, ConfigResource, ConfigSource, NewPartitions, NewTopic, OffsetSpec, ResourceType,
+)
 
 from strait.errors import StraitError
 
@@ -137,3 +139,33 @@ def topic_configs(admin: AdminClient, alias: str, topics: Iterable[str],
 def internal_topic(name: str, replication_factor: int = -1) -> TopicSpec:
     """An MM2 internal topic (heartbeats, checkpoints, offset syncs): 1 partition, compacted."""
     return TopicSpec(name, 1, replication_factor, {"cleanup.policy": "compact"})
+
+
+PartitionKey = tuple[str, int]
+
+
+def list_offsets(admin: AdminClient, alias: str, partitions: Sequence[TopicPartition], which: str,
+                 isolation: IsolationLevel = IsolationLevel.READ_COMMITTED,
+                 timeout: float = DEFAULT_TIMEOUT) -> dict[PartitionKey, int]:
+    """The ``earliest`` or ``latest`` offset of each partition in one request; with read_committed
+    the latest is the last stable offset (records of open transactions are not readable yet)."""
+    if not partitions:
+        return {}
+    spec = OffsetSpec.earliest() if which == "earliest" else OffsetSpec.latest()
+    futures = admin.list_offsets({TopicPartition(tp.topic, tp.partition): spec for tp in partitions},
+                                 isolation_level=isolation, request_timeout=timeout)
+    offsets: dict[PartitionKey, int] = {}
+    for tp, future in futures.items():
+        try:
+            offsets[(tp.topic, tp.partition)] = future.result(timeout=timeout).offset
+        except KafkaException as exc:
+            raise explain_error(exc, alias, f"listing {which} offsets of {tp.topic}[{tp.partition}]") from None
+    return offsets
+
+
+def end_offsets(admin: AdminClient, alias: str, partitions: Sequence[TopicPartition],
+                isolation: IsolationLevel = IsolationLevel.READ_COMMITTED) -> dict[PartitionKey, tuple[int, int]]:
+    """``(earliest, end)`` per partition; the end is the last stable offset with read_committed."""
+    earliest = list_offsets(admin, alias, partitions, "earliest", isolation)
+    latest = list_offsets(admin, alias, partitions, "latest", isolation)
+    return {key: (low, latest[key]) for key, low in earliest.items()}
