@@ -1,17 +1,16 @@
-"""The writer's vectorised sync points and header conversion agree with the reference code."""
+"""The writer's vectorised sync points agree with the reference code."""
 
 from __future__ import annotations
 
 from pathlib import Path
 
 import numpy as np
-import pyarrow as pa
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from strait.offsets import OffsetTranslationError, sync_points
-from strait_replicator.writer import _headers, sync_points_of
+from strait_replicator.writer import sync_points_of
 
 steps = st.lists(st.tuples(st.integers(1, 3), st.integers(1, 3)), min_size=0, max_size=60)
 
@@ -40,21 +39,6 @@ def test_out_of_order_offsets_fail_like_the_reference(ups: list[int], downs: lis
 def test_length_mismatch_fails() -> None:
     with pytest.raises(OffsetTranslationError, match="2 source offsets but 1 target offsets"):
         sync_points_of(np.array([1, 2]), np.array([1]))
-
-
-def test_headers_keep_order_nulls_and_absence() -> None:
-    rows = [[("a", b"1"), ("b", None)], [], None, [("a", b"")], [("x", b"y")] * 3]
-    column = pa.array([None if r is None else [{"key": k, "value": v} for k, v in r] for r in rows],
-                      type=pa.list_(pa.struct([("key", pa.string()), ("value", pa.binary())])))
-    assert _headers(column) == [[("a", b"1"), ("b", None)], None, None, [("a", b"")], [("x", b"y")] * 3]
-    assert _headers(column.slice(3)) == [[("a", b"")], [("x", b"y")] * 3]
-    assert _headers(column.slice(1, 2)) == [None, None]
-    assert _headers(column.slice(4)) == [[("x", b"y")] * 3]
-
-
-def test_no_headers_at_all() -> None:
-    column = pa.array([[], None], type=pa.list_(pa.struct([("key", pa.string()), ("value", pa.binary())])))
-    assert _headers(column) == [None, None]
 
 
 def test_zip_archives_are_reread_only_when_changed(tmp_path: Path) -> None:
