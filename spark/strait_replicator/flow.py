@@ -31,7 +31,7 @@ from strait_replicator import metrics
 from strait_replicator.source import (
     FORMAT, INITIAL_OFFSETS_FILE, PLAN_OPTION, CopySource, SourcePlan, offsets_of_log_file,
 )
-from strait_replicator.writer import SUMMARY_FIELDS, CopyRange, WriterSettings, copy_ranges
+from strait_replicator.writer import SOURCE_GROUP, SUMMARY_FIELDS, CopyRange, WriterSettings, copy_ranges
 
 log = logging.getLogger(__name__)
 librdkafka_log = logging.getLogger("strait.librdkafka")
@@ -288,7 +288,7 @@ def _batch_start_offsets(checkpoint: Path, batch_id: int) -> dict[TopicPartition
 
 def _log_start_offsets(check: LossCheck, partitions: list[TopicPartitionKey]) -> dict[TopicPartitionKey, int]:
     """The source's log start offset of each partition (those that cannot be read are left out)."""
-    consumer = Consumer({**check.consumer, "group.id": "strait-loss-check", "enable.auto.commit": False,
+    consumer = Consumer({**check.consumer, "group.id": SOURCE_GROUP, "enable.auto.commit": False,
                          "logger": librdkafka_log})
     try:
         starts = {}

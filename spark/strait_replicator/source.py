@@ -34,6 +34,9 @@ FORMAT = "strait_copy"
 PLAN_OPTION = "strait.secret.plan"
 INITIAL_OFFSETS_FILE = "strait-initial-offsets.json"
 OFFSETS_RETRY_SECONDS = 60.0
+# A task has a fixed cost (hand-off to a Python worker, assigning the ranges, two acknowledged
+# flushes); a small batch is copied faster and cheaper by fewer tasks.
+MIN_RECORDS_PER_TASK = 20_000
 
 Offsets = dict[str, dict[str, int]]
 
@@ -105,7 +108,8 @@ class CopyStreamReader(DataSourceStreamReader):  # type: ignore[misc]
         return _as_json(capped)
 
     def partitions(self, start: Offsets, end: Offsets) -> Sequence[CopyTask]:
-        return [CopyTask(tuple(group)) for group in split_ranges(ranges_between(start, end), self.plan.tasks)]
+        groups = split_ranges(ranges_between(start, end), self.plan.tasks, MIN_RECORDS_PER_TASK)
+        return [CopyTask(tuple(group)) for group in groups]
 
     def read(self, partition: CopyTask) -> Iterator[tuple[Any, ...]]:
         yield from copy_ranges(list(partition.ranges), self.plan.writer)
@@ -128,7 +132,7 @@ class CopyStreamReader(DataSourceStreamReader):  # type: ignore[misc]
         """The earliest or latest offset of each partition of the plan; a deleted topic is left out."""
         from confluent_kafka import IsolationLevel, TopicPartition
 
-        from strait.kafka.admin import KafkaAdminError, list_offsets, topic_partitions
+        from strait.kafka.admin import KafkaAdminError, list_offsets
 
         isolation = IsolationLevel.READ_UNCOMMITTED \
             if self.plan.writer.source_consumer.get("isolation.level") == "read_uncommitted" \
@@ -138,11 +142,10 @@ class CopyStreamReader(DataSourceStreamReader):  # type: ignore[misc]
         deadline = time.monotonic() + OFFSETS_RETRY_SECONDS
         while True:
             try:
-                topics = topic_partitions(admin, alias)
                 keys = only if only is not None else [(t, p) for t, count in self.plan.partitions
                                                       for p in range(count)]
-                partitions = [TopicPartition(t, p) for t, p in keys if p < topics.get(t, 0)]
-                return list_offsets(admin, alias, partitions, which, isolation)
+                partitions = [TopicPartition(t, p) for t, p in keys]
+                return list_offsets(admin, alias, partitions, which, isolation, skip_unknown=True)
             except KafkaAdminError as exc:  # e.g. a partition without a leader for a moment
                 if time.monotonic() > deadline:
                     raise
@@ -212,14 +215,18 @@ def ranges_between(start: Offsets, end: Offsets) -> list[CopyRange]:
             for (topic, partition), offset in sorted(_as_keys(end).items())]
 
 
-def split_ranges(ranges: list[CopyRange], tasks: int) -> list[list[CopyRange]]:
-    """Ranges with records into at most ``tasks`` groups of about equal size (largest first).
+def split_ranges(ranges: list[CopyRange], tasks: int, min_records_per_task: int = 1) -> list[list[CopyRange]]:
+    """Ranges with records into at most ``tasks`` groups of about equal size (largest first), with
+    one group per ``min_records_per_task`` records at most.
 
     Empty ranges and those going backwards (a re-created topic, which the driver's loss check
     handles) are left out; a batch without records still gets one task, so it has a summary.
+    A range starting at the earliest offset counts from offset 0 (its size is not known here).
     """
     work = [r for r in ranges if r.start is None or r.start < r.end]
-    groups: list[list[CopyRange]] = [[] for _ in range(max(1, min(tasks, len(work))))]
+    records = sum(r.end - (r.start or 0) for r in work)
+    count = min(tasks, len(work), -(-records // max(1, min_records_per_task)))
+    groups: list[list[CopyRange]] = [[] for _ in range(max(1, count))]
     sizes = [0] * len(groups)
     for copy in sorted(work, key=lambda r: r.end - (r.start or 0), reverse=True):
         smallest = sizes.index(min(sizes))

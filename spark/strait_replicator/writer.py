@@ -67,6 +67,9 @@ CONSUMER_FIXED = {
     "auto.offset.reset": "earliest",
 }
 CONSUME_BATCH = 10_000
+# librdkafka wants a group.id and looks up its coordinator even for a consumer that only assigns
+# partitions and never commits: the replicator's principal needs DESCRIBE on this group, no more.
+SOURCE_GROUP = "strait-replicator"
 
 
 def _install_lazy_zip_invalidation() -> None:
@@ -158,8 +161,7 @@ def _consumer(settings: WriterSettings) -> Consumer:
 
     It never joins a group nor commits: each task assigns its ranges' start offsets itself.
     """
-    config = {**CONSUMER_DEFAULTS, **settings.source_consumer, **CONSUMER_FIXED,
-              "group.id": f"strait-replicator-{settings.flow}"}
+    config = {**CONSUMER_DEFAULTS, **settings.source_consumer, **CONSUMER_FIXED, "group.id": SOURCE_GROUP}
     key = tuple(sorted(config.items()))
     if key not in _consumers:
         setup_logging()  # a Python worker's first task: its warnings go to the worker's stderr

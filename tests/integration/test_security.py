@@ -87,6 +87,8 @@ MINIMAL_ACLS: dict[str, tuple[Grant, ...]] = {
         Grant("source", TOPIC, "heartbeats", LITERAL, (OP.READ, OP.DESCRIBE)),
         Grant("source", TOPIC, "{topics}", PREFIXED, (OP.DESCRIBE_CONFIGS,), NEW_REMOTE),
         Grant("source", TOPIC, "heartbeats", LITERAL, (OP.DESCRIBE_CONFIGS,), NEW_REMOTE),
+        # librdkafka looks up the coordinator of a consumer's group.id even when it only assigns
+        Grant("source", GROUP, "strait-replicator", LITERAL, (OP.DESCRIBE,)),
         Grant("target", TOPIC, "{source}.", PREFIXED, (OP.WRITE, OP.DESCRIBE)),
         Grant("target", TOPIC, "{source}.", PREFIXED, (OP.CREATE,), FIRST),
         Grant("target", TOPIC, "{source}.", PREFIXED, (OP.ALTER,), GROWTH),

@@ -53,3 +53,10 @@ def test_tasks_get_every_range_with_records_once_and_about_equal_work(
     sizes = [sum(r.end - r.start for r in group) for group in groups if group]
     biggest = max((r.end - r.start for r in copied), default=0)
     assert not sizes or max(sizes) - min(sizes) <= biggest  # greedy largest-first balancing
+
+
+def test_a_small_batch_goes_to_fewer_tasks() -> None:
+    ranges = [CopyRange("t", p, 0, 3_000) for p in range(6)]
+    assert len(split_ranges(ranges, 2, min_records_per_task=20_000)) == 1
+    assert len(split_ranges(ranges, 4, min_records_per_task=5_000)) == 4
+    assert len(split_ranges(ranges, 2, min_records_per_task=1)) == 2

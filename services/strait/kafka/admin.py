@@ -146,9 +146,13 @@ PartitionKey = tuple[str, int]
 
 def list_offsets(admin: AdminClient, alias: str, partitions: Sequence[TopicPartition], which: str,
                  isolation: IsolationLevel = IsolationLevel.READ_COMMITTED,
-                 timeout: float = DEFAULT_TIMEOUT) -> dict[PartitionKey, int]:
+                 timeout: float = DEFAULT_TIMEOUT, skip_unknown: bool = False) -> dict[PartitionKey, int]:
     """The ``earliest`` or ``latest`` offset of each partition in one request; with read_committed
-    the latest is the last stable offset (records of open transactions are not readable yet)."""
+    the latest is the last stable offset (records of open transactions are not readable yet).
+
+    With ``skip_unknown`` a partition that does not exist (its topic was deleted) is left out
+    instead of failing the call.
+    """
     if not partitions:
         return {}
     spec = OffsetSpec.earliest() if which == "earliest" else OffsetSpec.latest()
@@ -159,8 +163,16 @@ def list_offsets(admin: AdminClient, alias: str, partitions: Sequence[TopicParti
         try:
             offsets[(tp.topic, tp.partition)] = future.result(timeout=timeout).offset
         except KafkaException as exc:
+            if skip_unknown and _is_unknown_partition(exc):
+                continue
             raise explain_error(exc, alias, f"listing {which} offsets of {tp.topic}[{tp.partition}]") from None
     return offsets
+
+
+def _is_unknown_partition(exc: KafkaException) -> bool:
+    error = exc.args[0] if exc.args and isinstance(exc.args[0], KafkaError) else None
+    return error is not None and error.code() in (KafkaError.UNKNOWN_TOPIC_OR_PART, KafkaError._UNKNOWN_TOPIC,
+                                                  KafkaError._UNKNOWN_PARTITION)
 
 
 def end_offsets(admin: AdminClient, alias: str, partitions: Sequence[TopicPartition],
