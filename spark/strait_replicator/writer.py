@@ -176,12 +176,12 @@ class _Copied:
     i-th acknowledged offset belongs to the i-th record sent.
     """
 
-    __slots__ = ("topic", "partition", "remote", "end", "offsets", "timestamps", "bytes", "acked", "ack_times",
+    __slots__ = ("topic", "partition", "remote", "start", "end", "offsets", "timestamps", "bytes", "acked", "ack_times",
                  "on_delivery", "lag")
 
-    def __init__(self, topic: str, partition: int, remote: str, end: int,
+    def __init__(self, topic: str, partition: int, remote: str, start: int | None, end: int,
                  errors: list[tuple[str, int, Any]]) -> None:
-        self.topic, self.partition, self.remote, self.end = topic, partition, remote, end
+        self.topic, self.partition, self.remote, self.start, self.end = topic, partition, remote, start, end
         self.offsets: list[int] = []
         self.timestamps: list[int] = []
         self.bytes = 0
@@ -198,6 +198,10 @@ class _Copied:
             ack_times(now())
         self.on_delivery = on_delivery
 
+    def left_to_read(self) -> int:
+        """Offsets between the last record copied (or the start) and the end: records still to come at most."""
+        return self.end - (self.offsets[-1] + 1 if self.offsets else self.start or 0)
+
 
 def _produce(producer: Producer, topic: str, **kwargs: Any) -> None:
     while True:
@@ -213,7 +217,8 @@ def copy_ranges(ranges: list[CopyRange], settings: WriterSettings) -> list[tuple
     started = time.monotonic()
     producer = _producer(settings.target_producer)
     errors: list[tuple[str, int, Any]] = []
-    copied = {(r.topic, r.partition): _Copied(r.topic, r.partition, settings.remote_topic(r.topic), r.end, errors)
+    copied = {(r.topic, r.partition): _Copied(r.topic, r.partition, settings.remote_topic(r.topic), r.start, r.end,
+                                              errors)
               for r in ranges if r.start is None or r.start < r.end}
     if copied:
         _read_and_send(_consumer(settings), producer, ranges, copied, settings)
@@ -235,13 +240,14 @@ def _read_and_send(consumer: Consumer, producer: Producer, ranges: list[CopyRang
                      for r in ranges if (r.topic, r.partition) in copied])
     try:
         pending = dict(copied)
-        remaining = sum(r.end - (r.start or 0) for r in ranges if (r.topic, r.partition) in copied)
         deadline = time.monotonic() + settings.read_timeout
         while pending:
-            # Asking for no more than what is left returns as soon as the last record arrives.
-            messages = consumer.consume(max(1, min(CONSUME_BATCH, remaining)), 0.1)
+            # Asking for no more than what is left returns as soon as the last record arrives
+            # (prefetched records past a finished range's end are not counted as progress).
+            left = sum(part.left_to_read() for part in pending.values())
+            messages = consumer.consume(max(1, min(CONSUME_BATCH, left)), 0.1)
             if messages:
-                remaining -= _send_messages(messages, producer, pending)
+                _send_messages(messages, producer, pending)
                 deadline = time.monotonic() + settings.read_timeout
             elif time.monotonic() > deadline:
                 part = next(iter(pending.values()))
@@ -266,8 +272,8 @@ def _note_lag(consumer: Consumer, copied: dict[tuple[str, int], _Copied]) -> Non
             part.lag = max(0, high - part.end)
 
 
-def _send_messages(messages: list[Any], producer: Producer, pending: dict[tuple[str, int], _Copied]) -> int:
-    """Produce the messages of still-pending ranges; return how many were consumed."""
+def _send_messages(messages: list[Any], producer: Producer, pending: dict[tuple[str, int], _Copied]) -> None:
+    """Produce the messages of still-pending ranges; finish a range at its end."""
     produce = producer.produce
     for message in messages:
         part = pending.get((message.topic(), message.partition()))
@@ -293,7 +299,6 @@ def _send_messages(messages: list[Any], producer: Producer, pending: dict[tuple[
         part.bytes += len(value or b"") + len(key or b"")
         if offset >= part.end - 1:
             del pending[(part.topic, part.partition)]
-    return len(messages)
 
 
 def _on_consume_error(error: KafkaError, offset: int, part: _Copied,
