@@ -19,22 +19,23 @@ from functools import partial
 from pathlib import Path
 from typing import Any
 
-from confluent_kafka import Consumer, KafkaException, TopicPartition
+from confluent_kafka import TopicPartition
 from pyspark.sql import DataFrame, SparkSession
 from pyspark.sql.streaming import StreamingQuery
 
 from strait.config.model import FlowConfig, StraitConfig
-from strait.kafka.admin import admin_client, create_topics, internal_topic, topic_partitions
+from strait.kafka.admin import (
+    KafkaAdminError, admin_client, create_topics, internal_topic, list_offsets, topic_partitions,
+)
 from strait.metrics import set_flow_state
 from strait.remote_topics import RemoteTopic, reconcile_remote_topics, replicated_topics
 from strait_replicator import metrics
 from strait_replicator.source import (
     FORMAT, INITIAL_OFFSETS_FILE, PLAN_OPTION, CopySource, SourcePlan, offsets_of_log_file,
 )
-from strait_replicator.writer import SOURCE_GROUP, SUMMARY_FIELDS, CopyRange, WriterSettings, copy_ranges
+from strait_replicator.writer import SUMMARY_FIELDS, CopyRange, WriterSettings, copy_ranges
 
 log = logging.getLogger(__name__)
-librdkafka_log = logging.getLogger("strait.librdkafka")
 
 MAX_BACKOFF = 60.0
 
@@ -52,7 +53,7 @@ GRACEFUL_STOP_SECONDS = 120.0
 
 class StopRequested(Exception):
     """Raised by a batch that starts after its query was asked to stop: nothing is written or committed."""
-_TASK_ERROR = re.compile(r"(?:ReplicationWriteError|StraitError|KafkaException): (.+)")
+_TASK_ERROR = re.compile(r"(?:ReplicationWriteError|ReplicationReadError|StraitError|KafkaException): (.+)")
 _ANY_ERROR = re.compile(r"^\S*(?:Error|Exception): (.+)$", re.MULTILINE)
 
 
@@ -63,8 +64,7 @@ class FlowPlan:
     topics: tuple[RemoteTopic, ...]
     max_offsets_per_trigger: int
     trigger_seconds: float
-    source_admin: tuple[tuple[str, str], ...]  # librdkafka settings, to plan batches
-    source_consumer: tuple[tuple[str, str], ...]  # librdkafka settings, to check for records lost
+    source_admin: tuple[tuple[str, str], ...]  # librdkafka settings, to plan batches and check for records lost
     writer: WriterSettings
 
 
@@ -121,7 +121,6 @@ class FlowRunner:
             max_offsets_per_trigger=max(1, int(rate * trigger)) if rate else MAX_RECORDS_PER_BATCH,
             trigger_seconds=trigger,
             source_admin=tuple(sorted(source.librdkafka_config("admin").items())),
-            source_consumer=tuple(sorted(source.librdkafka_config("consumer").items())),
             writer=writer,
         )
 
@@ -259,7 +258,7 @@ class LossCheck:
 
     flow: str
     source_alias: str
-    consumer: dict[str, str]  # librdkafka settings of the source
+    admin: dict[str, str]  # librdkafka admin settings of the source
     checkpoint: Path  # the query's checkpoint: offsets/N holds batch N's end offsets
     replayed_batch: int | None = None  # planned but not committed before the query started: run again
 
@@ -269,7 +268,7 @@ def loss_check(flow: str, plan: FlowPlan, checkpoint: Path) -> LossCheck:
     planned = _batch_ids(checkpoint / "offsets")
     committed = _batch_ids(checkpoint / "commits")
     replayed = max(planned) if planned and max(planned) not in committed else None
-    return LossCheck(flow, plan.writer.source_alias, dict(plan.source_consumer), checkpoint, replayed)
+    return LossCheck(flow, plan.writer.source_alias, dict(plan.source_admin), checkpoint, replayed)
 
 
 def _batch_ids(folder: Path) -> set[int]:
@@ -287,22 +286,14 @@ def _batch_start_offsets(checkpoint: Path, batch_id: int) -> dict[TopicPartition
 
 
 def _log_start_offsets(check: LossCheck, partitions: list[TopicPartitionKey]) -> dict[TopicPartitionKey, int]:
-    """The source's log start offset of each partition (those that cannot be read are left out)."""
-    consumer = Consumer({**check.consumer, "group.id": SOURCE_GROUP, "enable.auto.commit": False,
-                         "logger": librdkafka_log})
+    """The source's log start offset of each partition (none when they cannot be listed)."""
     try:
-        starts = {}
-        for topic, partition in partitions:
-            try:
-                low, _high = consumer.get_watermark_offsets(TopicPartition(topic, partition), timeout=30)
-            except KafkaException as exc:
-                log.warning("flow=%s topic=%s partition=%d log start offset unknown on %s: %s", check.flow, topic,
-                            partition, check.source_alias, exc)
-                continue
-            starts[(topic, partition)] = low
-        return starts
-    finally:
-        consumer.close()
+        return list_offsets(admin_client(check.admin), check.source_alias,
+                            [TopicPartition(topic, partition) for topic, partition in partitions], "earliest",
+                            skip_unknown=True)
+    except KafkaAdminError as exc:
+        log.warning("flow=%s log start offsets unknown on %s: %s", check.flow, check.source_alias, exc)
+        return {}
 
 
 def _first_offsets(rows: list[Any]) -> dict[TopicPartitionKey, int]:

@@ -22,8 +22,10 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from confluent_kafka import IsolationLevel, TopicPartition
 from pyspark.sql.datasource import DataSource, DataSourceStreamReader, InputPartition
 
+from strait.kafka.admin import KafkaAdminError, admin_client, list_offsets
 from strait_replicator.writer import SUMMARY_SCHEMA, CopyRange, WriterSettings, copy_ranges
 
 log = logging.getLogger(__name__)
@@ -130,10 +132,6 @@ class CopyStreamReader(DataSourceStreamReader):  # type: ignore[misc]
 
     def _list(self, which: str, only: Sequence[tuple[str, int]] | None = None) -> dict[tuple[str, int], int]:
         """The earliest or latest offset of each partition of the plan; a deleted topic is left out."""
-        from confluent_kafka import IsolationLevel, TopicPartition
-
-        from strait.kafka.admin import KafkaAdminError, list_offsets
-
         isolation = IsolationLevel.READ_UNCOMMITTED \
             if self.plan.writer.source_consumer.get("isolation.level") == "read_uncommitted" \
             else IsolationLevel.READ_COMMITTED
@@ -158,8 +156,6 @@ _admins: dict[tuple[tuple[str, str], ...], Any] = {}
 
 def _admin(config: tuple[tuple[str, str], ...]) -> Any:
     """One admin client per source configuration in the driver's reader process."""
-    from strait.kafka.admin import admin_client
-
     if config not in _admins:
         _admins[config] = admin_client(dict(config))
     return _admins[config]
