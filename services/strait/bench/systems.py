@@ -99,7 +99,7 @@ def mm2_properties(source: KafkaCluster, target: KafkaCluster, topics: Sequence[
         "sync.topic.acls.enabled": "false",
         # Flow-scoped: the source task reads connector-level consumer.* (cluster-scoped ones miss it).
         f"{a}->{b}.consumer.auto.offset.reset": "earliest",
-        f"{a}->{b}.consumer.max.poll.records": "10000",  # Spark's Arrow batches hold 10,000 records
+        f"{a}->{b}.consumer.max.poll.records": "10000",  # strait's copier consumes 10,000 at a time
         f"{b}.producer.enable.idempotence": "true",
         f"{b}.producer.max.in.flight.requests.per.connection": "5",
         f"{b}.producer.buffer.memory": str(256 * 1024 * 1024),  # librdkafka's queue in strait's writer
