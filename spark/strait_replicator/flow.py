@@ -31,7 +31,7 @@ from strait.metrics import set_flow_state
 from strait.remote_topics import RemoteTopic, reconcile_remote_topics, replicated_topics
 from strait_replicator import metrics
 from strait_replicator.source import (
-    FORMAT, INITIAL_OFFSETS_FILE, PLAN_OPTION, CopySource, SourcePlan, offsets_of_log_file,
+    FORMAT, INITIAL_OFFSETS_FILE, PLAN_OPTION, CopySource, SourcePlan, batch_ids, offsets_of_log_file,
 )
 from strait_replicator.writer import SUMMARY_FIELDS, CopyRange, WriterSettings, copy_ranges
 
@@ -265,14 +265,10 @@ class LossCheck:
 
 def loss_check(flow: str, plan: FlowPlan, checkpoint: Path) -> LossCheck:
     """The loss check of a query starting from ``checkpoint``."""
-    planned = _batch_ids(checkpoint / "offsets")
-    committed = _batch_ids(checkpoint / "commits")
+    planned = batch_ids(checkpoint / "offsets")
+    committed = batch_ids(checkpoint / "commits")
     replayed = max(planned) if planned and max(planned) not in committed else None
     return LossCheck(flow, plan.writer.source_alias, dict(plan.source_admin), checkpoint, replayed)
-
-
-def _batch_ids(folder: Path) -> set[int]:
-    return {int(p.name) for p in folder.iterdir() if p.name.isdigit()} if folder.is_dir() else set()
 
 
 TopicPartitionKey = tuple[str, int]

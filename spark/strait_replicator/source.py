@@ -122,9 +122,7 @@ class CopyStreamReader(DataSourceStreamReader):  # type: ignore[misc]
     def _checkpointed_end(self) -> dict[tuple[str, int], int]:
         """Where the stream stands when it resumes: the end of the newest planned batch."""
         folder = Path(self.plan.checkpoint) / "offsets"
-        batches = sorted((int(p.name) for p in folder.iterdir() if p.name.isdigit()), reverse=True) \
-            if folder.is_dir() else []
-        for batch in batches:
+        for batch in sorted(batch_ids(folder), reverse=True):
             offsets = offsets_of_log_file(folder / str(batch))
             if offsets is not None:
                 return offsets
@@ -137,12 +135,11 @@ class CopyStreamReader(DataSourceStreamReader):  # type: ignore[misc]
             else IsolationLevel.READ_COMMITTED
         alias = self.plan.writer.source_alias
         admin = _admin(self.plan.source_admin)
+        keys = only if only is not None else [(t, p) for t, count in self.plan.partitions for p in range(count)]
+        partitions = [TopicPartition(t, p) for t, p in keys]
         deadline = time.monotonic() + OFFSETS_RETRY_SECONDS
         while True:
             try:
-                keys = only if only is not None else [(t, p) for t, count in self.plan.partitions
-                                                      for p in range(count)]
-                partitions = [TopicPartition(t, p) for t, p in keys]
                 return list_offsets(admin, alias, partitions, which, isolation, skip_unknown=True)
             except KafkaAdminError as exc:  # e.g. a partition without a leader for a moment
                 if time.monotonic() > deadline:
@@ -170,6 +167,11 @@ def _as_json(offsets: dict[tuple[str, int], int]) -> Offsets:
 
 def _as_keys(offsets: Offsets) -> dict[tuple[str, int], int]:
     return {(topic, int(p)): int(o) for topic, partitions in offsets.items() for p, o in partitions.items()}
+
+
+def batch_ids(folder: Path) -> set[int]:
+    """The batch ids of one of Spark's checkpoint logs (``offsets`` or ``commits``): its numbered files."""
+    return {int(p.name) for p in folder.iterdir() if p.name.isdigit()} if folder.is_dir() else set()
 
 
 def offsets_of_log_file(path: Path) -> dict[tuple[str, int], int] | None:
@@ -217,15 +219,14 @@ def split_ranges(ranges: list[CopyRange], tasks: int, min_records_per_task: int 
 
     Empty ranges and those going backwards (a re-created topic, which the driver's loss check
     handles) are left out; a batch without records still gets one task, so it has a summary.
-    A range starting at the earliest offset counts from offset 0 (its size is not known here).
     """
-    work = [r for r in ranges if r.start is None or r.start < r.end]
-    records = sum(r.end - (r.start or 0) for r in work)
+    work = [r for r in ranges if r.has_records]
+    records = sum(r.size for r in work)
     count = min(tasks, len(work), -(-records // max(1, min_records_per_task)))
     groups: list[list[CopyRange]] = [[] for _ in range(max(1, count))]
     sizes = [0] * len(groups)
-    for copy in sorted(work, key=lambda r: r.end - (r.start or 0), reverse=True):
+    for copy in sorted(work, key=lambda r: r.size, reverse=True):
         smallest = sizes.index(min(sizes))
         groups[smallest].append(copy)
-        sizes[smallest] += copy.end - (copy.start or 0)
+        sizes[smallest] += copy.size
     return groups

@@ -143,6 +143,16 @@ class CopyRange:
     start: int | None
     end: int
 
+    @property
+    def has_records(self) -> bool:
+        """False for an empty range and one going backwards (a re-created topic)."""
+        return self.start is None or self.start < self.end
+
+    @property
+    def size(self) -> int:
+        """Offsets in the range, at most its records; from the earliest it counts from offset 0."""
+        return self.end - (self.start or 0)
+
 
 _producers: dict[tuple[tuple[str, str], ...], Producer] = {}
 _consumers: dict[tuple[tuple[str, str], ...], Consumer] = {}
@@ -219,9 +229,9 @@ def copy_ranges(ranges: list[CopyRange], settings: WriterSettings) -> list[tuple
     errors: list[tuple[str, int, Any]] = []
     copied = {(r.topic, r.partition): _Copied(r.topic, r.partition, settings.remote_topic(r.topic), r.start, r.end,
                                               errors)
-              for r in ranges if r.start is None or r.start < r.end}
+              for r in ranges if r.has_records}
     if copied:
-        _read_and_send(_consumer(settings), producer, ranges, copied, settings)
+        _read_and_send(_consumer(settings), producer, copied, settings)
     read = time.monotonic()
     _flush(producer, settings, errors)
     flushed = time.monotonic()
@@ -233,11 +243,11 @@ def copy_ranges(ranges: list[CopyRange], settings: WriterSettings) -> list[tuple
     return rows
 
 
-def _read_and_send(consumer: Consumer, producer: Producer, ranges: list[CopyRange],
-                   copied: dict[tuple[str, int], _Copied], settings: WriterSettings) -> None:
+def _read_and_send(consumer: Consumer, producer: Producer, copied: dict[tuple[str, int], _Copied],
+                   settings: WriterSettings) -> None:
     """Consume every range to its end and produce each record as it comes."""
-    consumer.assign([TopicPartition(r.topic, r.partition, -2 if r.start is None else r.start)
-                     for r in ranges if (r.topic, r.partition) in copied])
+    consumer.assign([TopicPartition(part.topic, part.partition, -2 if part.start is None else part.start)
+                     for part in copied.values()])
     try:
         pending = dict(copied)
         deadline = time.monotonic() + settings.read_timeout
