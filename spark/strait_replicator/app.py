@@ -35,6 +35,7 @@ class ReplicatorOptions:
     master: str | None = None
     metrics_port: int = 0
     trigger_seconds: float = 0.25
+    epoch_seconds: float = 5.0
     flows: tuple[str, ...] = ()  # only these flows (all enabled ones when empty)
 
 
@@ -65,7 +66,9 @@ class Replicator:
             runner = self.runners.get(name)
             if runner is None:
                 runner = self.runners[name] = FlowRunner(self.spark, name, self.state_dir / _dirname(name),
-                                                         self.options.trigger_seconds)
+                                                         self.options.trigger_seconds, self.options.epoch_seconds)
+            # An epoch's tasks hold their task slots for the whole epoch: flows share the slots.
+            runner.tasks = max(1, self.spark.sparkContext.defaultParallelism // len(wanted))
             try:
                 runner.reconcile(config, flow, force=force)
                 runner.observe()

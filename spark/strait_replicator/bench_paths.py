@@ -25,7 +25,7 @@ from strait.lab.clients import Record, consume_all, create_topic, produce
 from strait.lab.kafka import KafkaCluster, KafkaClusterSpec
 from strait.policy import DefaultReplicationPolicy
 from strait_replicator.session import build_session
-from strait_replicator.source import split_ranges
+from strait_replicator.source import assign_partitions
 from strait_replicator.writer import CopyRange, WriterSettings, copy_ranges
 
 
@@ -62,9 +62,9 @@ def run(records: int, size: int, partitions: int, repeats: int) -> dict[str, obj
                      .option("kafka.linger.ms", "5").option("kafka.batch.size", "1048576").save())
                 else:
                     settings = _settings(source, target, remote)
-                    groups = split_ranges([CopyRange("bench", p, 0, len(range(p, records, partitions)))
-                                           for p in range(partitions)],
-                                          spark.sparkContext.defaultParallelism)
+                    ranges = [CopyRange("bench", p, 0, len(range(p, records, partitions))) for p in range(partitions)]
+                    groups = assign_partitions(ranges, {("bench", r.partition): r.end or 0 for r in ranges},
+                                               spark.sparkContext.defaultParallelism)
                     (spark.sparkContext.parallelize(groups, len(groups))
                      .flatMap(partial(copy_ranges, settings=settings)).collect())
                 results[path].append(time.monotonic() - started)

@@ -1,9 +1,10 @@
 """The driver side of one flow: plan its topics, run its streaming query, restart it on change.
 
 The plan (which topics, under which names, at which rate, with which cluster settings) is computed
-from the configuration and the source's topics; when it changes the query is restarted from its
-checkpoint, so nothing is lost or copied twice beyond one batch. A failed query is restarted with
-exponential backoff while the flow reports the ``error`` state.
+from the configuration and the source's topics; when it changes the query is stopped at the end of
+its running epoch and restarted from its checkpoint, so nothing is lost or copied twice. A failed
+query is restarted with exponential backoff while the flow reports the ``error`` state; a failed
+epoch is copied again from its start (at-least-once).
 """
 
 from __future__ import annotations
@@ -13,8 +14,7 @@ import logging
 import re
 import threading
 import time
-from collections import namedtuple
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from functools import partial
 from pathlib import Path
 from typing import Any
@@ -31,28 +31,22 @@ from strait.metrics import set_flow_state
 from strait.remote_topics import RemoteTopic, reconcile_remote_topics, replicated_topics
 from strait_replicator import metrics
 from strait_replicator.source import (
-    FORMAT, INITIAL_OFFSETS_FILE, PLAN_OPTION, CopySource, SourcePlan, batch_ids, offsets_of_log_file,
+    FORMAT, PLAN_OPTION, STOP_FILE, CopySource, EpochOffsets, Offsets, SourcePlan, TopicPartitionKey, batch_ids,
+    epoch_of_log_file, write_progress,
 )
-from strait_replicator.writer import SUMMARY_FIELDS, CopyRange, WriterSettings, copy_ranges
+from strait_replicator.writer import ReplicationReadError, WriterSettings
 
 log = logging.getLogger(__name__)
 
 MAX_BACKOFF = 60.0
 
-# A rate limit is records per trigger; with triggers at least this far apart, batches (which take
-# a few hundred milliseconds) finish before the next trigger and the limit holds as a rate.
-RATE_LIMITED_TRIGGER_SECONDS = 1.0
-# Without a rate limit a batch is still capped: after a long outage one huge batch would be what a
-# crash replays, so the cap bounds duplicates per crash. Each batch costs Spark's planning and two
-# checkpoint writes, so with a backlog a batch should be large enough to make those small.
-MAX_RECORDS_PER_BATCH = 500_000
+# An epoch also ends after this many records: a crash replays at most one epoch, so the cap bounds
+# duplicates per crash. Each epoch costs Spark's planning and two checkpoint writes (a few hundred
+# milliseconds without copying), so with a backlog an epoch should be large enough to make those small.
+MAX_RECORDS_PER_EPOCH = 1_000_000
 # Interrupting a query inside its foreachBatch callback can wedge py4j's callback channel, so a stop
-# first lets the running batch finish (a stopping flag makes the next batch fail before any work).
+# first ends the running epoch (the stop file) and waits for Spark to commit it.
 GRACEFUL_STOP_SECONDS = 120.0
-
-
-class StopRequested(Exception):
-    """Raised by a batch that starts after its query was asked to stop: nothing is written or committed."""
 _TASK_ERROR = re.compile(r"(?:ReplicationWriteError|ReplicationReadError|StraitError|KafkaException): (.+)")
 _ANY_ERROR = re.compile(r"^\S*(?:Error|Exception): (.+)$", re.MULTILINE)
 
@@ -62,8 +56,8 @@ class FlowPlan:
     """Everything that, when it changes, needs the flow's query restarted."""
 
     topics: tuple[RemoteTopic, ...]
-    max_offsets_per_trigger: int
-    trigger_seconds: float
+    records_per_second: float  # 0: no limit
+    tasks: int
     source_admin: tuple[tuple[str, str], ...]  # librdkafka settings, to plan batches and check for records lost
     writer: WriterSettings
 
@@ -74,14 +68,18 @@ class FlowRunner:
     Args:
         spark: the session.
         state_dir: folder for this flow's Spark checkpoint.
-        trigger_seconds: micro-batch trigger interval.
+        trigger_seconds: shortest time between the starts of two epochs.
+        epoch_seconds: how long an epoch's tasks copy before Spark commits their progress.
     """
 
-    def __init__(self, spark: SparkSession, flow_name: str, state_dir: Path, trigger_seconds: float) -> None:
+    def __init__(self, spark: SparkSession, flow_name: str, state_dir: Path, trigger_seconds: float,
+                 epoch_seconds: float) -> None:
         self.spark = spark
         self.flow_name = flow_name
         self.state_dir = state_dir
         self.trigger_seconds = trigger_seconds
+        self.epoch_seconds = epoch_seconds
+        self.tasks = spark.sparkContext.defaultParallelism  # task slots this flow's epochs may hold
         self.plan: FlowPlan | None = None
         self.query: StreamingQuery | None = None
         self.last_error: str | None = None
@@ -106,8 +104,6 @@ class FlowRunner:
         syncs_topic = policy.offset_syncs_topic(flow.target if syncs_alias == flow.source else flow.source)
         syncs_admin = source_admin if syncs_alias == flow.source else target_admin
         create_topics(syncs_admin, syncs_alias, [internal_topic(syncs_topic, flow.replication_factor)])
-        rate = flow.rate_limit_records_per_second
-        trigger = max(self.trigger_seconds, RATE_LIMITED_TRIGGER_SECONDS) if rate else self.trigger_seconds
         writer = WriterSettings(
             flow=flow.name, source_alias=flow.source, target_alias=flow.target, policy=policy,
             target_producer=target.librdkafka_config("producer"),
@@ -118,8 +114,8 @@ class FlowRunner:
         )
         return FlowPlan(
             topics=tuple(topics),
-            max_offsets_per_trigger=max(1, int(rate * trigger)) if rate else MAX_RECORDS_PER_BATCH,
-            trigger_seconds=trigger,
+            records_per_second=float(flow.rate_limit_records_per_second or 0),
+            tasks=self.tasks,
             source_admin=tuple(sorted(source.librdkafka_config("admin").items())),
             writer=writer,
         )
@@ -169,24 +165,31 @@ class FlowRunner:
             return
         self.query = self._start_query(plan)
         set_flow_state(metrics.SERVICE, self.flow_name, "running")
-        log.info("flow=%s query started topics=%d max_records_per_batch=%s", self.flow_name, len(plan.topics),
-                 plan.max_offsets_per_trigger)
+        log.info("flow=%s query started topics=%d epoch_seconds=%s records_per_second=%s", self.flow_name,
+                 len(plan.topics), self.epoch_seconds, plan.records_per_second or "unlimited")
+
+    @property
+    def checkpoint(self) -> Path:
+        """The query's Spark checkpoint folder."""
+        return self.state_dir / "checkpoint"
 
     def _start_query(self, plan: FlowPlan) -> StreamingQuery:
-        checkpoint = self.state_dir / "checkpoint"
+        checkpoint = self.checkpoint
         checkpoint.mkdir(parents=True, exist_ok=True)
+        (checkpoint / STOP_FILE).unlink(missing_ok=True)
         source = SourcePlan(
             partitions=tuple((t.source, t.partitions) for t in plan.topics), source_admin=plan.source_admin,
-            max_records_per_batch=plan.max_offsets_per_trigger,
-            tasks=self.spark.sparkContext.defaultParallelism, checkpoint=str(checkpoint), writer=plan.writer)
+            tasks=plan.tasks, checkpoint=str(checkpoint), writer=plan.writer,
+            epoch_seconds=self.epoch_seconds, max_records_per_epoch=MAX_RECORDS_PER_EPOCH,
+            records_per_second=plan.records_per_second)
         self.spark.dataSource.register(CopySource)
         self._stopping = threading.Event()
         return (self.spark.readStream.format(FORMAT).option(PLAN_OPTION, source.encode()).load().writeStream
                 .queryName(f"strait {self.flow_name}")
-                .foreachBatch(partial(_write_batch, flow=self.flow_name, writer=plan.writer, stopping=self._stopping,
-                                      losses=loss_check(self.flow_name, plan, checkpoint)))
+                .foreachBatch(partial(_write_batch, flow=self.flow_name, check=epoch_check(self.flow_name, plan,
+                                                                                            checkpoint)))
                 .option("checkpointLocation", str(checkpoint))
-                .trigger(processingTime=f"{int(plan.trigger_seconds * 1000)} milliseconds")
+                .trigger(processingTime=f"{int(self.trigger_seconds * 1000)} milliseconds")
                 .start())
 
     def _on_query_ended(self) -> None:
@@ -209,6 +212,7 @@ class FlowRunner:
         if self.query is not None:
             try:
                 self._stopping.set()
+                (self.checkpoint / STOP_FILE).touch()
                 self._wait_for_batch_end()
                 self.query.stop()
             except Exception as exc:  # e.g. the JVM already went down with the process group
@@ -247,58 +251,115 @@ def _first_task_error(text: str) -> str:
     return match.group(1).strip()[:500] if match else text.strip().splitlines()[0][:500]
 
 
-@dataclass(frozen=True)
-class LossCheck:
-    """What a batch needs to notice source records it cannot copy: Spark's offsets log and the source.
+@dataclass
+class EpochCheck:
+    """What the driver does after each epoch: account for losses, record progress, notice stalls.
 
-    With ``failOnDataLoss=false`` Spark silently moves past records the source deleted before they
-    were copied (retention, ``delete_records``) and past the first records of a topic deleted and
-    re-created with lower offsets; this turns both into a counted, logged event.
+    Losses: the source may delete records before they are copied (retention, ``delete_records``)
+    and a topic may be deleted and re-created with lower offsets; the consumer then moves to the
+    log's start, and this turns both into a counted, logged event. Stalls: a partition that holds
+    records past its start but makes no progress for the read timeout fails the query (its flow
+    then reports the ``error`` state), as a broker that stays down should.
     """
 
     flow: str
     source_alias: str
     admin: dict[str, str]  # librdkafka admin settings of the source
-    checkpoint: Path  # the query's checkpoint: offsets/N holds batch N's end offsets
+    checkpoint: Path  # the query's checkpoint: offsets/N holds epoch N's entry
+    read_timeout: float
     replayed_batch: int | None = None  # planned but not committed before the query started: run again
+    stalled_since: dict[TopicPartitionKey, float] = field(default_factory=dict)
+
+    def after_epoch(self, batch_id: int, rows: list[Any]) -> None:
+        """Check the epoch's rows against its plan, then record where each partition ended."""
+        epoch = epoch_of_log_file(self.checkpoint / "offsets" / str(batch_id))
+        if epoch is None:
+            log.warning("flow=%s epoch of batch %d not found in the checkpoint: its progress is not recorded "
+                        "(the next epoch copies it again)", self.flow, batch_id)
+            return
+        reached = _reached_offsets(rows)
+        self._check_losses(batch_id, epoch, reached)
+        ends = {(row.topic, row.partition): row.next_offset for row in rows if row.next_offset >= 0}
+        write_progress(self.checkpoint, epoch.epoch, ends)
+        self._check_stalls(epoch, ends)
+
+    def _check_losses(self, batch_id: int, epoch: EpochOffsets, reached: Offsets) -> None:
+        """A partition that went on past its start lost the records below the source's log start
+        (gaps above it are compaction or transaction markers); one that went back was re-created."""
+        gaps: Offsets = {}
+        resets: list[TopicPartitionKey] = []
+        for key, seen in reached.items():
+            start = epoch.start.get(key)
+            if start is None:
+                continue
+            if seen < start or epoch.until.get(key, start) < start:
+                resets.append(key)
+            elif seen > start:
+                gaps[key] = seen
+        lows = self._log_start_offsets(list(gaps)) if gaps else {}
+        why = "the source deleted these records (retention or delete-records) before they were copied"
+        if batch_id == self.replayed_batch:
+            why += "; this epoch runs again after a restart, so some may have been copied before it"
+        for key, seen in gaps.items():
+            lost_to = min(seen, lows.get(key, epoch.start[key]))
+            if lost_to > epoch.start[key]:
+                self._report_lost(batch_id, key, epoch.start[key], lost_to, why)
+        for key in resets:
+            went_to = min(epoch.until.get(key, reached[key]), reached[key])
+            metrics.ERRORS.labels(service=metrics.SERVICE, flow=self.flow, kind="source_offsets_reset").inc()
+            log.warning("flow=%s topic=%s partition=%d offsets went back from %d to %d (topic deleted and "
+                        "re-created); records not copied from the old topic are lost, the new topic is copied from "
+                        "offset %d", self.flow, key[0], key[1], epoch.start[key], went_to, reached[key])
+
+    def _log_start_offsets(self, partitions: list[TopicPartitionKey]) -> Offsets:
+        """The source's log start offset of each partition (none when they cannot be listed)."""
+        try:
+            return list_offsets(admin_client(self.admin), self.source_alias,
+                                [TopicPartition(topic, partition) for topic, partition in partitions], "earliest",
+                                skip_unknown=True)
+        except KafkaAdminError as exc:
+            log.warning("flow=%s log start offsets unknown on %s: %s", self.flow, self.source_alias, exc)
+            return {}
+
+    def _report_lost(self, batch_id: int, key: TopicPartitionKey, start: int, end: int, why: str) -> None:
+        topic, partition = key
+        metrics.DATA_LOSS.labels(flow=self.flow, topic=topic, partition=str(partition)).inc(end - start)
+        log.warning("flow=%s DATA LOSS topic=%s partition=%d offsets=[%d, %d) records=%d batch=%d: %s", self.flow,
+                    topic, partition, start, end, end - start, batch_id, why)
+
+    def _check_stalls(self, epoch: EpochOffsets, ends: Offsets) -> None:
+        now = time.monotonic()
+        for key, until in epoch.until.items():
+            start = epoch.start.get(key)
+            if start is None or until <= start or ends.get(key, start) > start:
+                self.stalled_since.pop(key, None)
+                continue
+            since = self.stalled_since.setdefault(key, now)
+            if now - since > self.read_timeout:
+                raise ReplicationReadError(
+                    f"flow {self.flow}: reading topic {key[0]} partition {key[1]} on cluster {self.source_alias} "
+                    f"made no progress for {now - since:.0f}s at offset {start} (the source has records up to "
+                    f"{until}); check that its brokers are up and the partition has a leader")
 
 
-def loss_check(flow: str, plan: FlowPlan, checkpoint: Path) -> LossCheck:
-    """The loss check of a query starting from ``checkpoint``."""
+def epoch_check(flow: str, plan: FlowPlan, checkpoint: Path) -> EpochCheck:
+    """The check after each epoch of a query starting from ``checkpoint``."""
     planned = batch_ids(checkpoint / "offsets")
     committed = batch_ids(checkpoint / "commits")
     replayed = max(planned) if planned and max(planned) not in committed else None
-    return LossCheck(flow, plan.writer.source_alias, dict(plan.source_admin), checkpoint, replayed)
+    return EpochCheck(flow, plan.writer.source_alias, dict(plan.source_admin), checkpoint, plan.writer.read_timeout,
+                      replayed)
 
 
-TopicPartitionKey = tuple[str, int]
-
-
-def _batch_start_offsets(checkpoint: Path, batch_id: int) -> dict[TopicPartitionKey, int] | None:
-    """Where ``batch_id`` starts: the previous batch's end, or the stream's initial offsets for batch 0."""
-    if batch_id == 0:
-        return offsets_of_log_file(checkpoint / INITIAL_OFFSETS_FILE)
-    return offsets_of_log_file(checkpoint / "offsets" / str(batch_id - 1))
-
-
-def _log_start_offsets(check: LossCheck, partitions: list[TopicPartitionKey]) -> dict[TopicPartitionKey, int]:
-    """The source's log start offset of each partition (none when they cannot be listed)."""
-    try:
-        return list_offsets(admin_client(check.admin), check.source_alias,
-                            [TopicPartition(topic, partition) for topic, partition in partitions], "earliest",
-                            skip_unknown=True)
-    except KafkaAdminError as exc:
-        log.warning("flow=%s log start offsets unknown on %s: %s", check.flow, check.source_alias, exc)
-        return {}
-
-
-def _first_offsets(rows: list[Any]) -> dict[TopicPartitionKey, int]:
-    first: dict[TopicPartitionKey, int] = {}
+def _reached_offsets(rows: list[Any]) -> Offsets:
+    """How far each partition's copy got first: its first record copied, else the end of partition seen."""
+    reached: Offsets = {}
     for row in rows:
-        if row.records:
+        seen = row.first_offset if row.records else row.next_offset
+        if seen is not None and seen >= 0:
             key = (row.topic, row.partition)
-            first[key] = min(first.get(key, row.first_offset), row.first_offset)
-    return first
+            reached[key] = min(reached.get(key, seen), seen)
+    return reached
 
 
 def _account_rows(flow: str, rows: list[Any]) -> None:
@@ -311,80 +372,14 @@ def _account_rows(flow: str, rows: list[Any]) -> None:
             metrics.SOURCE_LAG.labels(flow=flow, topic=row.topic, partition=row.partition).set(row.lag)
 
 
-def _report_lost(check: LossCheck, batch_id: int, key: TopicPartitionKey, start: int, end: int, why: str) -> None:
-    topic, partition = key
-    metrics.DATA_LOSS.labels(flow=check.flow, topic=topic, partition=str(partition)).inc(end - start)
-    log.warning("flow=%s DATA LOSS topic=%s partition=%d offsets=[%d, %d) records=%d batch=%d: %s", check.flow,
-                topic, partition, start, end, end - start, batch_id, why)
-
-
-def _check_losses(check: LossCheck, batch_id: int, rows: list[Any]) -> list[tuple[TopicPartitionKey, int, int]]:
-    """Count and log what this batch skipped; return the ranges of re-created topics to copy now.
-
-    A partition whose first copied offset lies past the batch's planned start lost the records
-    below the source's log start offset (gaps above it are compaction or transaction markers).
-    A partition whose planned end lies before its start was deleted and re-created: Spark skips
-    the new records below the end, so they are returned to be copied by the batch itself.
-    """
-    starts = _batch_start_offsets(check.checkpoint, batch_id)
-    ends = offsets_of_log_file(check.checkpoint / "offsets" / str(batch_id))
-    if not starts or not ends:
-        return []
-    first = _first_offsets(rows)
-    gaps: dict[TopicPartitionKey, tuple[int, int]] = {}
-    reset: list[TopicPartitionKey] = []
-    for key, end in ends.items():
-        start = starts.get(key)
-        if start is None:  # a partition new to the query: read from its beginning
-            continue
-        if end < start:
-            reset.append(key)
-        elif first.get(key, end) > start:
-            gaps[key] = (start, min(first.get(key, end), end))
-    if not gaps and not reset:
-        return []
-    lows = _log_start_offsets(check, [*gaps, *reset])
-    why = "the source deleted these records (retention or delete-records) before they were copied"
-    if batch_id == check.replayed_batch:
-        why += "; this batch runs again after a restart, so some may have been copied before it"
-    for key, (start, seen) in gaps.items():
-        lost_to = min(seen, lows.get(key, start))
-        if lost_to > start:
-            _report_lost(check, batch_id, key, start, lost_to, why)
-    copies = []
-    for key in reset:
-        low = lows.get(key, 0)
-        metrics.ERRORS.labels(service=metrics.SERVICE, flow=check.flow, kind="source_offsets_reset").inc()
-        log.warning("flow=%s topic=%s partition=%d offsets went back from %d to %d (topic deleted and re-created); "
-                    "records not copied from the old topic are lost, the new topic is copied from offset %d",
-                    check.flow, key[0], key[1], starts[key], ends[key], low)
-        if ends[key] > low:
-            copies.append((key, low, ends[key]))
-    return copies
-
-
-Summary = namedtuple("Summary", SUMMARY_FIELDS)  # type: ignore[misc]
-
-
-def _copy_ranges(writer: WriterSettings, ranges: list[tuple[TopicPartitionKey, int, int]]) -> list[Any]:
-    """Copy, from the driver, source offset ranges the stream's plan went past (a re-created topic)."""
-    copies = [CopyRange(topic, partition, start, end) for (topic, partition), start, end in ranges]
-    return [Summary(*row) for row in copy_ranges(copies, writer)]
-
-
-def _write_batch(batch: DataFrame, batch_id: int, flow: str, writer: WriterSettings,
-                 stopping: threading.Event, losses: LossCheck | None = None) -> None:
-    """foreachBatch: copy the batch through the executors, then account for it on the driver."""
-    if stopping.is_set():
-        raise StopRequested(f"flow {flow}: batch {batch_id} not started, the query is stopping")
+def _write_batch(batch: DataFrame, batch_id: int, flow: str, check: EpochCheck | None = None) -> None:
+    """foreachBatch: run the epoch's copy tasks, then account for it on the driver."""
     started = time.monotonic()
-    rows = batch.collect()  # the source's tasks copy their ranges; each row sums one range up
+    rows = batch.collect()  # the source's tasks copy their partitions; each row sums one partition up
     copied = time.monotonic()
     _account_rows(flow, rows)
-    if losses is not None:
-        skipped = _check_losses(losses, batch_id, rows)
-        if skipped:
-            _account_rows(flow, _copy_ranges(writer, skipped))
+    if check is not None:
+        check.after_epoch(batch_id, rows)
     ended = time.monotonic()
     metrics.BATCH_DURATION.labels(flow=flow).observe(ended - started)
     log.debug("flow=%s batch=%d partitions=%d records=%d copy_s=%.3f after_copy_s=%.3f", flow, batch_id, len(rows),

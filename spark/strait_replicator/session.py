@@ -56,14 +56,21 @@ def build_session(master: str | None = None, app_name: str = "strait-replicator"
         .config("spark.sql.shuffle.partitions", "2")
         .config("spark.ui.enabled", os.environ.get("STRAIT_SPARK_UI", "false"))
         .config("spark.ui.showConsoleProgress", "false")
-        .config("spark.sql.execution.arrow.maxRecordsPerBatch", "10000")
         .config("spark.sql.streaming.stopTimeout", "30s")
     )
     if master.startswith("local") or "//127.0.0.1:" in master:  # loopback lab: keep the driver there too
         builder = builder.config("spark.driver.bindAddress", "127.0.0.1").config("spark.driver.host", "127.0.0.1")
     session = builder.getOrCreate()
     session.sparkContext.setLogLevel(os.environ.get("STRAIT_SPARK_LOG_LEVEL", "WARN"))
+    _quiet_epoch_length_warning(session)
     return session
+
+
+def _quiet_epoch_length_warning(session: SparkSession) -> None:
+    """An epoch lasts seconds by design; Spark would warn at every one that it outlasts its trigger."""
+    jvm = session.sparkContext._jvm  # type: ignore[attr-defined]
+    jvm.org.apache.logging.log4j.core.config.Configurator.setLevel(
+        "org.apache.spark.sql.execution.streaming.ProcessingTimeExecutor", jvm.org.apache.logging.log4j.Level.ERROR)
 
 
 if __name__ == "__main__":

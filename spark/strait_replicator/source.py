@@ -1,13 +1,18 @@
-"""The streaming source of a flow: Spark plans source offset ranges, its tasks copy them.
+"""The streaming source of a flow: Spark schedules epochs, its tasks copy partitions live.
 
 Spark's own Kafka source hands every record through the JVM and Arrow to Python, which profiling
-showed to cap a flow below what one librdkafka consumer and producer do in a Python worker. Here
-Spark keeps what it is good at (micro-batch planning, the write-ahead offsets log in the checkpoint,
-task scheduling on local cores or a cluster, retries), and each task copies its offset ranges
-itself (:func:`strait_replicator.writer.copy_ranges`). Every row of the stream is one summary of a
-copied range, which the driver's ``foreachBatch`` accounts for.
+showed to cap a flow below what one librdkafka consumer and producer do in a Python worker; and a
+micro-batch per few hundred records puts Spark's fixed cost per batch (planning, two checkpoint
+writes, task launch) into every record's latency. Here each micro-batch is an *epoch*: its tasks
+copy their partitions live, record by record as they arrive, for a few seconds
+(:func:`strait_replicator.writer.copy_ranges`), so only records arriving between two epochs wait
+for Spark. Spark keeps what it is good at: the write-ahead offsets log in the checkpoint, task
+scheduling on local cores or a cluster, and replay of a failed epoch.
 
-Offsets in the checkpoint have the Kafka source's shape, ``{"topic": {"partition": offset}}``.
+An epoch's entry in the offsets log holds where each partition starts (``from``: exact, so a
+replayed epoch copies from the same offsets) and the source's end offsets when it was planned
+(``until``). Where an epoch ended is known only when its tasks are done: the driver writes it to
+``strait-progress.json`` before Spark commits the epoch, and the next epoch starts there.
 """
 
 from __future__ import annotations
@@ -15,10 +20,11 @@ from __future__ import annotations
 import base64
 import json
 import logging
+import os
 import pickle
 import time
-from collections.abc import Iterator, Sequence
-from dataclasses import dataclass
+from collections.abc import Iterator, Mapping, Sequence
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -26,7 +32,7 @@ from confluent_kafka import IsolationLevel, TopicPartition
 from pyspark.sql.datasource import DataSource, DataSourceStreamReader, InputPartition
 
 from strait.kafka.admin import KafkaAdminError, admin_client, list_offsets
-from strait_replicator.writer import SUMMARY_SCHEMA, CopyRange, WriterSettings, copy_ranges
+from strait_replicator.writer import SUMMARY_SCHEMA, CopyRange, EpochLimits, WriterSettings, copy_ranges
 
 log = logging.getLogger(__name__)
 
@@ -34,25 +40,29 @@ FORMAT = "strait_copy"
 # Spark redacts option values whose key matches its redaction pattern ("secret"): the plan holds
 # cluster credentials.
 PLAN_OPTION = "strait.secret.plan"
-INITIAL_OFFSETS_FILE = "strait-initial-offsets.json"
+PROGRESS_FILE = "strait-progress.json"
+# While this file exists in the checkpoint, running epochs end and no new one starts (graceful stop).
+STOP_FILE = "strait-stop"
 OFFSETS_RETRY_SECONDS = 60.0
-# A task has a fixed cost (hand-off to a Python worker, assigning the ranges, two acknowledged
-# flushes); a small batch is copied faster and cheaper by fewer tasks.
-MIN_RECORDS_PER_TASK = 20_000
+# A rate-limited flow runs one task per this many records/s: the limit is split evenly over tasks.
+RECORDS_PER_SECOND_PER_TASK = 50_000
 
-Offsets = dict[str, dict[str, int]]
+TopicPartitionKey = tuple[str, int]
+Offsets = dict[TopicPartitionKey, int]
 
 
 @dataclass(frozen=True)
 class SourcePlan:
-    """What the stream needs: the partitions to copy, the batch cap, the task count, the copy settings."""
+    """What the stream needs: the partitions to copy, the epoch's limits, the task count, the copy settings."""
 
     partitions: tuple[tuple[str, int], ...]  # (source topic, partition count)
     source_admin: tuple[tuple[str, str], ...]  # librdkafka settings of an admin client on the source
-    max_records_per_batch: int
     tasks: int
     checkpoint: str
     writer: WriterSettings
+    epoch_seconds: float
+    max_records_per_epoch: int
+    records_per_second: float = 0.0  # 0: no limit
 
     def encode(self) -> str:
         """The plan as a data source option value."""
@@ -63,12 +73,40 @@ class SourcePlan:
         """The plan of a data source option value."""
         return pickle.loads(base64.b64decode(text))
 
+    def keys(self) -> list[TopicPartitionKey]:
+        """Every source partition of the plan."""
+        return [(topic, p) for topic, count in self.partitions for p in range(count)]
+
+
+@dataclass(frozen=True)
+class EpochOffsets:
+    """One epoch's entry in Spark's offsets log.
+
+    ``start``: where each partition's copy starts (it also keeps partitions the plan no longer
+    holds, so a topic added back resumes where it stopped); ``until``: the source's end offsets
+    when the epoch was planned (a partition missing there is not copied in this epoch).
+    """
+
+    epoch: int
+    start: Offsets
+    until: Offsets = field(default_factory=dict)
+
+    def to_json(self) -> dict[str, Any]:
+        """Spark's offset: a JSON object."""
+        return {"epoch": self.epoch, "from": _as_json(self.start), "until": _as_json(self.until)}
+
+    @staticmethod
+    def from_json(value: Mapping[str, Any]) -> EpochOffsets:
+        """The entry of a Spark offset written by :meth:`to_json`."""
+        return EpochOffsets(int(value["epoch"]), _as_keys(value.get("from", {})), _as_keys(value.get("until", {})))
+
 
 @dataclass(frozen=True)
 class CopyTask(InputPartition):  # type: ignore[misc]
-    """One Spark task: the ranges it copies."""
+    """One Spark task: the partitions it copies live in this epoch, and when the epoch ends."""
 
     ranges: tuple[CopyRange, ...]
+    limits: EpochLimits
 
 
 class CopySource(DataSource):  # type: ignore[misc]
@@ -86,57 +124,70 @@ class CopySource(DataSource):  # type: ignore[misc]
 
 
 class CopyStreamReader(DataSourceStreamReader):  # type: ignore[misc]
-    """Plans each micro-batch's offset ranges from the source's end offsets, at most the batch cap."""
+    """Plans each epoch: where its partitions start (the previous epoch's progress) and its tasks."""
 
     def __init__(self, plan: SourcePlan) -> None:
         self.plan = plan
-        self._planned: dict[tuple[str, int], int] | None = None  # the newest end handed to Spark
+        self.checkpoint = Path(plan.checkpoint)
 
-    def initialOffset(self) -> Offsets:
-        offsets = self._list("earliest")
-        path = Path(self.plan.checkpoint) / INITIAL_OFFSETS_FILE
-        if not path.exists():  # the loss check's start of batch 0
-            path.write_text(json.dumps(_as_json(offsets)))
-        return _as_json(offsets)
+    def initialOffset(self) -> dict[str, Any]:
+        return EpochOffsets(-1, self._list("earliest")).to_json()
 
-    def latestOffset(self) -> Offsets:
-        latest = self._list("latest")
-        planned = self._planned if self._planned is not None else self._checkpointed_end()
-        new = [key for key in latest if key not in planned]
+    def latestOffset(self) -> dict[str, Any]:
+        # The newest entry of the offsets log is the epoch Spark ran last (it asks for the next one
+        # only once that is committed); Spark may call initialOffset again on a resumed stream, so
+        # nothing is kept in memory.
+        last = newest_epoch(self.checkpoint) or EpochOffsets.from_json(self.initialOffset())
+        if (self.checkpoint / STOP_FILE).exists():  # the same offset: Spark starts no new epoch
+            return last.to_json()
+        start = dict(last.start)
+        progress = read_progress(self.checkpoint)
+        if progress is not None and progress[0] == last.epoch:
+            start.update(progress[1])
+        elif last.epoch >= 0:
+            log.warning("flow=%s no progress recorded for epoch %d: the next epoch copies it again",
+                        self.plan.writer.flow, last.epoch)
+        new = [key for key in self.plan.keys() if key not in start]
         if new:  # a partition new to the stream is copied from its earliest offset
-            planned = {**planned, **self._list("earliest", new)}
-        capped = cap_batch(planned, latest, self.plan.max_records_per_batch)
-        self._planned = capped
-        return _as_json(capped)
+            start.update(self._list("earliest", new))
+        until = self._list("latest")
+        if not until:  # every planned topic is gone: no epoch until the flow is planned again
+            return last.to_json()
+        return EpochOffsets(last.epoch + 1, start, until).to_json()
 
-    def partitions(self, start: Offsets, end: Offsets) -> Sequence[CopyTask]:
-        groups = split_ranges(ranges_between(start, end), self.plan.tasks, MIN_RECORDS_PER_TASK)
-        return [CopyTask(tuple(group)) for group in groups]
+    def partitions(self, start: dict[str, Any], end: dict[str, Any]) -> Sequence[CopyTask]:
+        epoch = EpochOffsets.from_json(end)
+        ranges = [CopyRange(topic, p, epoch.start[(topic, p)]) for topic, p in self.plan.keys()
+                  if (topic, p) in epoch.start and (topic, p) in epoch.until]
+        groups = assign_partitions(ranges, epoch.until, self._task_count(len(ranges)))
+        limits = EpochLimits(
+            seconds=self.plan.epoch_seconds,
+            max_records=max(1, self.plan.max_records_per_epoch // max(1, len(groups))),
+            records_per_second=self.plan.records_per_second / max(1, len(groups)),
+            stop_file=str(self.checkpoint / STOP_FILE),
+        )
+        return [CopyTask(tuple(group), limits) for group in groups]
 
     def read(self, partition: CopyTask) -> Iterator[tuple[Any, ...]]:
-        yield from copy_ranges(list(partition.ranges), self.plan.writer)
+        yield from copy_ranges(list(partition.ranges), self.plan.writer, partition.limits)
 
-    def commit(self, end: Offsets) -> None:
+    def commit(self, end: dict[str, Any]) -> None:
         """Nothing to do: progress lives in Spark's checkpoint, the copies on the target."""
 
-    def _checkpointed_end(self) -> dict[tuple[str, int], int]:
-        """Where the stream stands when it resumes: the end of the newest planned batch."""
-        folder = Path(self.plan.checkpoint) / "offsets"
-        for batch in sorted(batch_ids(folder), reverse=True):
-            offsets = offsets_of_log_file(folder / str(batch))
-            if offsets is not None:
-                return offsets
-        return {}
+    def _task_count(self, partitions: int) -> int:
+        tasks = min(self.plan.tasks, partitions)
+        if self.plan.records_per_second:
+            tasks = min(tasks, -(-int(self.plan.records_per_second) // RECORDS_PER_SECOND_PER_TASK))
+        return max(1, tasks) if partitions else 0
 
-    def _list(self, which: str, only: Sequence[tuple[str, int]] | None = None) -> dict[tuple[str, int], int]:
+    def _list(self, which: str, only: Sequence[TopicPartitionKey] | None = None) -> Offsets:
         """The earliest or latest offset of each partition of the plan; a deleted topic is left out."""
         isolation = IsolationLevel.READ_UNCOMMITTED \
             if self.plan.writer.source_consumer.get("isolation.level") == "read_uncommitted" \
             else IsolationLevel.READ_COMMITTED
         alias = self.plan.writer.source_alias
         admin = _admin(self.plan.source_admin)
-        keys = only if only is not None else [(t, p) for t, count in self.plan.partitions for p in range(count)]
-        partitions = [TopicPartition(t, p) for t, p in keys]
+        partitions = [TopicPartition(t, p) for t, p in (only if only is not None else self.plan.keys())]
         deadline = time.monotonic() + OFFSETS_RETRY_SECONDS
         while True:
             try:
@@ -158,15 +209,16 @@ def _admin(config: tuple[tuple[str, str], ...]) -> Any:
     return _admins[config]
 
 
-def _as_json(offsets: dict[tuple[str, int], int]) -> Offsets:
-    result: Offsets = {}
+def _as_json(offsets: Offsets) -> dict[str, dict[str, int]]:
+    result: dict[str, dict[str, int]] = {}
     for (topic, partition), offset in sorted(offsets.items()):
         result.setdefault(topic, {})[str(partition)] = offset
     return result
 
 
-def _as_keys(offsets: Offsets) -> dict[tuple[str, int], int]:
-    return {(topic, int(p)): int(o) for topic, partitions in offsets.items() for p, o in partitions.items()}
+def _as_keys(offsets: Mapping[str, Any]) -> Offsets:
+    return {(topic, int(p)): int(o) for topic, partitions in offsets.items() if isinstance(partitions, dict)
+            for p, o in partitions.items()}
 
 
 def batch_ids(folder: Path) -> set[int]:
@@ -174,59 +226,57 @@ def batch_ids(folder: Path) -> set[int]:
     return {int(p.name) for p in folder.iterdir() if p.name.isdigit()} if folder.is_dir() else set()
 
 
-def offsets_of_log_file(path: Path) -> dict[tuple[str, int], int] | None:
-    """Kafka offsets from one of Spark's offsets-log files (JSON on the last line), or None."""
+def epoch_of_log_file(path: Path) -> EpochOffsets | None:
+    """The epoch entry of one of Spark's offsets-log files (JSON on the last line), or None."""
     try:
         lines = path.read_text(errors="replace").splitlines()
         parsed = json.loads(lines[-1]) if lines else None
-    except (OSError, ValueError):
+        return EpochOffsets.from_json(parsed) if isinstance(parsed, dict) else None
+    except (OSError, ValueError, KeyError, TypeError):
         return None
-    if not isinstance(parsed, dict):
+
+
+def newest_epoch(checkpoint: Path) -> EpochOffsets | None:
+    """The newest epoch in the checkpoint's offsets log (the one a resumed stream goes on from)."""
+    folder = checkpoint / "offsets"
+    for batch in sorted(batch_ids(folder), reverse=True):
+        epoch = epoch_of_log_file(folder / str(batch))
+        if epoch is not None:
+            return epoch
+    return None
+
+
+def write_progress(checkpoint: Path, epoch: int, ends: Offsets) -> None:
+    """Record where each partition's copy ended in ``epoch`` (atomically: written, then renamed)."""
+    path = checkpoint / PROGRESS_FILE
+    temporary = path.with_suffix(".tmp")
+    with temporary.open("w") as handle:
+        json.dump({"epoch": epoch, "ends": _as_json(ends)}, handle)
+        handle.flush()
+        os.fsync(handle.fileno())
+    os.replace(temporary, path)
+
+
+def read_progress(checkpoint: Path) -> tuple[int, Offsets] | None:
+    """The epoch and end offsets :func:`write_progress` recorded last, or None."""
+    try:
+        parsed = json.loads((checkpoint / PROGRESS_FILE).read_text())
+        return int(parsed["epoch"]), _as_keys(parsed["ends"])
+    except (OSError, ValueError, KeyError, TypeError):
         return None
-    return {(topic, int(p)): int(o) for topic, partitions in parsed.items() if isinstance(partitions, dict)
-            for p, o in partitions.items()}
 
 
-def cap_batch(planned: dict[tuple[str, int], int], latest: dict[tuple[str, int], int],
-              limit: int) -> dict[tuple[str, int], int]:
-    """The next batch's end offsets: ``latest``, cut so that at most ``limit`` records are planned.
+def assign_partitions(ranges: list[CopyRange], until: Offsets, tasks: int) -> list[list[CopyRange]]:
+    """The partitions in ``tasks`` groups of about equal backlog (then equal count), largest first."""
+    if not ranges or tasks <= 0:
+        return []
+    groups: list[list[CopyRange]] = [[] for _ in range(min(tasks, len(ranges)))]
+    loads = [(0, 0)] * len(groups)
 
-    Each partition gets a share of the limit in proportion to its backlog, as Spark's Kafka source
-    does; a partition new to the stream starts from its earliest offset, so its whole log counts.
-    A partition whose latest offset lies below the planned one (topic re-created) keeps ``latest``.
-    """
-    backlog = {key: max(0, end - planned.get(key, 0)) for key, end in latest.items()}
-    total = sum(backlog.values())
-    if total <= limit:
-        return dict(latest)
-    capped = {}
-    for key, end in latest.items():
-        share = backlog[key] * limit // total
-        capped[key] = end if backlog[key] == 0 else planned.get(key, 0) + max(1, share)
-    return capped
-
-
-def ranges_between(start: Offsets, end: Offsets) -> list[CopyRange]:
-    """The copy range of every partition of a batch; partitions new to the stream start at the earliest."""
-    starts = _as_keys(start)
-    return [CopyRange(topic, partition, starts.get((topic, partition)), offset)
-            for (topic, partition), offset in sorted(_as_keys(end).items())]
-
-
-def split_ranges(ranges: list[CopyRange], tasks: int, min_records_per_task: int = 1) -> list[list[CopyRange]]:
-    """Ranges with records into at most ``tasks`` groups of about equal size (largest first), with
-    one group per ``min_records_per_task`` records at most.
-
-    Empty ranges and those going backwards (a re-created topic, which the driver's loss check
-    handles) are left out; a batch without records still gets one task, so it has a summary.
-    """
-    work = [r for r in ranges if r.has_records]
-    records = sum(r.size for r in work)
-    count = min(tasks, len(work), -(-records // max(1, min_records_per_task)))
-    groups: list[list[CopyRange]] = [[] for _ in range(max(1, count))]
-    sizes = [0] * len(groups)
-    for copy in sorted(work, key=lambda r: r.size, reverse=True):
-        smallest = sizes.index(min(sizes))
-        groups[smallest].append(copy)
-        sizes[smallest] += copy.size
+    def backlog(copy: CopyRange) -> int:
+        return max(0, until.get((copy.topic, copy.partition), 0) - (copy.start or 0))
+    for copy in sorted(ranges, key=lambda r: (-backlog(r), r.topic, r.partition)):
+        lightest = loads.index(min(loads))
+        groups[lightest].append(copy)
+        loads[lightest] = (loads[lightest][0] + backlog(copy), loads[lightest][1] + 1)
     return groups

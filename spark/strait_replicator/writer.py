@@ -1,11 +1,13 @@
-"""The executor side: copy source offset ranges to the target, record by record, in order.
+"""The executor side: copy source partitions to the target, record by record, in order.
 
-A task reads its ranges with a librdkafka consumer and produces every record to the same partition
-number of its remote topic with key, value, headers and timestamp unchanged and in order (idempotent
-producer); then the exact offset syncs for what was copied are produced, and one summary row per
-source partition goes back to the driver. Records never pass through the JVM or Arrow. Any read or
-delivery error fails the task, so Spark never commits a batch that is not fully on the target
-(at-least-once, nothing lost).
+A task copies its partitions live for one epoch (a micro-batch): it reads from each partition's
+start offset with a librdkafka consumer and produces every record as it arrives to the same
+partition number of its remote topic with key, value, headers and timestamp unchanged and in order
+(idempotent producer). The epoch ends at its deadline, at its record cap or when the flow stops;
+a bounded range (``end`` given) ends at its end. About every second, the exact offset syncs of
+what the target has acknowledged are produced; at the end the task flushes and yields one summary
+row per partition. Records never pass through the JVM or Arrow. Any read or delivery error fails
+the task, so Spark never commits a batch that is not fully on the target (at-least-once).
 """
 
 from __future__ import annotations
@@ -15,12 +17,12 @@ import os
 import sys
 import time
 import zipimport
-from collections.abc import Iterator, Mapping
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
 import numpy as np
-from confluent_kafka import Consumer, KafkaError, Producer, TopicPartition
+from confluent_kafka import Consumer, KafkaError, KafkaException, Producer, TopicPartition
 
 from strait.errors import StraitError
 from strait.logs import setup_logging
@@ -35,11 +37,11 @@ LATENCY_BUCKETS = (0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0
 
 SUMMARY_SCHEMA = (
     "topic string, partition int, remote_topic string, records long, bytes long, "
-    "first_offset long, last_offset long, syncs int, latency_counts array<long>, latency_sum double, "
-    "lag long"
+    "first_offset long, last_offset long, next_offset long, syncs int, latency_counts array<long>, "
+    "latency_sum double, lag long"
 )
-SUMMARY_FIELDS = ("topic", "partition", "remote_topic", "records", "bytes", "first_offset", "last_offset", "syncs",
-                  "latency_counts", "latency_sum", "lag")
+SUMMARY_FIELDS = ("topic", "partition", "remote_topic", "records", "bytes", "first_offset", "last_offset",
+                  "next_offset", "syncs", "latency_counts", "latency_sum", "lag")
 PRODUCER_DEFAULTS = {
     "enable.idempotence": "true",  # keeps per-partition order across retries
     "acks": "all",
@@ -54,8 +56,8 @@ CONSUMER_DEFAULTS = {
     "fetch.max.bytes": "52428800",
     "max.partition.fetch.bytes": "4194304",
     # A deep prefetch queue keeps fetches in flight while the loop produces (measured: 16 MiB gave
-    # 30k records/s, 128 MiB 100k). Records prefetched past a range's end are dropped when the
-    # next task assigns its ranges, so a task may read up to this much more than it copies.
+    # 30k records/s, 128 MiB 100k). Records prefetched when an epoch ends are dropped when the
+    # next task assigns its partitions, so a task may read up to this much more than it copies.
     "queued.max.messages.kbytes": "131072",
     "fetch.wait.max.ms": "100",
 }
@@ -67,6 +69,12 @@ CONSUMER_FIXED = {
     "auto.offset.reset": "earliest",
 }
 CONSUME_BATCH = 10_000
+# With nothing queued, wait this long for one record (it is sent as soon as it arrives).
+IDLE_WAIT_SECONDS = 0.1
+# How often acknowledged records turn into offset syncs and latency counts while an epoch runs.
+SETTLE_SECONDS = 1.0
+STOP_CHECK_SECONDS = 0.1
+UNKNOWN_PARTITION_WAIT_SECONDS = 60.0
 # librdkafka wants a group.id and looks up its coordinator even for a consumer that only assigns
 # partitions and never commits: the replicator's principal needs DESCRIBE on this group, no more.
 SOURCE_GROUP = "strait-replicator"
@@ -109,7 +117,7 @@ class ReplicationWriteError(StraitError):
 
 
 class ReplicationReadError(StraitError):
-    """A source range could not be read to its end; the batch is not committed."""
+    """A source partition could not be read; the batch is not committed."""
 
 
 @dataclass(frozen=True)
@@ -136,22 +144,34 @@ class WriterSettings:
 
 @dataclass(frozen=True)
 class CopyRange:
-    """Source offsets ``[start, end)`` of one topic-partition to copy; ``start`` None: from the earliest."""
+    """Source offsets of one topic-partition to copy from ``start`` (None: the earliest) up to ``end``
+    (None: open, copied live until the epoch ends)."""
 
     topic: str
     partition: int
     start: int | None
-    end: int
+    end: int | None = None
 
     @property
     def has_records(self) -> bool:
-        """False for an empty range and one going backwards (a re-created topic)."""
-        return self.start is None or self.start < self.end
+        """False for an empty bounded range and one going backwards."""
+        return self.start is None or self.end is None or self.start < self.end
 
     @property
     def size(self) -> int:
-        """Offsets in the range, at most its records; from the earliest it counts from offset 0."""
-        return self.end - (self.start or 0)
+        """Offsets in a bounded range, at most its records (from the earliest it counts from 0); 0 if open."""
+        return 0 if self.end is None else self.end - (self.start or 0)
+
+
+@dataclass(frozen=True)
+class EpochLimits:
+    """When a task's epoch ends: after ``seconds``, after ``max_records`` or once ``stop_file`` exists
+    (checked when it is on the task's machine); ``records_per_second`` (0: none) throttles the copy."""
+
+    seconds: float
+    max_records: int
+    records_per_second: float = 0.0
+    stop_file: str | None = None
 
 
 _producers: dict[tuple[tuple[str, str], ...], Producer] = {}
@@ -169,7 +189,7 @@ def _producer(config: Mapping[str, str]) -> Producer:
 def _consumer(settings: WriterSettings) -> Consumer:
     """One source consumer per flow per Python worker: its connections outlive a task.
 
-    It never joins a group nor commits: each task assigns its ranges' start offsets itself.
+    It never joins a group nor commits: each task assigns its partitions' start offsets itself.
     """
     config = {**CONSUMER_DEFAULTS, **settings.source_consumer, **CONSUMER_FIXED, "group.id": SOURCE_GROUP}
     key = tuple(sorted(config.items()))
@@ -179,25 +199,63 @@ def _consumer(settings: WriterSettings) -> Consumer:
     return _consumers[key]
 
 
-class _Copied:
-    """What one task copied of one source partition: offsets sent, offsets and times acknowledged.
+class _SyncWriter:
+    """Produces the offset syncs of a task to the flow's syncs topic."""
 
-    Acknowledgements of one target partition arrive in send order (idempotent producer), so the
-    i-th acknowledged offset belongs to the i-th record sent.
+    def __init__(self, settings: WriterSettings) -> None:
+        self.settings = settings
+        self.producer = _producer(settings.syncs_producer)
+        self.errors: list[KafkaError] = []
+
+    def _on_delivery(self, err: KafkaError | None, _msg: Any) -> None:
+        if err is not None:
+            self.errors.append(err)
+
+    def send(self, topic: str, partition: int, points: list[SyncPoint]) -> None:
+        """Produce one sync per point."""
+        for point in points:
+            record = OffsetSync(topic, partition, point.upstream, point.downstream)
+            _produce(self.producer, self.settings.syncs_topic, key=record.key_bytes(), value=record.value_bytes(),
+                     partition=0, on_delivery=self._on_delivery)
+
+    def flush(self) -> None:
+        """Wait for every sync's acknowledgement; fail the task if one is missing."""
+        remaining = self.producer.flush(self.settings.flush_timeout)
+        if self.errors or remaining:
+            detail = self.errors[0].str() if self.errors else f"{remaining} not acknowledged"
+            raise ReplicationWriteError(
+                f"flow {self.settings.flow}: writing offset syncs to topic {self.settings.syncs_topic} on cluster "
+                f"{self.settings.syncs_alias} failed: {detail}"
+            )
+
+
+class _Copied:
+    """What one task copied of one source partition.
+
+    Offsets and timestamps of sent records wait in lists until the target acknowledges them;
+    acknowledgements of one target partition arrive in send order (idempotent producer), so the
+    i-th acknowledged offset belongs to the i-th record sent. ``settle`` turns the acknowledged
+    ones into offset syncs and latency counts and drops them, so memory stays bounded however
+    long the epoch.
     """
 
-    __slots__ = ("topic", "partition", "remote", "start", "end", "offsets", "timestamps", "bytes", "acked", "ack_times",
-                 "on_delivery", "lag")
+    __slots__ = ("topic", "partition", "remote", "start", "end", "offsets", "timestamps", "bytes", "acked",
+                 "ack_times", "on_delivery", "lag", "records", "first", "last", "reached", "syncs", "counts",
+                 "latency_sum")
 
-    def __init__(self, topic: str, partition: int, remote: str, start: int | None, end: int,
-                 errors: list[tuple[str, int, Any]]) -> None:
-        self.topic, self.partition, self.remote, self.start, self.end = topic, partition, remote, start, end
+    def __init__(self, copy: CopyRange, remote: str, errors: list[tuple[str, int, Any]]) -> None:
+        self.topic, self.partition, self.remote, self.start, self.end = \
+            copy.topic, copy.partition, remote, copy.start, copy.end
         self.offsets: list[int] = []
         self.timestamps: list[int] = []
         self.bytes = 0
         self.acked: list[int] = []
         self.ack_times: list[float] = []
-        self.lag = -1  # records on the source past the range's end when it was copied; -1: unknown
+        self.lag = -1  # records on the source past what was copied; -1: unknown
+        self.records = self.syncs = 0
+        self.first = self.last = self.reached = -1  # reached: an end of partition seen at this offset
+        self.counts = np.zeros(len(LATENCY_BUCKETS) + 1, dtype=np.int64)
+        self.latency_sum = 0.0
         acked, ack_times, now = self.acked.append, self.ack_times.append, time.time
 
         def on_delivery(err: KafkaError | None, msg: Any) -> None:
@@ -208,83 +266,165 @@ class _Copied:
             ack_times(now())
         self.on_delivery = on_delivery
 
-    def left_to_read(self) -> int:
-        """Offsets between the last record copied (or the start) and the end: records still to come at most."""
-        return self.end - (self.offsets[-1] + 1 if self.offsets else self.start or 0)
+    def settle(self, syncs: _SyncWriter) -> None:
+        """Emit the offset syncs of the acknowledged records and count their latencies."""
+        done = len(self.acked)
+        if not done:
+            return
+        offsets = np.array(self.offsets[:done], dtype=np.int64)
+        points = sync_points_of(offsets, np.array(self.acked, dtype=np.int64))
+        syncs.send(self.topic, self.partition, points)
+        latencies = np.array(self.ack_times) - np.array(self.timestamps[:done], dtype=np.float64) / 1000.0
+        self.counts += np.histogram(latencies, bins=(-np.inf, *LATENCY_BUCKETS, np.inf))[0]
+        self.latency_sum += float(latencies.sum())
+        self.syncs += len(points)
+        self.records += done
+        self.first = int(offsets[0]) if self.first < 0 else self.first
+        self.last = int(offsets[-1])
+        del self.offsets[:done], self.timestamps[:done]
+        self.acked.clear()
+        self.ack_times.clear()
+
+    def next_offset(self) -> int:
+        """Where the next epoch goes on: past the last record copied or the end seen; -1: unknown."""
+        return max(self.last + 1 if self.records else -1, self.reached)
+
+    def summary(self) -> tuple[Any, ...]:
+        """The summary row (SUMMARY_FIELDS)."""
+        return (self.topic, self.partition, self.remote, self.records, self.bytes,
+                self.first if self.records else None, self.last if self.records else None, self.next_offset(),
+                self.syncs, [int(c) for c in self.counts], self.latency_sum, self.lag)
 
 
 def _produce(producer: Producer, topic: str, **kwargs: Any) -> None:
+    """Produce one record, waiting while the local queue is full or the partition is not yet known."""
+    deadline = time.monotonic() + UNKNOWN_PARTITION_WAIT_SECONDS
     while True:
         try:
             producer.produce(topic, **kwargs)
             return
         except BufferError:  # local queue full: let deliveries drain
             producer.poll(0.05)
+        except KafkaException as exc:
+            # A remote topic just grown (new source partition): the producer's metadata lags behind.
+            if exc.args[0].code() != KafkaError._UNKNOWN_PARTITION or time.monotonic() > deadline:
+                raise
+            producer.list_topics(topic, timeout=5)
+            producer.poll(0.1)
 
 
-def copy_ranges(ranges: list[CopyRange], settings: WriterSettings) -> list[tuple[Any, ...]]:
-    """Copy each range to its remote topic, emit the offset syncs; one summary row per range."""
+def copy_ranges(ranges: list[CopyRange], settings: WriterSettings,
+                limits: EpochLimits | None = None) -> list[tuple[Any, ...]]:
+    """Copy each range to its remote topic with its offset syncs; one summary row per range.
+
+    Without ``limits`` every range must be bounded and is copied to its end; with them, open
+    ranges are copied live until the epoch ends.
+    """
     started = time.monotonic()
     producer = _producer(settings.target_producer)
+    syncs = _SyncWriter(settings)
     errors: list[tuple[str, int, Any]] = []
-    copied = {(r.topic, r.partition): _Copied(r.topic, r.partition, settings.remote_topic(r.topic), r.start, r.end,
-                                              errors)
+    copied = {(r.topic, r.partition): _Copied(r, settings.remote_topic(r.topic), errors)
               for r in ranges if r.has_records}
     if copied:
-        _read_and_send(_consumer(settings), producer, copied, settings)
+        _CopyLoop(_consumer(settings), producer, syncs, copied, settings, limits, errors).run()
     read = time.monotonic()
     _flush(producer, settings, errors)
-    flushed = time.monotonic()
-    rows = _emit_syncs_and_summarise(settings, list(copied.values()))
+    for part in copied.values():
+        part.settle(syncs)
+        if part.offsets:
+            raise ReplicationWriteError(
+                f"flow {settings.flow}: {len(part.offsets)} records sent to {part.remote}[{part.partition}] were "
+                f"not acknowledged")
+    syncs.flush()
     if log.isEnabledFor(logging.DEBUG):
-        log.debug("flow=%s ranges=%d records=%d read_s=%.3f flush_s=%.3f syncs_s=%.3f", settings.flow, len(copied),
-                  sum(len(p.offsets) for p in copied.values()), read - started, flushed - read,
-                  time.monotonic() - flushed)
-    return rows
+        log.debug("flow=%s ranges=%d records=%d read_s=%.3f flush_s=%.3f", settings.flow, len(copied),
+                  sum(p.records for p in copied.values()), read - started, time.monotonic() - read)
+    return [part.summary() for part in copied.values()]
 
 
-def _read_and_send(consumer: Consumer, producer: Producer, copied: dict[tuple[str, int], _Copied],
-                   settings: WriterSettings) -> None:
-    """Consume every range to its end and produce each record as it comes."""
-    consumer.assign([TopicPartition(part.topic, part.partition, -2 if part.start is None else part.start)
-                     for part in copied.values()])
-    try:
-        pending = dict(copied)
-        deadline = time.monotonic() + settings.read_timeout
-        while pending:
-            # Asking for no more than what is left returns as soon as the last record arrives
-            # (prefetched records past a finished range's end are not counted as progress).
-            left = sum(part.left_to_read() for part in pending.values())
-            messages = consumer.consume(max(1, min(CONSUME_BATCH, left)), 0.1)
+class _CopyLoop:
+    """Consumes the ranges and produces each record as it comes, until the epoch or every range ends."""
+
+    def __init__(self, consumer: Consumer, producer: Producer, syncs: _SyncWriter,
+                 copied: dict[tuple[str, int], _Copied], settings: WriterSettings, limits: EpochLimits | None,
+                 errors: list[tuple[str, int, Any]]) -> None:
+        self.consumer, self.producer, self.syncs, self.copied = consumer, producer, syncs, copied
+        self.settings, self.limits, self.errors = settings, limits, errors
+        self.pending = dict(copied)
+        self.sent = 0
+
+    def run(self) -> None:
+        """Assign, copy until done, note each partition's lag, unassign."""
+        self.consumer.assign([TopicPartition(p.topic, p.partition, -2 if p.start is None else p.start)
+                              for p in self.copied.values()])
+        try:
+            self._loop()
+            _note_lag(self.consumer, self.copied)
+        finally:
+            self.consumer.unassign()
+
+    def _loop(self) -> None:
+        began = now = time.monotonic()
+        limits = self.limits
+        deadline = began + limits.seconds if limits else float("inf")
+        cap = limits.max_records if limits else sys.maxsize
+        stall_deadline = now + self.settings.read_timeout
+        next_settle = next_stop_check = now
+        while self.pending and now < deadline and self.sent < cap:
+            if now >= next_stop_check:
+                if limits and limits.stop_file and os.path.exists(limits.stop_file):
+                    return
+                next_stop_check = now + STOP_CHECK_SECONDS
+            if self.errors:
+                _raise_write_error(self.settings, self.errors)
+            want = min(CONSUME_BATCH, cap - self.sent)
+            if limits and limits.records_per_second:
+                want = min(want, int(limits.records_per_second * (now - began)) - self.sent)
+                if want <= 0:
+                    self.producer.poll(0.02)
+                    now = time.monotonic()
+                    continue
+            messages = self.consumer.consume(want, 0) or self.consumer.consume(1, IDLE_WAIT_SECONDS)
+            now = time.monotonic()
             if messages:
-                _send_messages(messages, producer, pending)
-                deadline = time.monotonic() + settings.read_timeout
-            elif time.monotonic() > deadline:
-                part = next(iter(pending.values()))
-                raise ReplicationReadError(
-                    f"flow {settings.flow}: reading topic {part.topic} partition {part.partition} on cluster "
-                    f"{settings.source_alias} stalled for {settings.read_timeout:.0f}s before offset {part.end}; "
-                    f"check that its brokers are up and the partition has a leader")
-            producer.poll(0)
-        _note_lag(consumer, copied)
-    finally:
-        consumer.unassign()
+                self.sent += _send_messages(messages, self.producer, self.pending)
+                stall_deadline = now + self.settings.read_timeout
+            elif now > stall_deadline:
+                self._raise_if_stalled()
+                stall_deadline = now + self.settings.read_timeout
+            self.producer.poll(0)
+            if now >= next_settle:
+                for part in self.copied.values():
+                    part.settle(self.syncs)
+                next_settle = now + SETTLE_SECONDS
+
+    def _raise_if_stalled(self) -> None:
+        """A bounded range that does not reach its end fails the task (its records exist on the source)."""
+        part = next((p for p in self.pending.values() if p.end is not None), None)
+        if part is not None:
+            raise ReplicationReadError(
+                f"flow {self.settings.flow}: reading topic {part.topic} partition {part.partition} on cluster "
+                f"{self.settings.source_alias} stalled for {self.settings.read_timeout:.0f}s before offset "
+                f"{part.end}; check that its brokers are up and the partition has a leader")
 
 
 def _note_lag(consumer: Consumer, copied: dict[tuple[str, int], _Copied]) -> None:
-    """Each range's lag from the end offset the last fetch reported (no request to the broker)."""
+    """Each partition's lag from the end offset the last fetch reported (no request to the broker)."""
     for part in copied.values():
         try:
             _low, high = consumer.get_watermark_offsets(TopicPartition(part.topic, part.partition), cached=True)
         except Exception:  # noqa: BLE001 - a lag is nice to have, never a reason to fail a copy
             continue
-        if high >= 0:
-            part.lag = max(0, high - part.end)
+        position = part.next_offset() if part.next_offset() >= 0 else part.start
+        if high >= 0 and position is not None:
+            part.lag = max(0, high - position)
 
 
-def _send_messages(messages: list[Any], producer: Producer, pending: dict[tuple[str, int], _Copied]) -> None:
-    """Produce the messages of still-pending ranges; finish a range at its end."""
+def _send_messages(messages: list[Any], producer: Producer, pending: dict[tuple[str, int], _Copied]) -> int:
+    """Produce the messages of still-pending ranges (a bounded one finishes at its end); how many were sent."""
     produce = producer.produce
+    sent = 0
     for message in messages:
         part = pending.get((message.topic(), message.partition()))
         if part is None:  # past the end of a finished range
@@ -294,40 +434,44 @@ def _send_messages(messages: list[Any], producer: Producer, pending: dict[tuple[
         if error is not None:
             _on_consume_error(error, offset, part, pending)
             continue
-        if offset >= part.end:
+        end = part.end
+        if end is not None and offset >= end:
             del pending[(part.topic, part.partition)]
             continue
         value, key, timestamp = message.value(), message.key(), message.timestamp()[1]
         headers = message.headers()
         try:
             produce(part.remote, value, key, part.partition, part.on_delivery, timestamp=timestamp, headers=headers)
-        except BufferError:  # local queue full: let deliveries drain, then send this one
+        except (BufferError, KafkaException):  # queue full or partition not yet known: wait, then send it
             _produce(producer, part.remote, value=value, key=key, partition=part.partition,
                      on_delivery=part.on_delivery, timestamp=timestamp, headers=headers)
         part.offsets.append(offset)
         part.timestamps.append(timestamp)
         part.bytes += len(value or b"") + len(key or b"")
-        if offset >= part.end - 1:
+        sent += 1
+        if end is not None and offset >= end - 1:
             del pending[(part.topic, part.partition)]
+    return sent
 
 
 def _on_consume_error(error: KafkaError, offset: int, part: _Copied,
                       pending: dict[tuple[str, int], _Copied]) -> None:
-    """End of partition finishes a range whose end it reached; any other error fails the task."""
+    """End of partition is noted (and finishes a bounded range it reached); other errors fail the task."""
     if error.code() == KafkaError._PARTITION_EOF:
-        if offset >= part.end:
+        part.reached = max(part.reached, offset)
+        if part.end is not None and offset >= part.end:
             del pending[(part.topic, part.partition)]
         return
     if error.code() in (KafkaError.UNKNOWN_TOPIC_OR_PART, KafkaError._UNKNOWN_TOPIC, KafkaError._UNKNOWN_PARTITION):
-        log.warning("topic=%s partition=%d is gone from the source (deleted?): its range ends at offset %d",
-                    part.topic, part.partition, part.offsets[-1] + 1 if part.offsets else -1)
+        log.warning("topic=%s partition=%d is gone from the source (deleted?): copying it ends at offset %d",
+                    part.topic, part.partition, part.last + 1 if part.records else part.start or -1)
         del pending[(part.topic, part.partition)]
         return
     if error.fatal() or error.code() == KafkaError.TOPIC_AUTHORIZATION_FAILED:
         raise ReplicationReadError(f"reading topic {part.topic} partition {part.partition}: {error.str()} "
                                    f"({error.name()})")
-    # Anything else (a broker down, a leader moving) librdkafka retries by itself; a range that
-    # never moves again fails the task after the read timeout.
+    # Anything else (a broker down, a leader moving) librdkafka retries by itself; the driver fails
+    # the flow when a partition with records makes no progress for the read timeout.
     log.warning("topic=%s partition=%d reading goes on after: %s", part.topic, part.partition, error.str())
 
 
@@ -350,52 +494,20 @@ def sync_points_of(source_offsets: np.ndarray, target_offsets: np.ndarray) -> li
     return [SyncPoint(int(up), int(down)) for up, down in zip(source_offsets[keep], target_offsets[keep])]
 
 
+def _raise_write_error(settings: WriterSettings, errors: list[tuple[str, int, Any]]) -> None:
+    topic, partition, err = errors[0]
+    raise ReplicationWriteError(
+        f"flow {settings.flow}: writing to topic {topic} partition {partition} on cluster "
+        f"{settings.target_alias} failed: {err.str()} ({err.name()})"
+    )
+
+
 def _flush(producer: Producer, settings: WriterSettings, errors: list[tuple[str, int, Any]]) -> None:
     remaining = producer.flush(settings.flush_timeout)
     if errors:
-        topic, partition, err = errors[0]
-        raise ReplicationWriteError(
-            f"flow {settings.flow}: writing to topic {topic} partition {partition} on cluster "
-            f"{settings.target_alias} failed: {err.str()} ({err.name()})"
-        )
+        _raise_write_error(settings, errors)
     if remaining:
         raise ReplicationWriteError(
             f"flow {settings.flow}: {remaining} records not acknowledged by cluster {settings.target_alias} "
             f"within {settings.flush_timeout:.0f}s"
         )
-
-
-def _emit_syncs_and_summarise(settings: WriterSettings, copied: list[_Copied]) -> list[tuple[Any, ...]]:
-    """Produce the offset syncs of every range copied; one summary row per range (SUMMARY_FIELDS)."""
-    syncs = _producer(settings.syncs_producer)
-    sync_errors: list[tuple[str, int, Any]] = []
-
-    def on_sync_delivery(err: KafkaError | None, msg: Any) -> None:
-        if err is not None:
-            sync_errors.append((msg.topic(), msg.partition(), err))
-    rows = []
-    for part in copied:
-        offsets = np.array(part.offsets, dtype=np.int64)
-        if len(part.acked) != len(offsets):
-            raise ReplicationWriteError(
-                f"flow {settings.flow}: {len(offsets)} records sent to {part.remote}[{part.partition}] but "
-                f"{len(part.acked)} acknowledged"
-            )
-        points = sync_points_of(offsets, np.array(part.acked, dtype=np.int64))
-        for point in points:
-            record = OffsetSync(part.topic, part.partition, point.upstream, point.downstream)
-            _produce(syncs, settings.syncs_topic, key=record.key_bytes(), value=record.value_bytes(),
-                     partition=0, on_delivery=on_sync_delivery)
-        latencies = np.array(part.ack_times) - np.array(part.timestamps, dtype=np.float64) / 1000.0
-        counts = np.histogram(latencies, bins=(-np.inf, *LATENCY_BUCKETS, np.inf))[0]
-        rows.append((part.topic, part.partition, part.remote, len(offsets), part.bytes,
-                     int(offsets[0]) if len(offsets) else None, int(offsets[-1]) if len(offsets) else None,
-                     len(points), [int(c) for c in counts], float(latencies.sum()), part.lag))
-    remaining = syncs.flush(settings.flush_timeout)
-    if sync_errors or remaining:
-        detail = sync_errors[0][2].str() if sync_errors else f"{remaining} not acknowledged"
-        raise ReplicationWriteError(
-            f"flow {settings.flow}: writing offset syncs to topic {settings.syncs_topic} on cluster "
-            f"{settings.syncs_alias} failed: {detail}"
-        )
-    return rows

@@ -86,7 +86,9 @@ def test_fidelity_of_mixed_records_byte_for_byte(
         expected = [(r.key, r.value, r.headers, r.timestamp_ms) for r in source_records[partition]]
         got = [(r.key, r.value, r.headers, r.timestamp_ms) for r in target_records[partition]]
         assert got == expected, f"partition {partition} differs"
-    assert process.sample("strait_replicated_records_total", flow="A->B", topic=topic) == 50_000
+    # Counted when the epoch that copied them ends.
+    wait_for(lambda: process.sample("strait_replicated_records_total", flow="A->B", topic=topic) == 50_000, 60,
+             "the records counted")
     _check_offset_syncs_translate_exactly(source_cluster, topic, source_records, target_records)
 
 

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import json
 import os
 import random
 import threading
@@ -16,6 +15,7 @@ from confluent_kafka import Producer
 from strait.lab.clients import create_topic
 from strait.lab.kafka import KafkaCluster
 from strait.lab.services import StraitProcess
+from strait_replicator.source import batch_ids, epoch_of_log_file, read_progress
 from tests.integration.replicator_support import flow_config, last_values, records_by_partition, wait_for, write_config
 
 pytestmark = pytest.mark.slow
@@ -48,20 +48,20 @@ def _load(cluster: KafkaCluster, topic: str, stop: threading.Event, done: thread
 
 
 def _batch_ranges(checkpoint: Path, topic: str) -> dict[int, list[tuple[int, int]]]:
-    """Each partition's [start, end) offset range of every micro-batch, from Spark's offsets log."""
-    ends: list[dict[int, int]] = []
-    for path in sorted((checkpoint / "offsets").iterdir(), key=lambda p: int(p.name) if p.name.isdigit() else -1):
-        if not path.name.isdigit():
-            continue
-        lines = path.read_text().splitlines()
-        offsets = json.loads(lines[-1]).get(topic, {})
-        ends.append({int(p): int(o) for p, o in offsets.items()})
+    """Each partition's [start, next start) offset range of every epoch, from Spark's offsets log."""
+    starts: list[dict[int, int]] = []
+    folder = checkpoint / "offsets"
+    for batch in sorted(batch_ids(folder)):
+        epoch = epoch_of_log_file(folder / str(batch))
+        assert epoch is not None, f"offsets log entry {batch} unreadable"
+        starts.append({p: offset for (t, p), offset in epoch.start.items() if t == topic})
+    progress = read_progress(checkpoint)
+    assert progress is not None
+    starts.append({p: offset for (t, p), offset in progress[1].items() if t == topic})
     ranges: dict[int, list[tuple[int, int]]] = {p: [] for p in range(PARTITIONS)}
-    previous = {p: 0 for p in range(PARTITIONS)}
-    for batch in ends:
-        for p, end in batch.items():
-            ranges[p].append((previous[p], end))
-            previous[p] = end
+    for begin, end in zip(starts, starts[1:]):
+        for p, offset in begin.items():
+            ranges[p].append((offset, end.get(p, offset)))
     return ranges
 
 
@@ -111,13 +111,15 @@ def test_sigkill_under_load_loses_nothing_and_bounds_duplicates(
         assert len(expected) == len(range(partition, TOTAL, PARTITIONS))
         assert set(got) == set(range(len(expected))), f"partition {partition} lost records"
         duplicates += len(got) - len(set(got))
-        _assert_replays_within_one_batch(got, ranges[partition], partition)
+        _assert_replays_start_at_an_epoch(got, ranges[partition], partition)
         assert [r.headers for r in target[partition][-3:]] == [r.headers for r in source[partition][-3:]]
     print(f"duplicates after {KILLS} SIGKILLs: {duplicates} of {TOTAL} records")
 
 
-def _assert_replays_within_one_batch(sequence: list[int], batches: list[tuple[int, int]], partition: int) -> None:
-    """The target is the source in order, except that a replay may repeat part of one batch."""
+def _assert_replays_start_at_an_epoch(sequence: list[int], epochs: list[tuple[int, int]], partition: int) -> None:
+    """The target is the source in order, except that after a kill the epoch that was running is
+    copied again from its start: a replay begins exactly at an epoch's start and goes on in order."""
+    starts = {start for start, _ in epochs}
     high = -1
     i = 0
     while i < len(sequence):
@@ -126,11 +128,8 @@ def _assert_replays_within_one_batch(sequence: list[int], batches: list[tuple[in
             i += 1
             continue
         assert sequence[i] <= high, f"partition {partition}: gap before source offset {sequence[i]}"
-        start = sequence[i]
-        batch = next((b for b in batches if b[0] <= start < b[1]), None)
-        assert batch is not None, f"partition {partition}: replay from {start} matches no batch"
+        assert sequence[i] in starts, f"partition {partition}: replay from {sequence[i]} is no epoch's start"
         while i < len(sequence) and sequence[i] <= high:  # the replayed copy, in order
-            assert batch[0] <= sequence[i] < batch[1], f"partition {partition}: replay crosses batch {batch}"
             if i + 1 < len(sequence) and sequence[i + 1] <= high:
                 assert sequence[i + 1] == sequence[i] + 1, f"partition {partition}: replay out of order"
             i += 1

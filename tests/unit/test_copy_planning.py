@@ -1,62 +1,126 @@
-"""How the replicator's streaming source cuts micro-batches into offset ranges and tasks."""
+"""How the replicator's streaming source plans epochs: where partitions start, which task copies them."""
 
 from __future__ import annotations
 
+import json
+from pathlib import Path
+
+import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from strait_replicator.source import cap_batch, ranges_between, split_ranges
-from strait_replicator.writer import CopyRange
+from strait.policy import DefaultReplicationPolicy
+from strait_replicator.source import (
+    STOP_FILE, CopyStreamReader, EpochOffsets, Offsets, SourcePlan, assign_partitions, read_progress, write_progress,
+)
+from strait_replicator.writer import CopyRange, WriterSettings
 
 keys = st.tuples(st.sampled_from(["a", "b", "c"]), st.integers(0, 5))
-backlogs = st.dictionaries(keys, st.tuples(st.integers(0, 10_000), st.integers(0, 10_000)), max_size=12)
+offsets = st.dictionaries(keys, st.integers(0, 10**12), max_size=12)
 
 
-@given(backlogs, st.integers(1, 5_000))
+@given(offsets, offsets, st.integers(-1, 10**6))
+def test_an_epoch_entry_survives_sparks_offsets_log(start: Offsets, until: Offsets, epoch: int) -> None:
+    entry = EpochOffsets(epoch, start, until)
+    assert EpochOffsets.from_json(entry.to_json()) == entry
+
+
+def test_progress_is_written_whole_and_read_back(tmp_path: Path) -> None:
+    assert read_progress(tmp_path) is None
+    write_progress(tmp_path, 7, {("t", 0): 12, ("u", 3): 4})
+    assert read_progress(tmp_path) == (7, {("t", 0): 12, ("u", 3): 4})
+    assert [p.name for p in tmp_path.iterdir()] == ["strait-progress.json"]
+
+
+@given(st.dictionaries(keys, st.tuples(st.integers(0, 1_000), st.integers(0, 1_000)), max_size=18),
+       st.integers(1, 8))
 @settings(max_examples=300, deadline=None)
-def test_a_capped_batch_plans_at_most_the_limit_and_never_goes_back(
-        offsets: dict[tuple[str, int], tuple[int, int]], limit: int) -> None:
-    planned = {key: low for key, (low, high) in offsets.items()}
-    latest = {key: max(low, high) for key, (low, high) in offsets.items()}
-    capped = cap_batch(planned, latest, limit)
-    assert set(capped) == set(latest)
-    assert all(planned[key] <= capped[key] <= latest[key] for key in latest)
-    total = sum(latest[key] - planned[key] for key in latest)
-    planned_records = sum(capped[key] - planned[key] for key in latest)
-    with_backlog = sum(1 for key in latest if latest[key] > planned[key])
-    if total <= limit:
-        assert capped == latest
-    else:  # every partition with a backlog moves by at least one record, so the cap can be passed by that
-        assert planned_records <= limit + with_backlog
-        assert all(capped[key] > planned[key] for key in latest if latest[key] > planned[key])
+def test_tasks_get_every_partition_once_with_about_equal_backlog_and_count(
+        spans: dict[tuple[str, int], tuple[int, int]], tasks: int) -> None:
+    ranges = [CopyRange(topic, p, start) for (topic, p), (start, _) in sorted(spans.items())]
+    until = {key: start + backlog for key, (start, backlog) in spans.items()}
+    groups = assign_partitions(ranges, until, tasks)
+    assert len(groups) == min(tasks, len(ranges))
+    assert sorted((r for g in groups for r in g), key=lambda r: (r.topic, r.partition)) == ranges
+    backlogs = [sum(spans[(r.topic, r.partition)][1] for r in g) for g in groups]
+    biggest = max((backlog for _, backlog in spans.values()), default=0)
+    assert not backlogs or max(backlogs) - min(backlogs) <= biggest  # greedy largest-first balancing
+    if not any(backlog for _, backlog in spans.values()):
+        sizes = [len(g) for g in groups]
+        assert not sizes or max(sizes) - min(sizes) <= 1
 
 
-def test_an_uncapped_batch_takes_everything_and_a_recreated_topic_keeps_its_lower_end() -> None:
-    assert cap_batch({("t", 0): 50}, {("t", 0): 10, ("t", 1): 5}, 100) == {("t", 0): 10, ("t", 1): 5}
+class _Reader(CopyStreamReader):
+    """The reader with the source's offsets given, not listed from a cluster (pure planning logic)."""
+
+    def __init__(self, plan: SourcePlan, earliest: Offsets, latest: Offsets) -> None:
+        super().__init__(plan)
+        self.earliest, self.latest = earliest, latest
+
+    def _list(self, which: str, only: list[tuple[str, int]] | None = None) -> Offsets:
+        listed = self.earliest if which == "earliest" else self.latest
+        return {k: v for k, v in listed.items() if only is None or k in only}
 
 
-def test_ranges_start_where_the_last_batch_ended_and_new_partitions_at_the_earliest() -> None:
-    start = {"t": {"0": 5}}
-    end = {"t": {"0": 9, "1": 3}}
-    assert ranges_between(start, end) == [CopyRange("t", 0, 5, 9), CopyRange("t", 1, None, 3)]
+def _plan(tmp_path: Path, partitions: tuple[tuple[str, int], ...] = (("t", 2),), tasks: int = 2,
+          rate: float = 0.0) -> SourcePlan:
+    writer = WriterSettings("A->B", "A", "B", DefaultReplicationPolicy(), {}, {}, "syncs", "A")
+    (tmp_path / "offsets").mkdir(exist_ok=True)
+    return SourcePlan(partitions, (), tasks, str(tmp_path), writer, epoch_seconds=5.0, max_records_per_epoch=1000,
+                      records_per_second=rate)
 
 
-@given(st.lists(st.tuples(st.integers(0, 1_000), st.integers(-5, 1_000)), max_size=30), st.integers(1, 8))
-@settings(max_examples=300, deadline=None)
-def test_tasks_get_every_range_with_records_once_and_about_equal_work(
-        spans: list[tuple[int, int]], tasks: int) -> None:
-    ranges = [CopyRange("t", i, start, start + length) for i, (start, length) in enumerate(spans)]
-    groups = split_ranges(ranges, tasks)
-    assert 1 <= len(groups) <= tasks
-    copied = [r for group in groups for r in group]
-    assert sorted(copied, key=lambda r: r.partition) == [r for r in ranges if r.start < r.end]
-    sizes = [sum(r.end - r.start for r in group) for group in groups if group]
-    biggest = max((r.end - r.start for r in copied), default=0)
-    assert not sizes or max(sizes) - min(sizes) <= biggest  # greedy largest-first balancing
+def _planned(reader: CopyStreamReader, tmp_path: Path) -> EpochOffsets:
+    """The reader's next epoch, written to the offsets log as Spark does before it runs it."""
+    entry = reader.latestOffset()
+    batches = sorted(int(p.name) for p in (tmp_path / "offsets").iterdir())
+    (tmp_path / "offsets" / str(batches[-1] + 1 if batches else 0)).write_text(
+        'v1\n{"batchWatermarkMs":0}\n' + json.dumps(entry))
+    return EpochOffsets.from_json(entry)
 
 
-def test_a_small_batch_goes_to_fewer_tasks() -> None:
-    ranges = [CopyRange("t", p, 0, 3_000) for p in range(6)]
-    assert len(split_ranges(ranges, 2, min_records_per_task=20_000)) == 1
-    assert len(split_ranges(ranges, 4, min_records_per_task=5_000)) == 4
-    assert len(split_ranges(ranges, 2, min_records_per_task=1)) == 2
+def test_each_epoch_starts_where_the_last_one_ended_and_replays_when_its_progress_is_missing(tmp_path: Path) -> None:
+    reader = _Reader(_plan(tmp_path), earliest={("t", 0): 3, ("t", 1): 0}, latest={("t", 0): 10, ("t", 1): 4})
+    first = _planned(reader, tmp_path)
+    assert first == EpochOffsets(0, {("t", 0): 3, ("t", 1): 0}, {("t", 0): 10, ("t", 1): 4})
+    write_progress(tmp_path, 0, {("t", 0): 10})  # partition 1 copied nothing: it stays
+    second = _planned(reader, tmp_path)
+    assert second.epoch == 1 and second.start == {("t", 0): 10, ("t", 1): 0}
+    third = _planned(reader, tmp_path)  # no progress of epoch 1: copy it again
+    assert third.epoch == 2 and third.start == second.start
+
+
+def test_a_stop_request_plans_no_new_epoch(tmp_path: Path) -> None:
+    reader = _Reader(_plan(tmp_path), earliest={("t", 0): 0, ("t", 1): 0}, latest={("t", 0): 5, ("t", 1): 5})
+    first = _planned(reader, tmp_path)
+    write_progress(tmp_path, 0, {("t", 0): 5})
+    (tmp_path / STOP_FILE).touch()
+    assert EpochOffsets.from_json(reader.latestOffset()) == first  # the same offset: Spark starts no batch
+    (tmp_path / STOP_FILE).unlink()
+    assert _planned(reader, tmp_path).start == {("t", 0): 5, ("t", 1): 0}
+
+
+def test_a_resumed_stream_goes_on_from_the_checkpoint_and_new_partitions_start_at_the_earliest(
+        tmp_path: Path) -> None:
+    plan = _plan(tmp_path, partitions=(("t", 1), ("u", 1)))
+    logged = EpochOffsets(4, {("t", 0): 7, ("gone", 0): 9}, {("t", 0): 9})
+    (tmp_path / "offsets" / "4").write_text('v1\n{"batchWatermarkMs":0}\n' + json.dumps(logged.to_json()))
+    write_progress(tmp_path, 4, {("t", 0): 9})
+    reader = _Reader(plan, earliest={("t", 0): 0, ("u", 0): 2}, latest={("t", 0): 9, ("u", 0): 6})
+    entry = EpochOffsets.from_json(reader.latestOffset())
+    # A topic no longer planned keeps its offset, so it resumes there if it comes back.
+    assert entry == EpochOffsets(5, {("t", 0): 9, ("u", 0): 2, ("gone", 0): 9}, {("t", 0): 9, ("u", 0): 6})
+
+
+@pytest.mark.parametrize(("rate", "tasks"), [(0.0, 2), (200.0, 1), (120_000.0, 2)])
+def test_partitions_become_tasks_that_share_the_epochs_limits(tmp_path: Path, rate: float, tasks: int) -> None:
+    reader = _Reader(_plan(tmp_path, partitions=(("t", 3),), rate=rate), earliest={}, latest={})
+    epoch = EpochOffsets(0, {("t", 0): 1, ("t", 1): 2, ("t", 2): 3}, {("t", 0): 1, ("t", 2): 9})  # t-1 deleted
+    planned = reader.partitions({}, epoch.to_json())
+    assert len(planned) == tasks
+    assert sorted(r.partition for task in planned for r in task.ranges) == [0, 2]
+    assert all(r.end is None for task in planned for r in task.ranges)  # copied live
+    for task in planned:
+        assert task.limits.max_records == 1000 // tasks
+        assert task.limits.records_per_second == rate / tasks
+        assert task.limits.stop_file == str(tmp_path / STOP_FILE)

@@ -23,7 +23,10 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     replicator.add_argument("--master", help="Spark master URL (default local[*] or $STRAIT_SPARK_MASTER)")
     replicator.add_argument("--state-dir", type=Path, help="Spark checkpoints (default .cache/replicator)")
     replicator.add_argument("--metrics-port", type=int, default=0, help="port of /metrics (0: a free one)")
-    replicator.add_argument("--trigger-seconds", type=float, default=0.25, help="micro-batch trigger interval")
+    replicator.add_argument("--trigger-seconds", type=float, default=0.25,
+                            help="shortest time between the starts of two epochs (micro-batches)")
+    replicator.add_argument("--epoch-seconds", type=float, default=5.0,
+                            help="how long each epoch's tasks copy live before Spark commits their progress")
     replicator.set_defaults(handler=_replicator)
     add_configsync(components)
     for name, help_text in SUPERVISED.items():
@@ -57,5 +60,6 @@ def _replicator(args: argparse.Namespace) -> int:
 
     return main(ReplicatorOptions(
         redis_url=args.redis_url, config_file=args.config, state_dir=args.state_dir, master=args.master,
-        metrics_port=args.metrics_port, trigger_seconds=args.trigger_seconds, flows=tuple(args.flow),
+        metrics_port=args.metrics_port, trigger_seconds=args.trigger_seconds, epoch_seconds=args.epoch_seconds,
+        flows=tuple(args.flow),
     ))
