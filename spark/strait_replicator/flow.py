@@ -296,7 +296,7 @@ class EpochCheck:
                 resets.append(key)
             elif seen > start:
                 gaps[key] = seen
-        lows = self._log_start_offsets(list(gaps)) if gaps else {}
+        lows = self._listed(list(gaps), "earliest") if gaps else {}
         why = "the source deleted these records (retention or delete-records) before they were copied"
         if batch_id == self.replayed_batch:
             why += "; this epoch runs again after a restart, so some may have been copied before it"
@@ -304,21 +304,22 @@ class EpochCheck:
             lost_to = min(seen, lows.get(key, epoch.start[key]))
             if lost_to > epoch.start[key]:
                 self._report_lost(batch_id, key, epoch.start[key], lost_to, why)
+        ends = self._listed(resets, "latest") if resets else {}
         for key in resets:
-            went_to = min(epoch.until.get(key, reached[key]), reached[key])
+            went_to = ends.get(key, reached[key])
             metrics.ERRORS.labels(service=metrics.SERVICE, flow=self.flow, kind="source_offsets_reset").inc()
             log.warning("flow=%s topic=%s partition=%d offsets went back from %d to %d (topic deleted and "
                         "re-created); records not copied from the old topic are lost, the new topic is copied from "
                         "offset %d", self.flow, key[0], key[1], epoch.start[key], went_to, reached[key])
 
-    def _log_start_offsets(self, partitions: list[TopicPartitionKey]) -> Offsets:
-        """The source's log start offset of each partition (none when they cannot be listed)."""
+    def _listed(self, partitions: list[TopicPartitionKey], which: str) -> Offsets:
+        """The source's earliest (log start) or latest offset of each partition (none when unknown)."""
         try:
             return list_offsets(admin_client(self.admin), self.source_alias,
-                                [TopicPartition(topic, partition) for topic, partition in partitions], "earliest",
+                                [TopicPartition(topic, partition) for topic, partition in partitions], which,
                                 skip_unknown=True)
         except KafkaAdminError as exc:
-            log.warning("flow=%s log start offsets unknown on %s: %s", self.flow, self.source_alias, exc)
+            log.warning("flow=%s %s offsets unknown on %s: %s", self.flow, which, self.source_alias, exc)
             return {}
 
     def _report_lost(self, batch_id: int, key: TopicPartitionKey, start: int, end: int, why: str) -> None:

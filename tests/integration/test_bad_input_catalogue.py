@@ -8,6 +8,8 @@ records too large for the target and a deleted source topic are in ``test_replic
 from __future__ import annotations
 
 import json
+import os
+import signal
 import subprocess
 import sys
 from collections.abc import Callable, Iterator
@@ -90,7 +92,12 @@ def test_source_retention_deleting_unreplicated_records_is_counted_as_data_loss(
 
 
 def _stop_after_commit(process: StraitProcess, state: Path) -> None:
-    """Stop the replicator gracefully: its running epoch ends and is committed, none is replayed at restart."""
+    """Stop the replicator as Docker does (SIGTERM to its main process only): the running epoch ends
+    and is committed, so none is replayed at restart."""
+    pid = process.process.pid
+    assert pid is not None
+    os.kill(pid, signal.SIGTERM)
+    wait_for(lambda: not process.process.alive(), 90, "the replicator to stop")
     process.stop()
     planned = {p.name for p in state.glob("*/checkpoint/offsets/[0-9]*")}
     assert planned and planned == {p.name for p in state.glob("*/checkpoint/commits/[0-9]*")}

@@ -60,7 +60,7 @@ def _rows(rates: Sequence[int]) -> list[tuple[str, str]]:
             ("peak_rss_mb", "peak RSS (MB)"), ("startup_s", "start-up to first record (s)")]
     for rate in rates:
         rows += [(f"latency.{rate}.{q}_ms", f"latency @{rate:,}/s {q} (ms)") for q in ("p50", "p99", "max")]
-    return [*rows, ("batch_s_during_latency_runs", "strait micro-batch duration at fixed rates (s)")]
+    return [*rows, ("batch_s_during_latency_runs", "strait epoch (micro-batch) duration at fixed rates (s)")]
 
 
 def _cell(value: float | None) -> str:

@@ -190,7 +190,7 @@ class Bench:
 
 
 def _batch_seconds(process: ManagedProcess) -> tuple[float, float] | None:
-    """strait's micro-batch duration totals (its latency floor); None for other systems."""
+    """strait's epoch (micro-batch) duration totals; None for other systems."""
     url = process.env.get(systems.METRICS_URL_ENV)
     return systems.batch_seconds(url) if url else None
 

@@ -52,7 +52,7 @@ def strait_config(source: KafkaCluster, target: KafkaCluster, topics: Sequence[s
 
 
 def batch_seconds(metrics_url: str) -> tuple[float, float]:
-    """(sum, count) of the replicator's micro-batch durations so far, from its /metrics page."""
+    """(sum, count) of the replicator's epoch (micro-batch) durations so far, from its /metrics page."""
     with urllib.request.urlopen(metrics_url, timeout=10) as response:
         text = response.read().decode()
     found = {sample.name: sample.value for family in text_string_to_metric_families(text)
