@@ -46,6 +46,9 @@ STOP_FILE = "strait-stop"
 OFFSETS_RETRY_SECONDS = 60.0
 # A rate-limited flow runs one task per this many records/s: the limit is split evenly over tasks.
 RECORDS_PER_SECOND_PER_TASK = 50_000
+# A query's first epoch is short: a replicator that restarts often (a crash loop, frequent
+# reconfiguration) still commits progress soon after it starts instead of replaying a whole epoch.
+FIRST_EPOCH_SECONDS = 2.0
 
 TopicPartitionKey = tuple[str, int]
 Offsets = dict[TopicPartitionKey, int]
@@ -129,6 +132,7 @@ class CopyStreamReader(DataSourceStreamReader):  # type: ignore[misc]
     def __init__(self, plan: SourcePlan) -> None:
         self.plan = plan
         self.checkpoint = Path(plan.checkpoint)
+        self._epochs_run = 0  # by this query run (one reader per run)
 
     def initialOffset(self) -> dict[str, Any]:
         return EpochOffsets(-1, self._list("earliest")).to_json()
@@ -160,8 +164,10 @@ class CopyStreamReader(DataSourceStreamReader):  # type: ignore[misc]
         ranges = [CopyRange(topic, p, epoch.start[(topic, p)]) for topic, p in self.plan.keys()
                   if (topic, p) in epoch.start and (topic, p) in epoch.until]
         groups = assign_partitions(ranges, epoch.until, self._task_count(len(ranges)))
+        seconds = self.plan.epoch_seconds if self._epochs_run else min(self.plan.epoch_seconds, FIRST_EPOCH_SECONDS)
+        self._epochs_run += 1
         limits = EpochLimits(
-            seconds=self.plan.epoch_seconds,
+            seconds=seconds,
             max_records=max(1, self.plan.max_records_per_epoch // max(1, len(groups))),
             records_per_second=self.plan.records_per_second / max(1, len(groups)),
             stop_file=str(self.checkpoint / STOP_FILE),

@@ -394,7 +394,7 @@ class _CopyLoop:
                 self._raise_if_stalled()
                 stall_deadline = now + self.settings.read_timeout
             self.producer.poll(0)
-            if now >= next_settle:
+            if now >= next_settle or not messages:  # idle: syncs follow their records closely
                 for part in self.copied.values():
                     part.settle(self.syncs)
                 next_settle = now + SETTLE_SECONDS

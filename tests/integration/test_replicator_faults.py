@@ -56,8 +56,8 @@ def _batch_ranges(checkpoint: Path, topic: str) -> dict[int, list[tuple[int, int
         assert epoch is not None, f"offsets log entry {batch} unreadable"
         starts.append({p: offset for (t, p), offset in epoch.start.items() if t == topic})
     progress = read_progress(checkpoint)
-    assert progress is not None
-    starts.append({p: offset for (t, p), offset in progress[1].items() if t == topic})
+    if progress is not None:  # where the last committed epoch ended
+        starts.append({p: offset for (t, p), offset in progress[1].items() if t == topic})
     ranges: dict[int, list[tuple[int, int]]] = {p: [] for p in range(PARTITIONS)}
     for begin, end in zip(starts, starts[1:]):
         for p, offset in begin.items():

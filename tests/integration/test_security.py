@@ -395,7 +395,7 @@ def test_every_component_does_its_job_as_its_least_privileged_user(deployment: D
     d, source, target = deployment, deployment.lab.source, deployment.lab.target
     remote = d.remote(d.orders)
     _replicated(d)
-    assert count(target, "mm2-offset-syncs.A.internal") > 0, "offset syncs on the target"
+    wait_for(lambda: count(target, "mm2-offset-syncs.A.internal") > 0, 60, "offset syncs on the target")
     wait_for(lambda: _committed(target, f"{d.groups}app", remote, 2) == COMMITTED, 90,
              "the group's offsets checkpointed and synced to the target")
     assert count(target, "A.checkpoints.internal") > 0
@@ -443,7 +443,7 @@ def test_tls_only_flow_replicates(deployment: Deployment) -> None:
     d, target = deployment, deployment.lab.target
     remote = f"C.{d.tls_topic}"
     wait_for(lambda: count(target, remote) == RECORDS, 300, f"{RECORDS} records on {remote}")
-    assert count(target, "mm2-offset-syncs.C.internal") > 0
+    wait_for(lambda: count(target, "mm2-offset-syncs.C.internal") > 0, 60, "offset syncs of the TLS flow")
 
 
 def _redis_dump(client: redis.Redis) -> bytes:

@@ -124,3 +124,9 @@ def test_partitions_become_tasks_that_share_the_epochs_limits(tmp_path: Path, ra
         assert task.limits.max_records == 1000 // tasks
         assert task.limits.records_per_second == rate / tasks
         assert task.limits.stop_file == str(tmp_path / STOP_FILE)
+
+
+def test_a_querys_first_epoch_is_short_so_a_restarted_replicator_commits_progress_soon(tmp_path: Path) -> None:
+    reader = _Reader(_plan(tmp_path), earliest={}, latest={})
+    epoch = EpochOffsets(0, {("t", 0): 0, ("t", 1): 0}, {("t", 0): 1, ("t", 1): 1}).to_json()
+    assert [reader.partitions({}, epoch)[0].limits.seconds for _ in range(3)] == [2.0, 5.0, 5.0]
