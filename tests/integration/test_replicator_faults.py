@@ -15,7 +15,7 @@ from confluent_kafka import Producer
 from strait.lab.clients import create_topic
 from strait.lab.kafka import KafkaCluster
 from strait.lab.services import StraitProcess
-from strait_replicator.source import batch_ids, epoch_of_log_file, read_progress
+from strait_replicator.source import batch_ids, epoch_of_log_file
 from tests.integration.replicator_support import flow_config, last_values, records_by_partition, wait_for, write_config
 
 pytestmark = pytest.mark.slow
@@ -47,22 +47,17 @@ def _load(cluster: KafkaCluster, topic: str, stop: threading.Event, done: thread
     done.set()
 
 
-def _batch_ranges(checkpoint: Path, topic: str) -> dict[int, list[tuple[int, int]]]:
-    """Each partition's [start, next start) offset range of every epoch, from Spark's offsets log."""
-    starts: list[dict[int, int]] = []
+def _epoch_starts(checkpoint: Path, topic: str) -> dict[int, set[int]]:
+    """Each partition's start offset of every epoch, from Spark's offsets log."""
+    starts: dict[int, set[int]] = {p: set() for p in range(PARTITIONS)}
     folder = checkpoint / "offsets"
     for batch in sorted(batch_ids(folder)):
         epoch = epoch_of_log_file(folder / str(batch))
         assert epoch is not None, f"offsets log entry {batch} unreadable"
-        starts.append({p: offset for (t, p), offset in epoch.start.items() if t == topic})
-    progress = read_progress(checkpoint)
-    if progress is not None:  # where the last committed epoch ended
-        starts.append({p: offset for (t, p), offset in progress[1].items() if t == topic})
-    ranges: dict[int, list[tuple[int, int]]] = {p: [] for p in range(PARTITIONS)}
-    for begin, end in zip(starts, starts[1:]):
-        for p, offset in begin.items():
-            ranges[p].append((offset, end.get(p, offset)))
-    return ranges
+        for (t, p), offset in epoch.start.items():
+            if t == topic:
+                starts[p].add(offset)
+    return starts
 
 
 def test_sigkill_under_load_loses_nothing_and_bounds_duplicates(
@@ -103,7 +98,7 @@ def test_sigkill_under_load_loses_nothing_and_bounds_duplicates(
 
     source = records_by_partition(source_cluster, topic)
     target = records_by_partition(target_cluster, remote)
-    ranges = _batch_ranges(state / "A_to_B" / "checkpoint", topic)
+    starts = _epoch_starts(state / "A_to_B" / "checkpoint", topic)
     duplicates = 0
     for partition in range(PARTITIONS):
         expected = [r.value for r in source[partition]]
@@ -111,15 +106,14 @@ def test_sigkill_under_load_loses_nothing_and_bounds_duplicates(
         assert len(expected) == len(range(partition, TOTAL, PARTITIONS))
         assert set(got) == set(range(len(expected))), f"partition {partition} lost records"
         duplicates += len(got) - len(set(got))
-        _assert_replays_start_at_an_epoch(got, ranges[partition], partition)
+        _assert_replays_start_at_an_epoch(got, starts[partition], partition)
         assert [r.headers for r in target[partition][-3:]] == [r.headers for r in source[partition][-3:]]
     print(f"duplicates after {KILLS} SIGKILLs: {duplicates} of {TOTAL} records")
 
 
-def _assert_replays_start_at_an_epoch(sequence: list[int], epochs: list[tuple[int, int]], partition: int) -> None:
+def _assert_replays_start_at_an_epoch(sequence: list[int], starts: set[int], partition: int) -> None:
     """The target is the source in order, except that after a kill the epoch that was running is
     copied again from its start: a replay begins exactly at an epoch's start and goes on in order."""
-    starts = {start for start, _ in epochs}
     high = -1
     i = 0
     while i < len(sequence):
