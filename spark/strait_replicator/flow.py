@@ -32,7 +32,7 @@ from strait.remote_topics import RemoteTopic, reconcile_remote_topics, replicate
 from strait_replicator import metrics
 from strait_replicator.source import (
     FORMAT, PLAN_OPTION, STOP_FILE, CopySource, EpochOffsets, Offsets, SourcePlan, TopicPartitionKey, batch_ids,
-    epoch_of_log_file, write_progress,
+    cached_admin, epoch_of_log_file, write_progress,
 )
 from strait_replicator.writer import ReplicationReadError, WriterSettings
 
@@ -264,7 +264,7 @@ class EpochCheck:
 
     flow: str
     source_alias: str
-    admin: dict[str, str]  # librdkafka admin settings of the source
+    admin: tuple[tuple[str, str], ...]  # librdkafka admin settings of the source
     checkpoint: Path  # the query's checkpoint: offsets/N holds epoch N's entry
     read_timeout: float
     replayed_batch: int | None = None  # planned but not committed before the query started: run again
@@ -315,7 +315,7 @@ class EpochCheck:
     def _listed(self, partitions: list[TopicPartitionKey], which: str) -> Offsets:
         """The source's earliest (log start) or latest offset of each partition (none when unknown)."""
         try:
-            return list_offsets(admin_client(self.admin), self.source_alias,
+            return list_offsets(cached_admin(self.admin), self.source_alias,
                                 [TopicPartition(topic, partition) for topic, partition in partitions], which,
                                 skip_unknown=True)
         except KafkaAdminError as exc:
@@ -348,7 +348,7 @@ def epoch_check(flow: str, plan: FlowPlan, checkpoint: Path) -> EpochCheck:
     planned = batch_ids(checkpoint / "offsets")
     committed = batch_ids(checkpoint / "commits")
     replayed = max(planned) if planned and max(planned) not in committed else None
-    return EpochCheck(flow, plan.writer.source_alias, dict(plan.source_admin), checkpoint, plan.writer.read_timeout,
+    return EpochCheck(flow, plan.writer.source_alias, plan.source_admin, checkpoint, plan.writer.read_timeout,
                       replayed)
 
 

@@ -192,7 +192,7 @@ class CopyStreamReader(DataSourceStreamReader):  # type: ignore[misc]
             if self.plan.writer.source_consumer.get("isolation.level") == "read_uncommitted" \
             else IsolationLevel.READ_COMMITTED
         alias = self.plan.writer.source_alias
-        admin = _admin(self.plan.source_admin)
+        admin = cached_admin(self.plan.source_admin)
         partitions = [TopicPartition(t, p) for t, p in (only if only is not None else self.plan.keys())]
         deadline = time.monotonic() + OFFSETS_RETRY_SECONDS
         while True:
@@ -208,8 +208,8 @@ class CopyStreamReader(DataSourceStreamReader):  # type: ignore[misc]
 _admins: dict[tuple[tuple[str, str], ...], Any] = {}
 
 
-def _admin(config: tuple[tuple[str, str], ...]) -> Any:
-    """One admin client per source configuration in the driver's reader process."""
+def cached_admin(config: tuple[tuple[str, str], ...]) -> Any:
+    """One admin client per source configuration per driver process (the reader's and the driver's)."""
     if config not in _admins:
         _admins[config] = admin_client(dict(config))
     return _admins[config]

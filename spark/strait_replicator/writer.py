@@ -416,7 +416,8 @@ def _note_lag(consumer: Consumer, copied: dict[tuple[str, int], _Copied]) -> Non
             _low, high = consumer.get_watermark_offsets(TopicPartition(part.topic, part.partition), cached=True)
         except Exception:  # noqa: BLE001 - a lag is nice to have, never a reason to fail a copy
             continue
-        position = part.next_offset() if part.next_offset() >= 0 else part.start
+        reached = part.next_offset()
+        position = reached if reached >= 0 else part.start
         if high >= 0 and position is not None:
             part.lag = max(0, high - position)
 
