@@ -31,6 +31,7 @@ from typing import Any
 from confluent_kafka import IsolationLevel, TopicPartition
 from pyspark.sql.datasource import DataSource, DataSourceStreamReader, InputPartition
 
+from strait.errors import StraitError
 from strait.kafka.admin import KafkaAdminError, admin_client, list_offsets
 from strait_replicator.writer import SUMMARY_SCHEMA, CopyRange, EpochLimits, WriterSettings, copy_ranges
 
@@ -49,6 +50,8 @@ RECORDS_PER_SECOND_PER_TASK = 50_000
 # A query's first epoch is short: a replicator that restarts often (a crash loop, frequent
 # reconfiguration) still commits progress soon after it starts instead of replaying a whole epoch.
 FIRST_EPOCH_SECONDS = 2.0
+# A backlog a task copies in about a second: below it, tasks keep their partitions from epoch to epoch.
+SMALL_BACKLOG = 50_000
 
 TopicPartitionKey = tuple[str, int]
 Offsets = dict[TopicPartitionKey, int]
@@ -81,6 +84,10 @@ class SourcePlan:
         return [(topic, p) for topic, count in self.partitions for p in range(count)]
 
 
+class CheckpointFormatError(StraitError):
+    """An entry of a checkpoint's offsets log is not an epoch entry (another strait version wrote it)."""
+
+
 @dataclass(frozen=True)
 class EpochOffsets:
     """One epoch's entry in Spark's offsets log.
@@ -100,7 +107,9 @@ class EpochOffsets:
 
     @staticmethod
     def from_json(value: Mapping[str, Any]) -> EpochOffsets:
-        """The entry of a Spark offset written by :meth:`to_json`."""
+        """The entry of a Spark offset written by :meth:`to_json`; CheckpointFormatError for any other."""
+        if not isinstance(value, Mapping) or "epoch" not in value or "from" not in value:
+            raise CheckpointFormatError(f"offsets-log entry {json.dumps(value)[:200]} is not a strait epoch entry")
         return EpochOffsets(int(value["epoch"]), _as_keys(value.get("from", {})), _as_keys(value.get("until", {})))
 
 
@@ -160,7 +169,13 @@ class CopyStreamReader(DataSourceStreamReader):  # type: ignore[misc]
         return EpochOffsets(last.epoch + 1, start, until).to_json()
 
     def partitions(self, start: dict[str, Any], end: dict[str, Any]) -> Sequence[CopyTask]:
-        epoch = EpochOffsets.from_json(end)
+        try:
+            epoch = EpochOffsets.from_json(end)
+        except CheckpointFormatError as exc:
+            raise CheckpointFormatError(
+                f"flow {self.plan.writer.flow}: the checkpoint {self.checkpoint} was written by an older strait: "
+                f"{exc}. Move that folder away and start again: the flow then copies its topics from their "
+                f"earliest offsets (records already on the target are copied again, none is lost)") from exc
         ranges = [CopyRange(topic, p, epoch.start[(topic, p)]) for topic, p in self.plan.keys()
                   if (topic, p) in epoch.start and (topic, p) in epoch.until]
         groups = assign_partitions(ranges, epoch.until, self._task_count(len(ranges)))
@@ -171,6 +186,7 @@ class CopyStreamReader(DataSourceStreamReader):  # type: ignore[misc]
             max_records=max(1, self.plan.max_records_per_epoch // max(1, len(groups))),
             records_per_second=self.plan.records_per_second / max(1, len(groups)),
             stop_file=str(self.checkpoint / STOP_FILE),
+            ends_at=time.time() + seconds,
         )
         return [CopyTask(tuple(group), limits) for group in groups]
 
@@ -238,7 +254,7 @@ def epoch_of_log_file(path: Path) -> EpochOffsets | None:
         lines = path.read_text(errors="replace").splitlines()
         parsed = json.loads(lines[-1]) if lines else None
         return EpochOffsets.from_json(parsed) if isinstance(parsed, dict) else None
-    except (OSError, ValueError, KeyError, TypeError):
+    except (OSError, ValueError, KeyError, TypeError, CheckpointFormatError):
         return None
 
 
@@ -273,14 +289,23 @@ def read_progress(checkpoint: Path) -> tuple[int, Offsets] | None:
 
 
 def assign_partitions(ranges: list[CopyRange], until: Offsets, tasks: int) -> list[list[CopyRange]]:
-    """The partitions in ``tasks`` groups of about equal backlog (then equal count), largest first."""
+    """The partitions in ``tasks`` groups.
+
+    Keeping up (no partition's backlog reaches SMALL_BACKLOG), the groups are the same every epoch:
+    partitions dealt out in name order, so a worker's consumer, left assigned, usually goes on with
+    the same partitions. Catching up, groups have about equal backlog (then equal count), largest first.
+    """
     if not ranges or tasks <= 0:
         return []
     groups: list[list[CopyRange]] = [[] for _ in range(min(tasks, len(ranges)))]
-    loads = [(0, 0)] * len(groups)
 
     def backlog(copy: CopyRange) -> int:
         return max(0, until.get((copy.topic, copy.partition), 0) - (copy.start or 0))
+    if all(backlog(r) < SMALL_BACKLOG for r in ranges):
+        for i, copy in enumerate(sorted(ranges, key=lambda r: (r.topic, r.partition))):
+            groups[i % len(groups)].append(copy)
+        return groups
+    loads = [(0, 0)] * len(groups)
     for copy in sorted(ranges, key=lambda r: (-backlog(r), r.topic, r.partition)):
         lightest = loads.index(min(loads))
         groups[lightest].append(copy)

@@ -56,8 +56,8 @@ CONSUMER_DEFAULTS = {
     "fetch.max.bytes": "52428800",
     "max.partition.fetch.bytes": "4194304",
     # A deep prefetch queue keeps fetches in flight while the loop produces (measured: 16 MiB gave
-    # 30k records/s, 128 MiB 100k). Records prefetched when an epoch ends are dropped when the
-    # next task assigns its partitions, so a task may read up to this much more than it copies.
+    # 30k records/s, 128 MiB 100k). Records prefetched when an epoch ends serve the next task if it
+    # goes on from there in the same worker; else they are dropped and read again.
     "queued.max.messages.kbytes": "131072",
     "fetch.wait.max.ms": "100",
 }
@@ -74,6 +74,7 @@ IDLE_WAIT_SECONDS = 0.1
 # How often acknowledged records turn into offset syncs and latency counts while an epoch runs.
 SETTLE_SECONDS = 1.0
 STOP_CHECK_SECONDS = 0.1
+MIN_TASK_SECONDS = 1.0
 UNKNOWN_PARTITION_WAIT_SECONDS = 60.0
 # librdkafka wants a group.id and looks up its coordinator even for a consumer that only assigns
 # partitions and never commits: the replicator's principal needs DESCRIBE on this group, no more.
@@ -165,17 +166,28 @@ class CopyRange:
 
 @dataclass(frozen=True)
 class EpochLimits:
-    """When a task's epoch ends: after ``seconds``, after ``max_records`` or once ``stop_file`` exists
-    (checked when it is on the task's machine); ``records_per_second`` (0: none) throttles the copy."""
+    """When a task's epoch ends: at ``ends_at`` (wall clock, the same for every task of the epoch, so
+    no partition waits for a task that started later) or, without it, ``seconds`` after the task
+    starts; after ``max_records``; or once ``stop_file`` exists (checked when it is on the task's
+    machine). ``records_per_second`` (0: none) throttles the copy."""
 
     seconds: float
     max_records: int
     records_per_second: float = 0.0
     stop_file: str | None = None
+    ends_at: float = 0.0
+
+    def task_seconds(self) -> float:
+        """How long a task starting now copies (at least MIN_TASK_SECONDS: a late or retried task still copies)."""
+        if not self.ends_at:
+            return self.seconds
+        return max(MIN_TASK_SECONDS, self.ends_at - time.time())
 
 
 _producers: dict[tuple[tuple[str, str], ...], Producer] = {}
 _consumers: dict[tuple[tuple[str, str], ...], Consumer] = {}
+# What each cached consumer stayed assigned to after its last epoch task: partition -> next offset.
+_kept: dict[int, dict[tuple[str, int], int]] = {}
 
 
 def _producer(config: Mapping[str, str]) -> Producer:
@@ -197,6 +209,17 @@ def _consumer(settings: WriterSettings) -> Consumer:
         setup_logging()  # a Python worker's first task: its warnings go to the worker's stderr
         _consumers[key] = Consumer({**config, "logger": logging.getLogger("strait.librdkafka")})
     return _consumers[key]
+
+
+def release_clients() -> None:
+    """Close this process's cached consumers and flush its producers (a test or a worker ending)."""
+    for consumer in _consumers.values():
+        consumer.close()
+    for producer in _producers.values():
+        producer.flush(10)
+    _consumers.clear()
+    _producers.clear()
+    _kept.clear()
 
 
 class _SyncWriter:
@@ -285,6 +308,12 @@ class _Copied:
         self.acked.clear()
         self.ack_times.clear()
 
+    def position(self) -> int | None:
+        """The offset of the next record the consumer hands out: past the last one sent, else the start."""
+        if self.offsets:
+            return self.offsets[-1] + 1
+        return self.last + 1 if self.records else self.start
+
     def next_offset(self) -> int:
         """Where the next epoch goes on: past the last record copied or the end seen; -1: unknown."""
         return max(self.last + 1 if self.records else -1, self.reached)
@@ -326,8 +355,11 @@ def copy_ranges(ranges: list[CopyRange], settings: WriterSettings,
     errors: list[tuple[str, int, Any]] = []
     copied = {(r.topic, r.partition): _Copied(r, settings.remote_topic(r.topic), errors)
               for r in ranges if r.has_records}
+    first_sent_at = 0.0
     if copied:
-        _CopyLoop(_consumer(settings), producer, syncs, copied, settings, limits, errors).run()
+        loop = _CopyLoop(_consumer(settings), producer, syncs, copied, settings, limits, errors)
+        loop.run()
+        first_sent_at = loop.first_sent_at
     read = time.monotonic()
     _flush(producer, settings, errors)
     for part in copied.values():
@@ -338,8 +370,9 @@ def copy_ranges(ranges: list[CopyRange], settings: WriterSettings,
                 f"not acknowledged")
     syncs.flush()
     if log.isEnabledFor(logging.DEBUG):
-        log.debug("flow=%s ranges=%d records=%d read_s=%.3f flush_s=%.3f", settings.flow, len(copied),
-                  sum(p.records for p in copied.values()), read - started, time.monotonic() - read)
+        log.debug("flow=%s ranges=%d records=%d read_s=%.3f flush_s=%.3f first_record_s=%.3f worker=%d",
+                  settings.flow, len(copied), sum(p.records for p in copied.values()), read - started,
+                  time.monotonic() - read, first_sent_at - started if first_sent_at else -1, os.getpid())
     return [part.summary() for part in copied.values()]
 
 
@@ -353,21 +386,44 @@ class _CopyLoop:
         self.settings, self.limits, self.errors = settings, limits, errors
         self.pending = dict(copied)
         self.sent = 0
+        self.first_sent_at = 0.0
 
     def run(self) -> None:
-        """Assign, copy until done, note each partition's lag, unassign."""
-        self.consumer.assign([TopicPartition(p.topic, p.partition, -2 if p.start is None else p.start)
-                              for p in self.copied.values()])
+        """Assign, copy until done, note each partition's lag; keep or drop the assignment."""
+        self._assign()
+        keep = False
         try:
             self._loop()
             _note_lag(self.consumer, self.copied)
+            keep = self.limits is not None and all(p.start is not None for p in self.copied.values())
         finally:
+            _kept.pop(id(self.consumer), None)
+            if keep:
+                _kept[id(self.consumer)] = {key: p.position() for key, p in self.copied.items()}
+            else:
+                self.consumer.unassign()
+
+    def _assign(self) -> None:
+        """Assign the ranges' start offsets, unless the consumer is still assigned exactly there.
+
+        An epoch task leaves its consumer assigned: while Spark commits the epoch and plans the next,
+        the consumer goes on fetching, so when the next task in this worker gets the same partitions
+        from where this one stopped (the usual case), the records that arrived meanwhile are
+        already here. Any other start re-assigns, dropping what was fetched.
+        """
+        kept = _kept.pop(id(self.consumer), None)
+        wanted = {key: p.start for key, p in self.copied.items()}
+        if kept is not None and kept == wanted:
+            return
+        if kept is not None:
             self.consumer.unassign()
+        self.consumer.assign([TopicPartition(p.topic, p.partition, -2 if p.start is None else p.start)
+                              for p in self.copied.values()])
 
     def _loop(self) -> None:
         began = now = time.monotonic()
         limits = self.limits
-        deadline = began + limits.seconds if limits else float("inf")
+        deadline = began + limits.task_seconds() if limits else float("inf")
         cap = limits.max_records if limits else sys.maxsize
         stall_deadline = now + self.settings.read_timeout
         next_settle = next_stop_check = now
@@ -388,6 +444,7 @@ class _CopyLoop:
             messages = self.consumer.consume(want, 0) or self.consumer.consume(1, IDLE_WAIT_SECONDS)
             now = time.monotonic()
             if messages:
+                self.first_sent_at = self.first_sent_at or now
                 self.sent += _send_messages(messages, self.producer, self.pending)
                 stall_deadline = now + self.settings.read_timeout
             elif now > stall_deadline:

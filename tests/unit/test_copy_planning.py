@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import time
 from pathlib import Path
 
 import pytest
@@ -11,9 +12,10 @@ from hypothesis import strategies as st
 
 from strait.policy import DefaultReplicationPolicy
 from strait_replicator.source import (
-    STOP_FILE, CopyStreamReader, EpochOffsets, Offsets, SourcePlan, assign_partitions, read_progress, write_progress,
+    SMALL_BACKLOG, STOP_FILE, CopyStreamReader, EpochOffsets, Offsets, SourcePlan, assign_partitions, read_progress,
+    write_progress,
 )
-from strait_replicator.writer import CopyRange, WriterSettings
+from strait_replicator.writer import MIN_TASK_SECONDS, CopyRange, EpochLimits, WriterSettings
 
 keys = st.tuples(st.sampled_from(["a", "b", "c"]), st.integers(0, 5))
 offsets = st.dictionaries(keys, st.integers(0, 10**12), max_size=12)
@@ -32,7 +34,7 @@ def test_progress_is_written_whole_and_read_back(tmp_path: Path) -> None:
     assert [p.name for p in tmp_path.iterdir()] == ["strait-progress.json"]
 
 
-@given(st.dictionaries(keys, st.tuples(st.integers(0, 1_000), st.integers(0, 1_000)), max_size=18),
+@given(st.dictionaries(keys, st.tuples(st.integers(0, 1_000), st.integers(0, 2 * SMALL_BACKLOG)), max_size=18),
        st.integers(1, 8))
 @settings(max_examples=300, deadline=None)
 def test_tasks_get_every_partition_once_with_about_equal_backlog_and_count(
@@ -44,10 +46,12 @@ def test_tasks_get_every_partition_once_with_about_equal_backlog_and_count(
     assert sorted((r for g in groups for r in g), key=lambda r: (r.topic, r.partition)) == ranges
     backlogs = [sum(spans[(r.topic, r.partition)][1] for r in g) for g in groups]
     biggest = max((backlog for _, backlog in spans.values()), default=0)
-    assert not backlogs or max(backlogs) - min(backlogs) <= biggest  # greedy largest-first balancing
-    if not any(backlog for _, backlog in spans.values()):
-        sizes = [len(g) for g in groups]
+    sizes = [len(g) for g in groups]
+    if biggest >= SMALL_BACKLOG:  # catching up: greedy largest-first balancing
+        assert max(backlogs) - min(backlogs) <= biggest
+    else:  # keeping up: dealt out in name order, the same groups whatever the backlogs
         assert not sizes or max(sizes) - min(sizes) <= 1
+        assert groups == assign_partitions(ranges, {}, tasks)
 
 
 class _Reader(CopyStreamReader):
@@ -121,6 +125,7 @@ def test_partitions_become_tasks_that_share_the_epochs_limits(tmp_path: Path, ra
     assert sorted(r.partition for task in planned for r in task.ranges) == [0, 2]
     assert all(r.end is None for task in planned for r in task.ranges)  # copied live
     for task in planned:
+        assert time.time() < task.limits.ends_at <= time.time() + task.limits.seconds  # the same for every task
         assert task.limits.max_records == 1000 // tasks
         assert task.limits.records_per_second == rate / tasks
         assert task.limits.stop_file == str(tmp_path / STOP_FILE)
@@ -130,3 +135,10 @@ def test_a_querys_first_epoch_is_short_so_a_restarted_replicator_commits_progres
     reader = _Reader(_plan(tmp_path), earliest={}, latest={})
     epoch = EpochOffsets(0, {("t", 0): 0, ("t", 1): 0}, {("t", 0): 1, ("t", 1): 1}).to_json()
     assert [reader.partitions({}, epoch)[0].limits.seconds for _ in range(3)] == [2.0, 5.0, 5.0]
+
+
+def test_every_task_of_an_epoch_ends_at_the_same_time_and_a_late_one_still_copies() -> None:
+    now = time.time()
+    assert EpochLimits(seconds=5.0, max_records=1).task_seconds() == 5.0  # no end time: from the task's start
+    assert 2.5 < EpochLimits(seconds=5.0, max_records=1, ends_at=now + 3).task_seconds() <= 3.0
+    assert EpochLimits(seconds=5.0, max_records=1, ends_at=now - 3).task_seconds() == MIN_TASK_SECONDS

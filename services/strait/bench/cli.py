@@ -28,6 +28,9 @@ def run(options: BenchOptions) -> dict[str, Path]:
     machine: dict[str, Any] = {"started": time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime()),
                                "cpus": os.cpu_count(), "load_average": [round(x, 2) for x in os.getloadavg()],
                                "platform": platform.platform(), "python": platform.python_version()}
+    # Scratch of an earlier run in the same folder (a replicator's checkpoint, cluster data) would
+    # make this run resume instead of measuring from scratch.
+    shutil.rmtree(workdir, ignore_errors=True)
     bench = Bench(options, workdir)
     runs: dict[str, list[dict[str, Any]]] = {system: [] for system in options.systems}
     scaling: list[dict[str, Any]] = []
