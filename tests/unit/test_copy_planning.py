@@ -12,8 +12,8 @@ from hypothesis import strategies as st
 
 from strait.policy import DefaultReplicationPolicy
 from strait_replicator.source import (
-    SMALL_BACKLOG, STOP_FILE, CopyStreamReader, EpochOffsets, Offsets, SourcePlan, assign_partitions, read_progress,
-    write_progress,
+    SMALL_BACKLOG, STOP_FILE, CheckpointFormatError, CopyStreamReader, EpochOffsets, Offsets, SourcePlan,
+    assign_partitions, newest_epoch, read_progress, write_progress,
 )
 from strait_replicator.writer import MIN_TASK_SECONDS, CopyRange, EpochLimits, WriterSettings
 
@@ -142,3 +142,11 @@ def test_every_task_of_an_epoch_ends_at_the_same_time_and_a_late_one_still_copie
     assert EpochLimits(seconds=5.0, max_records=1).task_seconds() == 5.0  # no end time: from the task's start
     assert 2.5 < EpochLimits(seconds=5.0, max_records=1, ends_at=now + 3).task_seconds() <= 3.0
     assert EpochLimits(seconds=5.0, max_records=1, ends_at=now - 3).task_seconds() == MIN_TASK_SECONDS
+
+
+def test_an_offsets_log_entry_of_another_format_names_the_checkpoint_and_what_to_do(tmp_path: Path) -> None:
+    reader = _Reader(_plan(tmp_path), earliest={}, latest={})
+    with pytest.raises(CheckpointFormatError, match=f"checkpoint {tmp_path} was written by an older strait.*Move"):
+        reader.partitions({}, {"t": {"0": 5}})  # a per-partition offsets entry, as Spark's Kafka source writes
+    (tmp_path / "offsets" / "3").write_text('v1\n{"batchWatermarkMs":0}\n{"t": {"0": 5}}')
+    assert newest_epoch(tmp_path) is None
