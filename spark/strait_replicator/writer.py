@@ -396,8 +396,7 @@ class _CopyLoop:
             self._loop()
             _note_lag(self.consumer, self.copied)
             keep = self.limits is not None and all(p.start is not None for p in self.copied.values())
-        finally:
-            _kept.pop(id(self.consumer), None)
+        finally:  # _assign took this consumer's entry out of _kept
             if keep:
                 _kept[id(self.consumer)] = {key: p.position() for key, p in self.copied.items()}
             else:
