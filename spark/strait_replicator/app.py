@@ -35,7 +35,7 @@ class ReplicatorOptions:
     master: str | None = None
     metrics_port: int = 0
     trigger_seconds: float = 0.25
-    epoch_seconds: float = 10.0
+    epoch_seconds: float = 60.0
     flows: tuple[str, ...] = ()  # only these flows (all enabled ones when empty)
 
 

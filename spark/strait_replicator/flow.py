@@ -30,6 +30,7 @@ from strait.kafka.admin import (
 from strait.metrics import set_flow_state
 from strait.remote_topics import RemoteTopic, reconcile_remote_topics, replicated_topics
 from strait_replicator import metrics
+from strait_replicator.live import LIVE_DIR, PartitionReport, read_reports, remove_reports
 from strait_replicator.source import (
     FORMAT, PLAN_OPTION, STOP_FILE, CopySource, EpochOffsets, Offsets, SourcePlan, TopicPartitionKey, batch_ids,
     cached_admin, epoch_of_log_file, write_progress,
@@ -40,10 +41,11 @@ log = logging.getLogger(__name__)
 
 MAX_BACKOFF = 60.0
 
-# An epoch also ends after this many records: a crash replays at most one epoch, so the cap bounds
-# duplicates per crash. Each epoch costs Spark's planning and two checkpoint writes (a few hundred
-# milliseconds without copying), so with a backlog an epoch should be large enough to make those small.
-MAX_RECORDS_PER_EPOCH = 1_000_000
+# An epoch also ends after this many records, so a large backlog is balanced over the tasks again
+# now and then. Every change of epochs stops the copy for Spark's commit, planning and task launch
+# (about half a second), so epochs are long; a crash copies again only what the live reports had
+# not yet covered (about a second), not the epoch.
+MAX_RECORDS_PER_EPOCH = 20_000_000
 # Interrupting a query inside its foreachBatch callback can wedge py4j's callback channel, so a stop
 # first ends the running epoch (the stop file) and waits for Spark to commit it.
 GRACEFUL_STOP_SECONDS = 120.0
@@ -88,6 +90,7 @@ class FlowRunner:
         self._next_refresh = 0.0
         self._logged_batch: int | None = None
         self._stopping = threading.Event()
+        self.live = LiveMetrics(flow_name, self.checkpoint / LIVE_DIR)
         set_flow_state(metrics.SERVICE, flow_name, "starting")
 
     # -- planning --------------------------------------------------------------------------------
@@ -186,8 +189,8 @@ class FlowRunner:
         self._stopping = threading.Event()
         return (self.spark.readStream.format(FORMAT).option(PLAN_OPTION, source.encode()).load().writeStream
                 .queryName(f"strait {self.flow_name}")
-                .foreachBatch(partial(_write_batch, flow=self.flow_name, check=epoch_check(self.flow_name, plan,
-                                                                                            checkpoint)))
+                .foreachBatch(partial(_write_batch, flow=self.flow_name, live=self.live,
+                                      check=epoch_check(self.flow_name, plan, checkpoint)))
                 .option("checkpointLocation", str(checkpoint))
                 .trigger(processingTime=f"{int(self.trigger_seconds * 1000)} milliseconds")
                 .start())
@@ -231,7 +234,8 @@ class FlowRunner:
             time.sleep(0.1)
 
     def observe(self) -> None:
-        """Export source lag from the last progress; notice a failed query."""
+        """Export the running epoch's live reports as metrics; notice a failed query."""
+        self.live.poll()
         if self.query is None:
             return
         if not self.query.isActive:
@@ -270,22 +274,24 @@ class EpochCheck:
     replayed_batch: int | None = None  # planned but not committed before the query started: run again
     stalled_since: dict[TopicPartitionKey, float] = field(default_factory=dict)
 
-    def after_epoch(self, batch_id: int, rows: list[Any]) -> None:
-        """Check the epoch's rows against its plan, then record where each partition ended."""
+    def after_epoch(self, batch_id: int, rows: list[Any]) -> int | None:
+        """Check the epoch's rows against its plan, then record where each partition ended; the epoch."""
         epoch = epoch_of_log_file(self.checkpoint / "offsets" / str(batch_id))
         if epoch is None:
             log.warning("flow=%s epoch of batch %d not found in the checkpoint: its progress is not recorded "
                         "(the next epoch copies it again)", self.flow, batch_id)
-            return
-        reached = _reached_offsets(rows)
-        self._check_losses(batch_id, epoch, reached)
+            return None
+        self._check_losses(batch_id, epoch, _begun_offsets(rows, epoch.start), _reached_offsets(rows))
         ends = {(row.topic, row.partition): row.next_offset for row in rows if row.next_offset >= 0}
         write_progress(self.checkpoint, epoch.epoch, ends)
         self._check_stalls(epoch, ends)
+        return epoch.epoch
 
-    def _check_losses(self, batch_id: int, epoch: EpochOffsets, reached: Offsets) -> None:
-        """A partition that went on past its start lost the records below the source's log start
-        (gaps above it are compaction or transaction markers); one that went back was re-created."""
+    def _check_losses(self, batch_id: int, epoch: EpochOffsets, begun: Offsets, reached: Offsets) -> None:
+        """A partition that went on past where its task began lost the records below the source's
+        log start (gaps above it are compaction or transaction markers); one that went back was
+        re-created. A task begins at the epoch's start, or past it where an earlier run of the
+        epoch had copied (its live report)."""
         gaps: Offsets = {}
         resets: list[TopicPartitionKey] = []
         for key, seen in reached.items():
@@ -294,16 +300,16 @@ class EpochCheck:
                 continue
             if seen < start or epoch.until.get(key, start) < start:
                 resets.append(key)
-            elif seen > start:
+            elif seen > begun[key]:
                 gaps[key] = seen
         lows = self._listed(list(gaps), "earliest") if gaps else {}
         why = "the source deleted these records (retention or delete-records) before they were copied"
         if batch_id == self.replayed_batch:
             why += "; this epoch runs again after a restart, so some may have been copied before it"
         for key, seen in gaps.items():
-            lost_to = min(seen, lows.get(key, epoch.start[key]))
-            if lost_to > epoch.start[key]:
-                self._report_lost(batch_id, key, epoch.start[key], lost_to, why)
+            lost_to = min(seen, lows.get(key, begun[key]))
+            if lost_to > begun[key]:
+                self._report_lost(batch_id, key, begun[key], lost_to, why)
         ends = self._listed(resets, "latest") if resets else {}
         for key in resets:
             went_to = ends.get(key, reached[key])
@@ -363,24 +369,82 @@ def _reached_offsets(rows: list[Any]) -> Offsets:
     return reached
 
 
-def _account_rows(flow: str, rows: list[Any]) -> None:
+def _begun_offsets(rows: list[Any], starts: Offsets) -> Offsets:
+    """Where each partition's copy began in this run of the epoch: its start, or past it on a resume."""
+    begun = dict(starts)
     for row in rows:
-        metrics.RECORDS.labels(flow=flow, topic=row.topic).inc(row.records)
-        metrics.BYTES.labels(flow=flow, topic=row.topic).inc(row.bytes)
-        metrics.OFFSET_SYNCS.labels(flow=flow).inc(row.syncs)
-        metrics.LATENCY.add((flow, row.topic), row.latency_counts, row.latency_sum)
-        if row.lag >= 0:
-            metrics.SOURCE_LAG.labels(flow=flow, topic=row.topic, partition=row.partition).set(row.lag)
+        key = (row.topic, row.partition)
+        if key in begun and row.start_offset is not None and row.start_offset > begun[key]:
+            begun[key] = row.start_offset
+    return begun
 
 
-def _write_batch(batch: DataFrame, batch_id: int, flow: str, check: EpochCheck | None = None) -> None:
+class LiveMetrics:
+    """Turns the running tasks' live reports into the flow's metrics (records, bytes, syncs, latency, lag).
+
+    Each report holds running totals of one task run; what grew since the last look is counted. The
+    reports found when the process starts were counted by the process before it.
+    """
+
+    def __init__(self, flow: str, folder: Path) -> None:
+        self.flow = flow
+        self.folder = folder
+        self._lock = threading.Lock()
+        self._counted: dict[tuple[str, TopicPartitionKey], PartitionReport] = {}
+        self._epoch_of: dict[str, int] = {}
+        self._lag_at: dict[TopicPartitionKey, float] = {}
+        for report in read_reports(folder):
+            self._note(report, count=False)
+
+    def poll(self) -> None:
+        """Count what every task reported since the last poll."""
+        with self._lock:
+            for report in read_reports(self.folder):
+                self._note(report, count=True)
+
+    def forget(self, before_epoch: int) -> None:
+        """Delete the reports of epochs before ``before_epoch`` (committed: no run of them resumes)."""
+        with self._lock:
+            remove_reports(self.folder, before_epoch)
+            for task in [t for t, epoch in self._epoch_of.items() if epoch < before_epoch]:
+                del self._epoch_of[task]
+                for key in [k for k in self._counted if k[0] == task]:
+                    del self._counted[key]
+
+    def _note(self, report: Any, count: bool) -> None:
+        self._epoch_of[report.task] = report.epoch
+        for part in report.partitions:
+            before = self._counted.get((report.task, part.key))
+            self._counted[(report.task, part.key)] = part
+            if count:
+                self._count(part, before)
+            if part.lag >= 0 and report.written_at >= self._lag_at.get(part.key, 0.0):
+                self._lag_at[part.key] = report.written_at
+                if count:
+                    metrics.SOURCE_LAG.labels(flow=self.flow, topic=part.topic, partition=part.partition).set(part.lag)
+
+    def _count(self, part: PartitionReport, before: PartitionReport | None) -> None:
+        flow, topic = self.flow, part.topic
+        if before == part:
+            return
+        metrics.RECORDS.labels(flow=flow, topic=topic).inc(max(0, part.records - (before.records if before else 0)))
+        metrics.BYTES.labels(flow=flow, topic=topic).inc(max(0, part.bytes - (before.bytes if before else 0)))
+        metrics.OFFSET_SYNCS.labels(flow=flow).inc(max(0, part.syncs - (before.syncs if before else 0)))
+        counts = [now - (before.latency_counts[i] if before else 0) for i, now in enumerate(part.latency_counts)]
+        metrics.LATENCY.add((flow, topic), counts, part.latency_sum - (before.latency_sum if before else 0.0))
+
+
+def _write_batch(batch: DataFrame, batch_id: int, flow: str, live: LiveMetrics | None = None,
+                 check: EpochCheck | None = None) -> None:
     """foreachBatch: run the epoch's copy tasks, then account for it on the driver."""
     started = time.monotonic()
     rows = batch.collect()  # the source's tasks copy their partitions; each row sums one partition up
     copied = time.monotonic()
-    _account_rows(flow, rows)
-    if check is not None:
-        check.after_epoch(batch_id, rows)
+    if live is not None:
+        live.poll()  # the tasks' final reports
+    epoch = check.after_epoch(batch_id, rows) if check is not None else None
+    if live is not None and epoch is not None:
+        live.forget(before_epoch=epoch)
     ended = time.monotonic()
     metrics.BATCH_DURATION.labels(flow=flow).observe(ended - started)
     log.debug("flow=%s batch=%d partitions=%d records=%d copy_s=%.3f after_copy_s=%.3f", flow, batch_id, len(rows),

@@ -33,6 +33,8 @@ from pyspark.sql.datasource import DataSource, DataSourceStreamReader, InputPart
 
 from strait.errors import StraitError
 from strait.kafka.admin import KafkaAdminError, admin_client, list_offsets
+from strait.logs import setup_logging
+from strait_replicator.live import LIVE_DIR, LiveReporter, read_reports, resume_points
 from strait_replicator.writer import SUMMARY_SCHEMA, CopyRange, EpochLimits, WriterSettings, copy_ranges
 
 log = logging.getLogger(__name__)
@@ -47,9 +49,6 @@ STOP_FILE = "strait-stop"
 OFFSETS_RETRY_SECONDS = 60.0
 # A rate-limited flow runs one task per this many records/s: the limit is split evenly over tasks.
 RECORDS_PER_SECOND_PER_TASK = 50_000
-# A query's first epoch is short: a replicator that restarts often (a crash loop, frequent
-# reconfiguration) still commits progress soon after it starts instead of replaying a whole epoch.
-FIRST_EPOCH_SECONDS = 2.0
 # A backlog a task copies in about a second: below it, tasks keep their partitions from epoch to epoch.
 SMALL_BACKLOG = 50_000
 
@@ -117,6 +116,7 @@ class EpochOffsets:
 class CopyTask(InputPartition):  # type: ignore[misc]
     """One Spark task: the partitions it copies live in this epoch, and when the epoch ends."""
 
+    epoch: int
     ranges: tuple[CopyRange, ...]
     limits: EpochLimits
 
@@ -141,7 +141,6 @@ class CopyStreamReader(DataSourceStreamReader):  # type: ignore[misc]
     def __init__(self, plan: SourcePlan) -> None:
         self.plan = plan
         self.checkpoint = Path(plan.checkpoint)
-        self._epochs_run = 0  # by this query run (one reader per run)
 
     def initialOffset(self) -> dict[str, Any]:
         return EpochOffsets(-1, self._list("earliest")).to_json()
@@ -179,8 +178,7 @@ class CopyStreamReader(DataSourceStreamReader):  # type: ignore[misc]
         ranges = [CopyRange(topic, p, epoch.start[(topic, p)]) for topic, p in self.plan.keys()
                   if (topic, p) in epoch.start and (topic, p) in epoch.until]
         groups = assign_partitions(ranges, epoch.until, self._task_count(len(ranges)))
-        seconds = self.plan.epoch_seconds if self._epochs_run else min(self.plan.epoch_seconds, FIRST_EPOCH_SECONDS)
-        self._epochs_run += 1
+        seconds = self.plan.epoch_seconds
         limits = EpochLimits(
             seconds=seconds,
             max_records=max(1, self.plan.max_records_per_epoch // max(1, len(groups))),
@@ -188,10 +186,12 @@ class CopyStreamReader(DataSourceStreamReader):  # type: ignore[misc]
             stop_file=str(self.checkpoint / STOP_FILE),
             ends_at=time.time() + seconds,
         )
-        return [CopyTask(tuple(group), limits) for group in groups]
+        return [CopyTask(epoch.epoch, tuple(group), limits) for group in groups]
 
     def read(self, partition: CopyTask) -> Iterator[tuple[Any, ...]]:
-        yield from copy_ranges(list(partition.ranges), self.plan.writer, partition.limits)
+        live = self.checkpoint / LIVE_DIR
+        ranges = resumed_ranges(partition, read_reports(live, partition.epoch), self.plan.writer.flow)
+        yield from copy_ranges(ranges, self.plan.writer, partition.limits, LiveReporter(live, partition.epoch))
 
     def commit(self, end: dict[str, Any]) -> None:
         """Nothing to do: progress lives in Spark's checkpoint, the copies on the target."""
@@ -229,6 +229,20 @@ def cached_admin(config: tuple[tuple[str, str], ...]) -> Any:
     if config not in _admins:
         _admins[config] = admin_client(dict(config))
     return _admins[config]
+
+
+def resumed_ranges(task: CopyTask, reports: Sequence[Any], flow: str) -> list[CopyRange]:
+    """The task's ranges, each starting where earlier runs of its epoch put records on the target."""
+    starts = {(r.topic, r.partition): r.start for r in task.ranges if r.start is not None}
+    points = resume_points(reports, starts) if reports else starts
+    moved = {key: offset for key, offset in points.items() if offset != starts[key]}
+    if moved:
+        setup_logging()  # a Python worker's first task: its lines go to the worker's stderr
+        for (topic, partition), offset in sorted(moved.items()):
+            log.info("flow=%s epoch=%d topic=%s partition=%d resumes at offset %d: an earlier run of this epoch "
+                     "copied from %d up to there", flow, task.epoch, topic, partition, offset,
+                     starts[(topic, partition)])
+    return [CopyRange(r.topic, r.partition, points.get((r.topic, r.partition), r.start), r.end) for r in task.ranges]
 
 
 def _as_json(offsets: Offsets) -> dict[str, dict[str, int]]:

@@ -29,6 +29,7 @@ from strait.logs import setup_logging
 from strait.offsets import OffsetTranslationError, SyncPoint
 from strait.policy import ReplicationPolicy
 from strait.records import OffsetSync
+from strait_replicator.live import LiveReporter, PartitionReport
 
 log = logging.getLogger(__name__)
 
@@ -38,10 +39,10 @@ LATENCY_BUCKETS = (0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0
 SUMMARY_SCHEMA = (
     "topic string, partition int, remote_topic string, records long, bytes long, "
     "first_offset long, last_offset long, next_offset long, syncs int, latency_counts array<long>, "
-    "latency_sum double, lag long"
+    "latency_sum double, lag long, start_offset long"
 )
 SUMMARY_FIELDS = ("topic", "partition", "remote_topic", "records", "bytes", "first_offset", "last_offset",
-                  "next_offset", "syncs", "latency_counts", "latency_sum", "lag")
+                  "next_offset", "syncs", "latency_counts", "latency_sum", "lag", "start_offset")
 PRODUCER_DEFAULTS = {
     "enable.idempotence": "true",  # keeps per-partition order across retries
     "acks": "all",
@@ -229,10 +230,13 @@ class _SyncWriter:
         self.settings = settings
         self.producer = _producer(settings.syncs_producer)
         self.errors: list[KafkaError] = []
+        self.sent = self.delivered = 0  # syncs of one partition are acknowledged in send order
 
     def _on_delivery(self, err: KafkaError | None, _msg: Any) -> None:
         if err is not None:
             self.errors.append(err)
+        else:
+            self.delivered += 1
 
     def send(self, topic: str, partition: int, points: list[SyncPoint]) -> None:
         """Produce one sync per point."""
@@ -240,6 +244,7 @@ class _SyncWriter:
             record = OffsetSync(topic, partition, point.upstream, point.downstream)
             _produce(self.producer, self.settings.syncs_topic, key=record.key_bytes(), value=record.value_bytes(),
                      partition=0, on_delivery=self._on_delivery)
+        self.sent += len(points)
 
     def flush(self) -> None:
         """Wait for every sync's acknowledgement; fail the task if one is missing."""
@@ -318,11 +323,27 @@ class _Copied:
         """Where the next epoch goes on: past the last record copied or the end seen; -1: unknown."""
         return max(self.last + 1 if self.records else -1, self.reached)
 
+    def settled_position(self) -> int:
+        """Every record below this offset is acknowledged and settled; -1: unknown.
+
+        Right after :meth:`settle` the records still waiting are the unacknowledged ones, and the
+        offsets below the first of them are copied records or gaps (compaction, markers).
+        """
+        if self.offsets:
+            return self.offsets[0]
+        return max(self.next_offset(), -1 if self.start is None else self.start)
+
+    def report(self, acked: int) -> PartitionReport:
+        """This partition's live report, with ``acked`` from a settle whose syncs are acknowledged."""
+        return PartitionReport(self.topic, self.partition, self.start, acked, self.records, self.bytes, self.syncs,
+                               tuple(int(c) for c in self.counts), self.latency_sum, self.lag)
+
     def summary(self) -> tuple[Any, ...]:
         """The summary row (SUMMARY_FIELDS)."""
         return (self.topic, self.partition, self.remote, self.records, self.bytes,
                 self.first if self.records else None, self.last if self.records else None, self.next_offset(),
-                self.syncs, [int(c) for c in self.counts], self.latency_sum, self.lag)
+                self.syncs, [int(c) for c in self.counts], self.latency_sum, self.lag,
+                -1 if self.start is None else self.start)
 
 
 def _produce(producer: Producer, topic: str, **kwargs: Any) -> None:
@@ -342,12 +363,13 @@ def _produce(producer: Producer, topic: str, **kwargs: Any) -> None:
             producer.poll(0.1)
 
 
-def copy_ranges(ranges: list[CopyRange], settings: WriterSettings,
-                limits: EpochLimits | None = None) -> list[tuple[Any, ...]]:
+def copy_ranges(ranges: list[CopyRange], settings: WriterSettings, limits: EpochLimits | None = None,
+                reporter: LiveReporter | None = None) -> list[tuple[Any, ...]]:
     """Copy each range to its remote topic with its offset syncs; one summary row per range.
 
     Without ``limits`` every range must be bounded and is copied to its end; with them, open
-    ranges are copied live until the epoch ends.
+    ranges are copied live until the epoch ends. ``reporter`` gets a live report about every
+    second and a final one once everything is on the target.
     """
     started = time.monotonic()
     producer = _producer(settings.target_producer)
@@ -357,7 +379,7 @@ def copy_ranges(ranges: list[CopyRange], settings: WriterSettings,
               for r in ranges if r.has_records}
     first_sent_at = 0.0
     if copied:
-        loop = _CopyLoop(_consumer(settings), producer, syncs, copied, settings, limits, errors)
+        loop = _CopyLoop(_consumer(settings), producer, syncs, copied, settings, limits, errors, reporter)
         loop.run()
         first_sent_at = loop.first_sent_at
     read = time.monotonic()
@@ -369,6 +391,8 @@ def copy_ranges(ranges: list[CopyRange], settings: WriterSettings,
                 f"flow {settings.flow}: {len(part.offsets)} records sent to {part.remote}[{part.partition}] were "
                 f"not acknowledged")
     syncs.flush()
+    if reporter is not None:
+        reporter.write([part.report(part.settled_position()) for part in copied.values()], final=True)
     if log.isEnabledFor(logging.DEBUG):
         log.debug("flow=%s ranges=%d records=%d read_s=%.3f flush_s=%.3f first_record_s=%.3f worker=%d",
                   settings.flow, len(copied), sum(p.records for p in copied.values()), read - started,
@@ -381,12 +405,15 @@ class _CopyLoop:
 
     def __init__(self, consumer: Consumer, producer: Producer, syncs: _SyncWriter,
                  copied: dict[tuple[str, int], _Copied], settings: WriterSettings, limits: EpochLimits | None,
-                 errors: list[tuple[str, int, Any]]) -> None:
+                 errors: list[tuple[str, int, Any]], reporter: LiveReporter | None = None) -> None:
         self.consumer, self.producer, self.syncs, self.copied = consumer, producer, syncs, copied
-        self.settings, self.limits, self.errors = settings, limits, errors
+        self.settings, self.limits, self.errors, self.reporter = settings, limits, errors, reporter
         self.pending = dict(copied)
         self.sent = 0
         self.first_sent_at = 0.0
+        # (syncs sent, each partition's settled position) at each settle, until those syncs are acknowledged
+        self._settles: list[tuple[int, dict[tuple[str, int], int]]] = []
+        self._acked = {key: -1 for key in copied}
 
     def run(self) -> None:
         """Assign, copy until done, note each partition's lag; keep or drop the assignment."""
@@ -451,9 +478,28 @@ class _CopyLoop:
                 stall_deadline = now + self.settings.read_timeout
             self.producer.poll(0)
             if now >= next_settle or not messages:  # idle: syncs follow their records closely
-                for part in self.copied.values():
-                    part.settle(self.syncs)
-                next_settle = now + SETTLE_SECONDS
+                self._settle()
+                if now >= next_settle:
+                    self._report()
+                next_settle = now + SETTLE_SECONDS if now >= next_settle else next_settle
+
+    def _settle(self) -> None:
+        """Turn acknowledged records into offset syncs and latency counts."""
+        for part in self.copied.values():
+            part.settle(self.syncs)
+        if self.reporter is not None:
+            self._settles.append((self.syncs.sent, {key: p.settled_position() for key, p in self.copied.items()}))
+
+    def _report(self) -> None:
+        """Write the live report: positions of the newest settle whose offset syncs are all acknowledged."""
+        if self.reporter is None:
+            return
+        if self.syncs.producer is not self.producer:
+            self.syncs.producer.poll(0)
+        while self._settles and self._settles[0][0] <= self.syncs.delivered:
+            self._acked = self._settles.pop(0)[1]
+        _note_lag(self.consumer, self.copied)
+        self.reporter.write([part.report(self._acked[key]) for key, part in self.copied.items()])
 
     def _raise_if_stalled(self) -> None:
         """A bounded range that does not reach its end fails the task (its records exist on the source)."""

@@ -58,6 +58,10 @@ def _values(cluster: KafkaCluster, topic: str) -> list[bytes | None]:
     return [r.value for r in sorted(consume_all(cluster.client_config(), topic), key=lambda r: r.offset or 0)]
 
 
+# Losses and offset resets are found when an epoch ends: short epochs keep these tests short.
+SHORT_EPOCHS = ("--epoch-seconds", "5")
+
+
 def _first_copies(cluster: KafkaCluster, topic: str) -> list[bytes | None]:
     """The target's values in order with replayed copies dropped (at-least-once allows replays)."""
     return list(dict.fromkeys(_values(cluster, topic)))
@@ -72,7 +76,7 @@ def test_source_retention_deleting_unreplicated_records_is_counted_as_data_loss(
     produce(source_cluster.client_config(), topic, [Record(b"k", f"copied-{i}".encode()) for i in range(10)])
     path = write_config(tmp_path / "s.yaml", flow_config(source_cluster, target_cluster, [topic]))
     state = tmp_path / "replicator-state"
-    first = services("replicator", "--config", str(path), "--state-dir", str(state))
+    first = services("replicator", "--config", str(path), "--state-dir", str(state), *SHORT_EPOCHS)
     wait_for(lambda: count(target_cluster, f"A.{topic}") == 10, 240, "the first records copied")
     _stop_after_commit(first, state)
 
@@ -80,7 +84,7 @@ def test_source_retention_deleting_unreplicated_records_is_counted_as_data_loss(
     produce(source_cluster.client_config(), topic, [Record(b"k", f"later-{i}".encode()) for i in range(10, 30)])
     _delete_records(source_cluster, topic, 0, 25)
 
-    second = services("replicator", "--config", str(path), "--state-dir", str(state))
+    second = services("replicator", "--config", str(path), "--state-dir", str(state), *SHORT_EPOCHS)
     wait_for(lambda: count(target_cluster, f"A.{topic}") == 15, 300, "the records that survived retention")
     wait_for(lambda: second.sample("strait_source_data_loss_total", flow="A->B", topic=topic, partition="0") == 15,
              60, "the data-loss counter")
@@ -121,7 +125,7 @@ def test_source_topic_deleted_and_recreated_is_copied_again_from_its_start(
     produce(source_cluster.client_config(), topic, [Record(b"k", f"old-{i}".encode()) for i in range(5)])
     path = write_config(tmp_path / "s.yaml", flow_config(source_cluster, target_cluster, [topic]))
     state = tmp_path / "replicator-state"
-    process = services("replicator", "--config", str(path), "--state-dir", str(state))
+    process = services("replicator", "--config", str(path), "--state-dir", str(state), *SHORT_EPOCHS)
     wait_for(lambda: count(target_cluster, remote) == 5, 240, "the old topic copied")
 
     # Deleted while the replicator runs (it notices), re-created with new offsets from 0.
@@ -141,7 +145,7 @@ def test_source_topic_deleted_and_recreated_is_copied_again_from_its_start(
     _delete_topic(source_cluster, topic)
     create_topic(source_cluster.admin(), topic, partitions=1, config=KEEP_FOREVER)
     produce(source_cluster.client_config(), topic, [Record(b"k", f"newer-{i}".encode()) for i in range(2)])
-    restarted = services("replicator", "--config", str(path), "--state-dir", str(state))
+    restarted = services("replicator", "--config", str(path), "--state-dir", str(state), *SHORT_EPOCHS)
     newer = [f"newer-{i}".encode() for i in range(2)]
     wait_for(lambda: _first_copies(target_cluster, remote) == old + new + newer, 300,
              "the records of the topic re-created while down")

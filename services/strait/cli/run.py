@@ -25,7 +25,7 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     replicator.add_argument("--metrics-port", type=int, default=0, help="port of /metrics (0: a free one)")
     replicator.add_argument("--trigger-seconds", type=float, default=0.25,
                             help="shortest time between the starts of two epochs (micro-batches)")
-    replicator.add_argument("--epoch-seconds", type=float, default=10.0,
+    replicator.add_argument("--epoch-seconds", type=float, default=60.0,
                             help="how long each epoch's tasks copy live before Spark commits their progress")
     replicator.set_defaults(handler=_replicator)
     add_configsync(components)
