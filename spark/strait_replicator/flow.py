@@ -184,7 +184,8 @@ class FlowRunner:
             partitions=tuple((t.source, t.partitions) for t in plan.topics), source_admin=plan.source_admin,
             tasks=plan.tasks, checkpoint=str(checkpoint), writer=plan.writer,
             epoch_seconds=self.epoch_seconds, max_records_per_epoch=MAX_RECORDS_PER_EPOCH,
-            records_per_second=plan.records_per_second)
+            records_per_second=plan.records_per_second,
+            carry_over=self.spark.sparkContext.master.startswith("local"))
         self.spark.dataSource.register(CopySource)
         self._stopping = threading.Event()
         return (self.spark.readStream.format(FORMAT).option(PLAN_OPTION, source.encode()).load().writeStream

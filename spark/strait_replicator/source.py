@@ -22,8 +22,9 @@ import json
 import logging
 import os
 import pickle
+import sys
 import time
-from collections.abc import Iterator, Mapping, Sequence
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -34,8 +35,10 @@ from pyspark.sql.datasource import DataSource, DataSourceStreamReader, InputPart
 from strait.errors import StraitError
 from strait.kafka.admin import KafkaAdminError, admin_client, list_offsets
 from strait.logs import setup_logging
+from strait_replicator.handover import CARRY_OVER_SECONDS, LOCKS_DIR, CarryOver, PartitionLocks, claim, \
+    start_carry_over
 from strait_replicator.live import LIVE_DIR, LiveReporter, read_reports, resume_points
-from strait_replicator.writer import SUMMARY_SCHEMA, CopyRange, EpochLimits, WriterSettings, copy_ranges
+from strait_replicator.writer import SUMMARY_FIELDS, SUMMARY_SCHEMA, CopyRange, EpochLimits, WriterSettings, copy_ranges
 
 log = logging.getLogger(__name__)
 
@@ -51,6 +54,8 @@ OFFSETS_RETRY_SECONDS = 60.0
 RECORDS_PER_SECOND_PER_TASK = 50_000
 # A backlog a task copies in about a second: below it, tasks keep their partitions from epoch to epoch.
 SMALL_BACKLOG = 50_000
+
+NEXT_OFFSET = SUMMARY_FIELDS.index("next_offset")
 
 TopicPartitionKey = tuple[str, int]
 Offsets = dict[TopicPartitionKey, int]
@@ -68,6 +73,7 @@ class SourcePlan:
     epoch_seconds: float
     max_records_per_epoch: int
     records_per_second: float = 0.0  # 0: no limit
+    carry_over: bool = False  # workers copy on between epochs (strait_replicator.handover; local mode only)
 
     def encode(self) -> str:
         """The plan as a data source option value."""
@@ -190,8 +196,39 @@ class CopyStreamReader(DataSourceStreamReader):  # type: ignore[misc]
 
     def read(self, partition: CopyTask) -> Iterator[tuple[Any, ...]]:
         live = self.checkpoint / LIVE_DIR
-        ranges = resumed_ranges(partition, read_reports(live, partition.epoch), self.plan.writer.flow)
-        yield from copy_ranges(ranges, self.plan.writer, partition.limits, LiveReporter(live, partition.epoch))
+        keys = [(r.topic, r.partition) for r in partition.ranges]
+        locks = claim(live / LOCKS_DIR, keys) if self.plan.carry_over else PartitionLocks(live, {})
+        try:  # a carry-over that held these partitions has written its final report: resume after it
+            ranges = resumed_ranges(partition, read_reports(live, partition.epoch), self.plan.writer.flow)
+            rows = copy_ranges(ranges, self.plan.writer, partition.limits, LiveReporter(live, partition.epoch))
+        except BaseException:
+            locks.release()
+            raise
+        carry_over = self._carry_over(partition, ranges, rows, locks)
+        if carry_over is None:
+            locks.release()
+        else:
+            start_carry_over(carry_over)
+        yield from rows
+
+    def _carry_over(self, task: CopyTask, ranges: list[CopyRange], rows: list[tuple[Any, ...]],
+                    locks: PartitionLocks) -> CarryOver | None:
+        """The copy that goes on as a run of the next epoch from where each partition's progress says
+        it starts, or None (no carry-over wanted, a stop requested, an unknown start)."""
+        stop_file = task.limits.stop_file
+        if not self.plan.carry_over or task.limits.records_per_second or (stop_file and os.path.exists(stop_file)):
+            return None
+        ended = {(row[0], row[1]): row[NEXT_OFFSET] for row in rows if row[NEXT_OFFSET] >= 0}
+        starts = {(r.topic, r.partition): ended.get((r.topic, r.partition), r.start) for r in ranges}
+        if any(start is None for start in starts.values()):
+            return None
+        following = [CopyRange(topic, p, start) for (topic, p), start in starts.items()]
+        limits = EpochLimits(seconds=CARRY_OVER_SECONDS, max_records=sys.maxsize, stop_file=stop_file)
+        reporter = LiveReporter(self.checkpoint / LIVE_DIR, task.epoch + 1)
+
+        def run(interrupt: Callable[[], bool]) -> None:
+            copy_ranges(following, self.plan.writer, limits, reporter, interrupt=interrupt)
+        return CarryOver(run, locks)
 
     def commit(self, end: dict[str, Any]) -> None:
         """Nothing to do: progress lives in Spark's checkpoint, the copies on the target."""

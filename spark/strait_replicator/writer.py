@@ -17,7 +17,7 @@ import os
 import sys
 import time
 import zipimport
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -72,8 +72,12 @@ CONSUMER_FIXED = {
 CONSUME_BATCH = 10_000
 # With nothing queued, wait this long for one record (it is sent as soon as it arrives).
 IDLE_WAIT_SECONDS = 0.1
-# How often acknowledged records turn into offset syncs and latency counts while an epoch runs.
-SETTLE_SECONDS = 1.0
+# A copy that another may interrupt (a carry-over between epochs) looks this often, busy or idle.
+INTERRUPT_CHECK_SECONDS = 0.01
+# How often acknowledged records turn into offset syncs and latency counts while an epoch runs, and
+# the live report is written (with what the previous settle's acknowledged syncs cover: a restart
+# copies again about two of these).
+SETTLE_SECONDS = 0.5
 STOP_CHECK_SECONDS = 0.1
 MIN_TASK_SECONDS = 1.0
 UNKNOWN_PARTITION_WAIT_SECONDS = 60.0
@@ -320,8 +324,10 @@ class _Copied:
         return self.last + 1 if self.records else self.start
 
     def next_offset(self) -> int:
-        """Where the next epoch goes on: past the last record copied or the end seen; -1: unknown."""
-        return max(self.last + 1 if self.records else -1, self.reached)
+        """Where the next epoch goes on: past the last record copied or the end seen, else the start
+        (everything below a task's start is on the target already); -1: unknown."""
+        copied = max(self.last + 1 if self.records else -1, self.reached)
+        return copied if copied >= 0 or self.start is None else self.start
 
     def settled_position(self) -> int:
         """Every record below this offset is acknowledged and settled; -1: unknown.
@@ -329,9 +335,7 @@ class _Copied:
         Right after :meth:`settle` the records still waiting are the unacknowledged ones, and the
         offsets below the first of them are copied records or gaps (compaction, markers).
         """
-        if self.offsets:
-            return self.offsets[0]
-        return max(self.next_offset(), -1 if self.start is None else self.start)
+        return self.offsets[0] if self.offsets else self.next_offset()
 
     def report(self, acked: int) -> PartitionReport:
         """This partition's live report, with ``acked`` from a settle whose syncs are acknowledged."""
@@ -364,12 +368,13 @@ def _produce(producer: Producer, topic: str, **kwargs: Any) -> None:
 
 
 def copy_ranges(ranges: list[CopyRange], settings: WriterSettings, limits: EpochLimits | None = None,
-                reporter: LiveReporter | None = None) -> list[tuple[Any, ...]]:
+                reporter: LiveReporter | None = None,
+                interrupt: Callable[[], bool] | None = None) -> list[tuple[Any, ...]]:
     """Copy each range to its remote topic with its offset syncs; one summary row per range.
 
     Without ``limits`` every range must be bounded and is copied to its end; with them, open
-    ranges are copied live until the epoch ends. ``reporter`` gets a live report about every
-    second and a final one once everything is on the target.
+    ranges are copied live until the epoch ends, or until ``interrupt`` returns True. ``reporter``
+    gets a live report about every second and a final one once everything is on the target.
     """
     started = time.monotonic()
     producer = _producer(settings.target_producer)
@@ -380,6 +385,7 @@ def copy_ranges(ranges: list[CopyRange], settings: WriterSettings, limits: Epoch
     first_sent_at = 0.0
     if copied:
         loop = _CopyLoop(_consumer(settings), producer, syncs, copied, settings, limits, errors, reporter)
+        loop.interrupt = interrupt
         loop.run()
         first_sent_at = loop.first_sent_at
     read = time.monotonic()
@@ -414,6 +420,7 @@ class _CopyLoop:
         # (syncs sent, each partition's settled position) at each settle, until those syncs are acknowledged
         self._settles: list[tuple[int, dict[tuple[str, int], int]]] = []
         self._acked = {key: -1 for key in copied}
+        self.interrupt: Callable[[], bool] | None = None
 
     def run(self) -> None:
         """Assign, copy until done, note each partition's lag; keep or drop the assignment."""
@@ -453,11 +460,15 @@ class _CopyLoop:
         cap = limits.max_records if limits else sys.maxsize
         stall_deadline = now + self.settings.read_timeout
         next_settle = next_stop_check = now
+        check_every = INTERRUPT_CHECK_SECONDS if self.interrupt else STOP_CHECK_SECONDS
+        idle_wait = min(IDLE_WAIT_SECONDS, check_every)
         while self.pending and now < deadline and self.sent < cap:
             if now >= next_stop_check:
                 if limits and limits.stop_file and os.path.exists(limits.stop_file):
                     return
-                next_stop_check = now + STOP_CHECK_SECONDS
+                if self.interrupt is not None and self.interrupt():
+                    return
+                next_stop_check = now + check_every
             if self.errors:
                 _raise_write_error(self.settings, self.errors)
             want = min(CONSUME_BATCH, cap - self.sent)
@@ -467,7 +478,7 @@ class _CopyLoop:
                     self.producer.poll(0.02)
                     now = time.monotonic()
                     continue
-            messages = self.consumer.consume(want, 0) or self.consumer.consume(1, IDLE_WAIT_SECONDS)
+            messages = self.consumer.consume(want, 0) or self.consumer.consume(1, idle_wait)
             now = time.monotonic()
             if messages:
                 self.first_sent_at = self.first_sent_at or now

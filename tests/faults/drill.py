@@ -13,11 +13,11 @@ Definitions used by every drill:
   define it as the moment the service's job is done again by a surviving replica (see each drill).
 * **lost**: source records without a copy on the target (verify's missing + mismatched + unexpected
   + pending after the final catch-up); must be 0.
-* **duplicates**: older copies left by at-least-once replays (verify's duplicates). A replay only
-  repeats the batch that was in flight when the fault hit, and that batch can only hold records
-  produced before recovery; batches are cut every trigger from the lag, so the in-flight batch
-  started at most :data:`BATCH_LEAD_SECONDS` before the fault on a running rig. The bound is the
-  number of records produced from that long before each injection until its recovery.
+* **duplicates**: older copies left by at-least-once replays (verify's duplicates). A replay
+  repeats what the epoch in flight copied after its last live report (about a second before the
+  fault), and can only hold records produced before recovery; a generous
+  :data:`BATCH_LEAD_SECONDS` stands for that second. The bound is the number of records produced
+  from that long before each injection until its recovery.
 """
 
 from __future__ import annotations

@@ -1,4 +1,5 @@
-"""The executor side of the replicator on real clusters: epoch tasks run one after another in one worker.
+"""The executor side of the replicator on real clusters: epoch tasks run one after another in one worker,
+and the worker copies on between them.
 
 An epoch task leaves its source consumer assigned, so the next task going on from the same offsets
 finds the records that arrived in between already fetched. These tests run the tasks' function
@@ -9,16 +10,20 @@ and after a task with other partitions.
 
 from __future__ import annotations
 
+import time
 from collections.abc import Callable, Iterator
+from pathlib import Path
 
 import pytest
 
 from strait.lab.clients import Record, create_topic, produce
 from strait.lab.kafka import KafkaCluster
 from strait.policy import DefaultReplicationPolicy
-from strait_replicator import writer
+from strait_replicator import handover, writer
+from strait_replicator.live import LIVE_DIR, read_reports
+from strait_replicator.source import STOP_FILE, CopyStreamReader, CopyTask, SourcePlan
 from strait_replicator.writer import CopyRange, EpochLimits, WriterSettings, copy_ranges
-from tests.integration.replicator_support import records_by_partition
+from tests.integration.replicator_support import count, records_by_partition, wait_for
 
 NEXT_OFFSET = writer.SUMMARY_FIELDS.index("next_offset")
 PARTITION = writer.SUMMARY_FIELDS.index("partition")
@@ -89,3 +94,64 @@ def test_epoch_tasks_in_one_worker_copy_exactly_from_each_start(
     copied = records_by_partition(target_cluster, remote)
     assert [r.value for r in copied[0]] == _values(sent[:200], 0) + _values(sent[:200], 0)[20:] + _values(sent[200:], 0)
     assert [r.value for r in copied[1]] == _values(sent, 1)
+
+
+def _task(epoch: int, topic: str, starts: dict[int, int], seconds: float, stop_file: Path) -> CopyTask:
+    limits = EpochLimits(seconds=seconds, max_records=1_000_000, stop_file=str(stop_file), ends_at=time.time() + seconds)
+    return CopyTask(epoch, tuple(CopyRange(topic, p, start) for p, start in starts.items()), limits)
+
+
+def _ends(rows: list[tuple]) -> dict[int, int]:
+    return {row[PARTITION]: row[NEXT_OFFSET] for row in rows}
+
+
+def test_a_worker_copies_on_between_epochs_and_the_next_task_resumes_exactly_after_it(
+        source_cluster: KafkaCluster, target_cluster: KafkaCluster, topics: tuple[str, str, str],
+        tmp_path: Path, clients_released: None) -> None:
+    topic, remote, syncs = topics
+    settings = _settings(source_cluster, target_cluster, topic, remote, syncs)
+    plan = SourcePlan(((topic, 2),), (), 1, str(tmp_path), settings, epoch_seconds=1.5, max_records_per_epoch=10**6,
+                      carry_over=True)
+    reader = CopyStreamReader(plan)
+    stop_file = tmp_path / STOP_FILE
+    sent = _send(source_cluster, topic, 0, 100)
+    try:
+        first = _ends(list(reader.read(_task(0, topic, {0: 0, 1: 0}, 1.5, stop_file))))
+        assert first == {0: 50, 1: 50}
+        # Between the epochs the worker's carry-over copies what arrives, as a run of epoch 1.
+        sent += _send(source_cluster, topic, 100, 100)
+        wait_for(lambda: count(target_cluster, remote) == 200, 30, "the records sent between epochs")
+        # Epoch 1 starts where epoch 0 ended; its task stops the carry-over and resumes after it.
+        second = _ends(list(reader.read(_task(1, topic, first, 1.5, stop_file))))
+        assert second == {0: 100, 1: 100}
+        resumed = [r for r in read_reports(tmp_path / LIVE_DIR, 1) if r.partitions[0].start == 100]
+        assert resumed, "epoch 1's task did not resume after the carry-over"
+    finally:
+        stop_file.touch()  # ends the last carry-over, as a graceful stop does
+        handover.stop_carry_over()
+    copied = records_by_partition(target_cluster, remote)
+    assert [[r.value for r in copied[p]] for p in (0, 1)] == [_values(sent, 0), _values(sent, 1)]  # no duplicate
+
+
+def test_a_claim_from_another_process_ends_the_carry_over_holding_the_partition(tmp_path: Path) -> None:
+    import multiprocessing
+    locks = handover.claim(tmp_path, [("t", 0), ("t", 1)])
+    stopped_by_claim: list[float] = []
+
+    def copy_until(interrupt: Callable[[], bool]) -> None:
+        while not interrupt():
+            time.sleep(0.005)
+        stopped_by_claim.append(time.monotonic())
+    handover.start_carry_over(handover.CarryOver(copy_until, locks))
+    context = multiprocessing.get_context("spawn")
+    other = context.Process(target=_claim_and_release, args=(str(tmp_path), [("t", 1)]))
+    other.start()
+    other.join(30)
+    assert other.exitcode == 0, "the other process never got the partition"
+    assert stopped_by_claim, "the carry-over did not end when another process claimed its partition"
+    handover.stop_carry_over()
+    handover.claim(tmp_path, [("t", 0), ("t", 1)], timeout=1).release()  # every lock was released
+
+
+def _claim_and_release(folder: str, keys: list[tuple[str, int]]) -> None:
+    handover.claim(folder, keys, timeout=20).release()
