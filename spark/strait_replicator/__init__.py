@@ -1,7 +1,11 @@
 """strait's data plane: a PySpark Structured Streaming job that copies records between clusters.
 
 One streaming query per enabled flow. Its source (:mod:`strait_replicator.source`) plans each
-micro-batch as source offset ranges; Spark runs them as tasks, and each task copies its ranges with
-confluent-kafka (:mod:`strait_replicator.writer`) and emits the exact offset syncs itself, which
-Spark's Kafka sink could not (it writes no record timestamps and reports no target offsets).
+micro-batch as an *epoch* of a minute: the offsets each partition starts from and the Spark tasks
+that copy them live with confluent-kafka (:mod:`strait_replicator.writer`), emitting the exact
+offset syncs themselves, which Spark's Kafka sink could not (it writes no record timestamps and
+reports no target offsets). Running tasks report what they copied about every half second
+(:mod:`strait_replicator.live`), for live metrics and so that a restarted epoch resumes where it got
+to; between two epochs a worker goes on copying its partitions until the next epoch claims them
+(:mod:`strait_replicator.handover`).
 """

@@ -4,15 +4,18 @@ Spark's own Kafka source hands every record through the JVM and Arrow to Python,
 showed to cap a flow below what one librdkafka consumer and producer do in a Python worker; and a
 micro-batch per few hundred records puts Spark's fixed cost per batch (planning, two checkpoint
 writes, task launch) into every record's latency. Here each micro-batch is an *epoch*: its tasks
-copy their partitions live, record by record as they arrive, for a few seconds
-(:func:`strait_replicator.writer.copy_ranges`), so only records arriving between two epochs wait
-for Spark. Spark keeps what it is good at: the write-ahead offsets log in the checkpoint, task
-scheduling on local cores or a cluster, and replay of a failed epoch.
+copy their partitions live, record by record as they arrive, for a minute
+(:func:`strait_replicator.writer.copy_ranges`), and between two epochs each worker goes on copying
+until the next epoch's task claims its partitions (:mod:`strait_replicator.handover`). Spark keeps
+what it is good at: the write-ahead offsets log in the checkpoint, task scheduling on local cores or
+a cluster, and replay of a failed epoch.
 
 An epoch's entry in the offsets log holds where each partition starts (``from``: exact, so a
 replayed epoch copies from the same offsets) and the source's end offsets when it was planned
-(``until``). Where an epoch ended is known only when its tasks are done: the driver writes it to
-``strait-progress.json`` before Spark commits the epoch, and the next epoch starts there.
+(``until``). Where an epoch ended is known when its tasks are done: the driver writes it to
+``strait-progress.json`` before Spark commits the epoch, and the next epoch starts there. A task
+that copies an epoch again resumes each partition where earlier runs' live reports got to
+(:mod:`strait_replicator.live`).
 """
 
 from __future__ import annotations

@@ -4,7 +4,7 @@ A task copies its partitions live for one epoch (a micro-batch): it reads from e
 start offset with a librdkafka consumer and produces every record as it arrives to the same
 partition number of its remote topic with key, value, headers and timestamp unchanged and in order
 (idempotent producer). The epoch ends at its deadline, at its record cap or when the flow stops;
-a bounded range (``end`` given) ends at its end. About every second, the exact offset syncs of
+a bounded range (``end`` given) ends at its end. About every half second, the exact offset syncs of
 what the target has acknowledged are produced; at the end the task flushes and yields one summary
 row per partition. Records never pass through the JVM or Arrow. Any read or delivery error fails
 the task, so Spark never commits a batch that is not fully on the target (at-least-once).
@@ -374,7 +374,7 @@ def copy_ranges(ranges: list[CopyRange], settings: WriterSettings, limits: Epoch
 
     Without ``limits`` every range must be bounded and is copied to its end; with them, open
     ranges are copied live until the epoch ends, or until ``interrupt`` returns True. ``reporter``
-    gets a live report about every second and a final one once everything is on the target.
+    gets a live report about every half second and a final one once everything is on the target.
     """
     started = time.monotonic()
     producer = _producer(settings.target_producer)

@@ -88,7 +88,8 @@ def test_sigkill_under_load_loses_nothing_and_bounds_duplicates(
             if kill == KILLS:
                 break
             before = count(target_cluster, remote)
-            wait_for(lambda: count(target_cluster, remote) > before, 120, "this run copying")  # past start-up
+            wait_for(lambda: count(target_cluster, remote) > before or done.is_set(), 120,
+                     "this run copying")  # past start-up
             time.sleep(rng.uniform(1, 6))  # in the middle of the running epoch
             process.kill()
             print(f"killed replicator after run {kill}")
