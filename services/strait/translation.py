@@ -21,7 +21,7 @@ from __future__ import annotations
 
 import logging
 import time
-from collections.abc import Iterable, Mapping
+from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass
 
 from confluent_kafka import Consumer, KafkaError, KafkaException, TopicPartition
@@ -32,12 +32,14 @@ from strait.errors import StraitError
 from strait.kafka.admin import admin_client, explain_error, topic_partitions
 from strait.policy import should_replicate_topic
 from strait.offsets import PartitionTranslator, SyncPoint
-from strait.records import OffsetSync, RecordFormatError
+from strait.records import Checkpoint, OffsetSync, RecordFormatError
 
 log = logging.getLogger(__name__)
 librdkafka_log = logging.getLogger("strait.librdkafka")
 
 DEFAULT_TIMEOUT = 30.0
+
+CheckpointKey = tuple[str, str, int]  # group, remote topic, partition
 
 
 class TranslationError(StraitError):
@@ -377,3 +379,57 @@ def translate_source_group(config: StraitConfig, flow: FlowConfig, group: str,
         return translate_group(flow, index, offsets, probe)
     finally:
         probe.close()
+
+
+@dataclass(frozen=True)
+class StoredCheckpoint:
+    """A checkpoint as read from the checkpoints topic, with the time it was written (unix seconds)."""
+
+    checkpoint: Checkpoint
+    written_at: float
+
+
+def read_stored_checkpoints(settings: Mapping[str, str], topic: str, timeout: float = DEFAULT_TIMEOUT,
+                            on_corrupt: Callable[[], None] | None = None) -> dict[CheckpointKey, StoredCheckpoint]:
+    """The newest checkpoint per (group, remote topic, partition) in a checkpoints topic.
+
+    Corrupt records are skipped, logged and reported through ``on_corrupt``.
+    """
+    consumer = Consumer({**settings, "group.id": "strait-checkpoint-load", "enable.auto.commit": False,
+                         "logger": librdkafka_log})
+    latest: dict[CheckpointKey, StoredCheckpoint] = {}
+    try:
+        try:
+            _low, high = consumer.get_watermark_offsets(TopicPartition(topic, 0), timeout=timeout)
+        except KafkaException as exc:
+            raise TranslationError(f"reading the end of {topic}: {exc.args[0].str() if exc.args else exc}") from None
+        if high <= 0:
+            return latest
+        consumer.assign([TopicPartition(topic, 0, -2)])
+        deadline, position = time.monotonic() + timeout, 0
+        while position < high:
+            if time.monotonic() > deadline:
+                raise TranslationError(f"reading {topic}: {position} of {high} records in {timeout:.0f}s")
+            for message in consumer.consume(num_messages=1000, timeout=1.0):
+                if message.error() is not None:
+                    continue
+                position = message.offset() + 1
+                try:
+                    checkpoint = Checkpoint.from_record(message.key(), message.value())
+                except RecordFormatError as exc:
+                    log.warning("topic=%s corrupt checkpoint skipped offset=%d: %s", topic, message.offset(), exc)
+                    if on_corrupt is not None:
+                        on_corrupt()
+                    continue
+                key = (checkpoint.group, checkpoint.topic, checkpoint.partition)
+                latest[key] = StoredCheckpoint(checkpoint, message.timestamp()[1] / 1000)
+        return latest
+    finally:
+        consumer.close()
+
+
+def read_checkpoints(settings: Mapping[str, str], topic: str, timeout: float = DEFAULT_TIMEOUT,
+                     on_corrupt: Callable[[], None] | None = None) -> dict[CheckpointKey, Checkpoint]:
+    """The newest checkpoint per (group, remote topic, partition), without their times."""
+    return {key: stored.checkpoint
+            for key, stored in read_stored_checkpoints(settings, topic, timeout, on_corrupt).items()}

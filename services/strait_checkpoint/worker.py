@@ -30,7 +30,6 @@ from dataclasses import dataclass
 from typing import TypeVar
 
 from confluent_kafka import (
-    Consumer,
     ConsumerGroupState,
     ConsumerGroupTopicPartitions,
     KafkaError,
@@ -46,14 +45,16 @@ from strait.coord.leases import LeaseKeeper, LeaseLostError
 from strait.coord.redis_client import CoordinationError
 from strait.kafka.admin import KafkaAdminError, admin_client, create_topics, explain_error, internal_topic
 from strait.metrics import ERRORS, set_flow_state
-from strait.records import Checkpoint, RecordFormatError
+from strait.records import Checkpoint
 from strait.translation import (
+    CheckpointKey,
     PartitionTranslation,
     SyncsFollower,
     TailProbe,
     TranslationError,
     committed_offsets,
     offset_syncs_location,
+    read_checkpoints,
     replicated_partitions,
     translate_group,
 )
@@ -69,7 +70,6 @@ BACKOFF_CAP = 30.0
 ADMIN_TIMEOUT = 15.0
 CORRUPT_RECORD = "corrupt_record"  # strait_errors_total kind of a skipped undecodable record
 
-CheckpointKey = tuple[str, str, int]  # group, remote topic, partition
 T = TypeVar("T")
 
 
@@ -80,41 +80,6 @@ class _Clients:
     producer: Producer
     follower: SyncsFollower
     probe: TailProbe
-
-
-def read_checkpoints(settings: dict[str, str], topic: str, timeout: float = 30.0,
-                     on_corrupt: Callable[[], None] | None = None) -> dict[CheckpointKey, Checkpoint]:
-    """The newest checkpoint per (group, topic, partition) in a checkpoints topic.
-
-    Corrupt records are skipped, logged and reported through ``on_corrupt``.
-    """
-    consumer = Consumer({**settings, "group.id": "strait-checkpoint-load", "enable.auto.commit": False,
-                         "logger": librdkafka_log})
-    latest: dict[CheckpointKey, Checkpoint] = {}
-    try:
-        _low, high = consumer.get_watermark_offsets(TopicPartition(topic, 0), timeout=timeout)
-        if high <= 0:
-            return latest
-        consumer.assign([TopicPartition(topic, 0, -2)])
-        deadline, position = time.monotonic() + timeout, 0
-        while position < high:
-            if time.monotonic() > deadline:
-                raise TranslationError(f"reading {topic}: {position} of {high} records in {timeout:.0f}s")
-            for message in consumer.consume(num_messages=1000, timeout=1.0):
-                if message.error() is not None:
-                    continue
-                position = message.offset() + 1
-                try:
-                    checkpoint = Checkpoint.from_record(message.key(), message.value())
-                except RecordFormatError as exc:
-                    log.warning("topic=%s corrupt checkpoint skipped offset=%d: %s", topic, message.offset(), exc)
-                    if on_corrupt is not None:
-                        on_corrupt()
-                    continue
-                latest[(checkpoint.group, checkpoint.topic, checkpoint.partition)] = checkpoint
-        return latest
-    finally:
-        consumer.close()
 
 
 class FlowCheckpointer:

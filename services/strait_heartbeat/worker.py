@@ -5,12 +5,18 @@ of the source's ``heartbeats`` topic (created, 1 partition compacted, when missi
 replicator makes (``A.heartbeats`` on the target) is tailed: the newest heartbeat timestamp gives
 the flow's heartbeat age, and each copy seen live gives one end-to-end latency sample. Every topic
 refresh interval both clusters' heartbeat topic names are turned into the topology and published.
+
+Beside it, in its own thread, a :class:`~strait.source_watch.SourceWatch` lists the source's end
+offsets and follows the offset syncs every second, publishes the flow's source view to Redis (what
+an unplanned failover reads when the source is gone) and exports lag in seconds and the RPO.
+
+The heartbeat age counts from the moment this replica took the flow until the first copy arrives,
+so a flow whose copies never arrive shows a growing age, never an empty series.
 """
 
 from __future__ import annotations
 
 import logging
-import math
 import time
 
 from confluent_kafka import Consumer, KafkaError, KafkaException, Producer, TopicPartition
@@ -22,6 +28,7 @@ from strait.kafka.admin import KafkaAdminError, admin_client, create_topics, int
 from strait.metrics import ERRORS, set_flow_state
 from strait.records import Heartbeat, RecordFormatError
 from strait.replicas import FlowSupervisor, FlowWorker
+from strait.source_watch import SourceView, SourceWatch, SourceWatchThread, source_view_key
 from strait_heartbeat import metrics
 from strait_heartbeat.topology import cluster_topology, topology_key
 
@@ -42,15 +49,20 @@ class HeartbeatWorker(FlowWorker):
         self._watcher: Consumer | None = None
         self._watch_from = 0  # copies at or past this target offset are seen live
         self._newest_ms: int | None = None
+        self._started_at = time.time()
         self._failures = 0
+        self._source_watch: SourceWatchThread | None = None
 
     # -- loop ------------------------------------------------------------------------------------
 
     def work(self) -> None:
+        self._started_at = time.time()
         metrics.AGE.labels(self.name).set_function(self._age)
+        self._source_watch = SourceWatchThread(SourceWatch(self.config, self.name), self._publish_view).start()
         next_emit = next_topology = next_setup = 0.0
         while self.running:
-            self.take_update()
+            if self.take_update() is not None:
+                self._source_watch.update(self.config)
             flow = self.config.flow(self.name)
             now = time.monotonic()
             try:
@@ -83,6 +95,8 @@ class HeartbeatWorker(FlowWorker):
         return delay
 
     def close(self) -> None:
+        if self._source_watch is not None:
+            self._source_watch.stop()
         if self._producer is not None:
             self._producer.flush(5)
         if self._watcher is not None:
@@ -160,9 +174,25 @@ class HeartbeatWorker(FlowWorker):
         log.info("flow=%s watching topic=%s from offset=%d", self.name, topic, max(0, high - 1))
 
     def _age(self) -> float:
-        if self._newest_ms is None:
-            return math.nan
-        return max(0.0, time.time() - self._newest_ms / 1000)
+        newest = self._started_at if self._newest_ms is None else self._newest_ms / 1000
+        return max(0.0, time.time() - newest)
+
+    # -- source watch ----------------------------------------------------------------------------
+
+    def _publish_view(self, view: SourceView) -> None:
+        """Export the view's lag and RPO, and store it in Redis under the flow's lease."""
+        now = time.time()
+        for part in view.partitions:
+            metrics.LAG_SECONDS.labels(self.name, part.topic, str(part.partition)).set(part.lag_seconds(now))
+        metrics.forget_partitions(self.name, {(p.topic, str(p.partition)) for p in view.partitions})
+        rpo = view.rpo_records
+        if rpo is not None:
+            metrics.RPO_RECORDS.labels(self.name).set(rpo)
+        if view.reachable_at is not None:
+            metrics.SOURCE_LAST_SEEN.labels(self.name).set(view.reachable_at)
+        self._supervisor.leases.fenced_set(self.keeper.ensure_valid(),
+                                           source_view_key(self._supervisor.options.namespace, self.name),
+                                           view.to_json())
 
     # -- topology --------------------------------------------------------------------------------
 
