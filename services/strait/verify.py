@@ -13,9 +13,21 @@ ordered streams:
 * a running SHA-256 over the source records and one over their newest copies, in order, summarise
   the range: they are equal exactly when every copy is present and equal.
 
-Parity holds when nothing is mismatched, missing, pending or unexpected. Duplicates are within the
-at-least-once contract and reported, never a failure. Target offsets after the last newest copy
-(copies of in-flight batches, whose syncs are not written yet) are counted as ``target_tail``.
+Target offsets after the last newest copy are counted as ``target_tail``. While the replicator runs
+they hold copies whose offset syncs are not written yet: copies of pending source records, or a
+replay's copies of records synced before. Such a copy equals a source record, so every record of the
+tail is compared, by key, value, headers and timestamp, with the partition's source records: one
+that equals none of them is *unexpected in the tail* (``unexpected_tail``, with its first and last
+target offset), a record the replicator never wrote. Any number of copies of one source record are
+explained by it (replays of a replay are at-least-once too), and a foreign record equal to a source
+record cannot be told from a copy. The tail is read up to the target's high watermark of the plan,
+which is read after the source's; the source records written since the plan (up to the source's
+high watermark read after the plan) explain the copies of records the replicator copied meanwhile,
+so a running replicator never makes its own tail unexpected. A tail copy whose source record has
+since been deleted from the source (retention, ``delete_records``) is reported as unexpected.
+
+Parity holds when nothing is mismatched, missing, pending, unexpected or unexpected in the tail.
+Duplicates are within the at-least-once contract and reported, never a failure.
 
 The checked source range starts at the source's low watermark, or, when the syncs topic was
 compacted before a partition's first sync, at the oldest sync kept (``unchecked_below``).
@@ -28,7 +40,7 @@ import logging
 import struct
 import time
 from collections import Counter
-from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
+from collections.abc import Callable, Generator, Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field, replace
 
 from confluent_kafka import Consumer, KafkaError, KafkaException, TopicPartition
@@ -93,7 +105,8 @@ class Mismatch:
 
     ``kind`` is a differing field (key, value, headers, timestamp), ``missing`` (no copy on the
     target), ``order`` (the copy is not after the previous record's copy) or ``unexpected`` (a target
-    record that is no copy of a checked source record; ``source_offset`` is then None).
+    record that is no copy of a checked source record, before the last copy or in the tail after it;
+    ``source_offset`` is then None).
     """
 
     kind: str
@@ -135,11 +148,15 @@ class PartitionParity:
     target_sha256: str
     unchecked_below: int | None = None
     first_mismatch: Mismatch | None = None
+    unexpected_tail: int = 0  # target records after the last copy that equal no source record
+    unexpected_tail_start: int | None = None  # first and last target offset of those
+    unexpected_tail_end: int | None = None
 
     @property
     def ok(self) -> bool:
-        """True when every checked source record has an equal newest copy and nothing is pending."""
-        return not (self.mismatched or self.missing or self.pending or self.unexpected)
+        """True when every checked source record has an equal newest copy, nothing is pending and the
+        target holds no record the replicator did not write."""
+        return not (self.mismatched or self.missing or self.pending or self.unexpected or self.unexpected_tail)
 
 
 @dataclass(frozen=True)
@@ -190,6 +207,33 @@ class _TargetCursor:
         return None
 
 
+class _Tail:
+    """The target records after the last copy, by digest, until a source record equal to them is seen."""
+
+    def __init__(self, records: Iterable[KafkaRecord]) -> None:
+        self._unexplained: dict[bytes, list[int]] = {}  # digest -> target offsets
+        for record in records:
+            self._unexplained.setdefault(_sha256(record), []).append(record.offset)
+
+    @property
+    def open(self) -> bool:
+        """True while some tail record equals no source record seen so far."""
+        return bool(self._unexplained)
+
+    def explain(self, record: KafkaRecord) -> None:
+        """Every tail record equal to this source record is a copy of it."""
+        if self._unexplained:
+            self._unexplained.pop(_sha256(record), None)
+
+    def unexplained(self) -> list[int]:
+        """Target offsets of the tail records that equal no source record, ascending."""
+        return sorted(offset for offsets in self._unexplained.values() for offset in offsets)
+
+
+def _sha256(record: KafkaRecord) -> bytes:
+    return hashlib.sha256(record_bytes(record)).digest()
+
+
 class _Tally:
     """Mutable counts while one partition is compared."""
 
@@ -203,6 +247,7 @@ class _Tally:
         self.target_last: int | None = None
         self.first: Mismatch | None = None
         self.last_target = -1
+        self.unexpected_tail: list[int] = []
 
     def problem(self, kind: str, source: int | None, target: int | None, detail: str) -> None:
         """Count nothing; remember the first problem only."""
@@ -225,7 +270,8 @@ class _Tally:
 
 
 def compare_partition(ref: PartitionRef, source: Iterable[KafkaRecord], target: Iterable[KafkaRecord],
-                      history: PartitionHistory | None, progress: Progress | None = None) -> PartitionParity:
+                      history: PartitionHistory | None, progress: Progress | None = None,
+                      tail: Iterable[KafkaRecord] = (), later: Iterable[KafkaRecord] = ()) -> PartitionParity:
     """Compare a source partition with its newest copies on the target.
 
     Args:
@@ -235,7 +281,11 @@ def compare_partition(ref: PartitionRef, source: Iterable[KafkaRecord], target: 
             first source record on; earlier records may be included and are ignored.
         history: the partition's offset syncs (None when the replicator never copied from it).
         progress: called with 1 per source record handled.
+        tail: the target records after the last copy (read first, before ``target``).
+        later: source records after ``source`` (written since the plan), read only while some tail
+            record equals no record of ``source``, and only as far as needed.
     """
+    trailing = _Tail(tail)
     tally, cursor = _Tally(), _TargetCursor(target)
     floor = history.floor if history is not None else None
     last = history.translator.last_copied() if history is not None else None
@@ -248,9 +298,16 @@ def compare_partition(ref: PartitionRef, source: Iterable[KafkaRecord], target: 
         else:
             _check_record(tally, cursor, history, floor, record)
         _absorb_duplicate(tally, cursor, record)
+        trailing.explain(record)
         if progress is not None:
             progress(1)
     _count_unexpected(tally, cursor)
+    if trailing.open:
+        for record in later:
+            trailing.explain(record)
+            if not trailing.open:
+                break
+    _count_unexpected_tail(tally, trailing)
     return _parity(ref, tally, unchecked_below)
 
 
@@ -309,13 +366,23 @@ def _count_unexpected(tally: _Tally, cursor: _TargetCursor) -> None:
                                              f"target offset {first}")
 
 
+def _count_unexpected_tail(tally: _Tally, trailing: _Tail) -> None:
+    """Target records after the last copy that equal no source record: written by someone else."""
+    offsets = tally.unexpected_tail = trailing.unexplained()
+    if offsets:
+        tally.problem("unexpected", None, offsets[0],
+                      f"{len(offsets)} target record(s) after the last copy equal no source record, at target "
+                      f"offsets {offsets[0]}..{offsets[-1]}")
+
+
 def _parity(ref: PartitionRef, tally: _Tally, unchecked_below: int | None) -> PartitionParity:
-    c = tally.counts
+    c, tail = tally.counts, tally.unexpected_tail
     return PartitionParity(
         ref.topic, ref.partition, ref.remote_topic, tally.source_first, tally.source_last, tally.target_first,
         tally.target_last, c["source_records"], c["target_records"], c["matched"], c["mismatched"], c["missing"],
         c["pending"], c["duplicates"], c["unexpected"], 0, tally.source_hash.hexdigest(),
-        tally.target_hash.hexdigest(), unchecked_below, tally.first)
+        tally.target_hash.hexdigest(), unchecked_below, tally.first, unexpected_tail=len(tail),
+        unexpected_tail_start=tail[0] if tail else None, unexpected_tail_end=tail[-1] if tail else None)
 
 
 def describe_difference(name: str, source: KafkaRecord, target: KafkaRecord) -> str:
@@ -469,7 +536,9 @@ class FlowVerifier:
         history = self._index.history(ref.topic, ref.partition)
         source = self._source.read(ref.topic, ref.partition, plan.source.low, plan.source.high)
         target_from, target_to = _target_range(history, plan)
+        tail = self._target.read(ref.remote_topic, ref.partition, target_to, plan.target.high)
         target = self._target.read(ref.remote_topic, ref.partition, target_from, target_to)
+        later = self._source_since_plan(plan)
         seen = Counter[str]()
 
         def step(n: int) -> None:
@@ -477,14 +546,28 @@ class FlowVerifier:
             if progress is not None:
                 progress(n)
 
-        result = replace(compare_partition(ref, source, target, history, step),
-                         target_tail=max(0, plan.target.high - target_to))
+        try:
+            result = replace(compare_partition(ref, source, target, history, step, tail, later),
+                             target_tail=max(0, plan.target.high - target_to))
+        finally:
+            later.close()
         if progress is not None and plan.source_offsets > seen["offsets"]:
             progress(plan.source_offsets - seen["offsets"])  # offsets without a record: markers, compaction
         log.info("flow=%s topic=%s partition=%d ok=%s checked=%d missing=%d mismatched=%d pending=%d "
-                 "duplicates=%d", self.flow.name, ref.topic, ref.partition, result.ok, result.source_records,
-                 result.missing, result.mismatched, result.pending, result.duplicates)
+                 "duplicates=%d unexpected=%d unexpected_tail=%d", self.flow.name, ref.topic, ref.partition,
+                 result.ok, result.source_records, result.missing, result.mismatched, result.pending,
+                 result.duplicates, result.unexpected, result.unexpected_tail)
         return result
+
+    def _source_since_plan(self, plan: PartitionPlan) -> Generator[KafkaRecord, None, None]:
+        """The source records written since the plan, up to the high watermark read when first needed.
+
+        That watermark is read after the plan's target watermark, so it covers the source record of
+        every copy in the target's tail, even one the replicator made after the plan read the source.
+        """
+        ref = plan.ref
+        high = self._source.watermarks(ref.topic, ref.partition).high
+        yield from self._source.read(ref.topic, ref.partition, plan.source.high, high)
 
     def close(self) -> None:
         """Close the consumers."""

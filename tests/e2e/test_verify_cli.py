@@ -66,3 +66,41 @@ def test_verify_exit_codes_report_and_json(
 
     unknown = _strait_verify("--flow", "A->B", "--topic", "nope", "--config", config)
     assert unknown.returncode == 1 and "flow A->B: topic(s) nope not replicated by this flow" in unknown.stderr
+
+
+def test_verify_fails_on_records_appended_after_the_last_copy(
+    source_cluster: KafkaCluster, target_cluster: KafkaCluster, unique_name: Callable[[str], str], tmp_path: Path,
+) -> None:
+    topic = unique_name("tail")
+    create_topic(source_cluster.admin(), topic)
+    create_topic(target_cluster.admin(), f"A.{topic}")
+    create_topics(source_cluster.admin(), "A", [internal_topic(SYNCS, 1)])
+    records = [Record(f"k{i}".encode(), f"v{i}".encode(), (), 1_700_000_000_000 + i, 0) for i in range(12)]
+    produce(source_cluster.client_config(), topic, records)
+    config = str(write_config(tmp_path / "strait.yaml", flow_config(source_cluster, target_cluster, [topic])))
+    _copy(target_cluster, source_cluster, topic, records, range(0, 12), range(0, 12))
+    # A replay of 8..11 by a restarted replicator whose syncs are not written yet: copies, not strangers.
+    _copy(target_cluster, source_cluster, topic, records[8:], range(8, 12), range(12, 16), synced=False)
+
+    in_flight = _strait_verify("--flow", "A->B", "--topic", topic, "--config", config, "--json")
+    assert in_flight.returncode == 0, in_flight.stdout + in_flight.stderr
+    clean = json.loads(in_flight.stdout)["partitions"][0]
+    assert (clean["target_tail"], clean["unexpected_tail"]) == (4, 0)
+
+    strangers = [Record(b"k3", b"not a copy", (), 1, 0), Record(None, b"x", (("h", b"y"),), 2, 0)]
+    produce(target_cluster.client_config(), f"A.{topic}", strangers)  # someone else writes to the remote topic
+
+    text = _strait_verify("--flow", "A->B", "--topic", topic, "--config", config)
+    assert text.returncode == 1, text.stdout + text.stderr
+    assert (f"{topic}[0] -> A.{topic}[0]: 2 target record(s) after the last copy are copies of no source record "
+            f"(target offsets 16..17)") in text.stdout
+    assert (f"{topic}[0] -> A.{topic}[0]: first mismatch (unexpected) at source offset -, target offset 16"
+            in text.stdout)
+    assert text.stdout.splitlines()[-1].startswith("MISMATCH: flow A->B, 1 partition(s): 12 source records")
+
+    as_json = _strait_verify("--flow", "A->B", "--topic", topic, "--config", config, "--json")
+    document = json.loads(as_json.stdout)
+    partition = document["partitions"][0]
+    assert as_json.returncode == 1 and not document["ok"] and document["totals"]["unexpected_tail"] == 2
+    assert (partition["unexpected_tail"], partition["unexpected_tail_start"], partition["unexpected_tail_end"],
+            partition["target_tail"], partition["matched"]) == (2, 16, 17, 6, 12)

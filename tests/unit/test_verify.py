@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Iterable, Iterator, Sequence
 from dataclasses import replace
 
 import pytest
@@ -55,8 +55,12 @@ class _Replicator:
             self.history.add(point)
 
 
-def _compare(source: list[KafkaRecord], replicator: _Replicator) -> PartitionParity:
-    return compare_partition(REF, source, replicator.target, replicator.history)
+def _compare(source: list[KafkaRecord], replicator: _Replicator, later: Iterable[KafkaRecord] = ()) -> PartitionParity:
+    """Compare as `strait verify` reads the target: up to the last copy, and the tail after it apart."""
+    last = replicator.history.translator.last_copied()
+    end = -1 if last is None else last.downstream
+    return compare_partition(REF, source, [r for r in replicator.target if r.offset <= end], replicator.history,
+                             tail=[r for r in replicator.target if r.offset > end], later=later)
 
 
 def test_clean_copy_with_holes_and_markers_is_in_parity() -> None:
@@ -162,6 +166,90 @@ def test_records_after_the_last_sync_are_pending() -> None:
 
     assert not result.ok and (result.matched, result.pending, result.unexpected) == (10, 5, 0)
     assert result.first_mismatch is None
+
+
+def test_records_appended_after_the_last_copy_by_someone_else_are_unexpected_in_the_tail() -> None:
+    source = _source(range(10))
+    replicator = _Replicator(source)
+    replicator.batch(range(10))
+    replicator.target += [KafkaRecord(10, b"stranger", b"x", (), 1), KafkaRecord(12, b"other", b"y", (), 2)]
+
+    result = _compare(source, replicator)
+
+    assert not result.ok and (result.matched, result.pending, result.unexpected, result.duplicates) == (10, 0, 0, 0)
+    assert (result.unexpected_tail, result.unexpected_tail_start, result.unexpected_tail_end) == (2, 10, 12)
+    mismatch = result.first_mismatch
+    assert mismatch is not None and (mismatch.kind, mismatch.source_offset, mismatch.target_offset) == \
+        ("unexpected", None, 10)
+    assert mismatch.detail == "2 target record(s) after the last copy equal no source record, at target offsets 10..12"
+    assert result.source_sha256 == result.target_sha256  # the copies themselves are complete and equal
+
+
+def test_a_tail_of_unsynced_copies_and_replays_is_explained_by_the_source() -> None:
+    source = _source(range(12))
+    replicator = _Replicator(source)
+    replicator.batch(range(10))
+    replicator.dark([6, 7, 8, 9, 10])  # a replay from offset 6, its syncs not written yet, then record 10
+    replicator.dark([6, 7])  # and the replay of that replay
+
+    result = _compare(source, replicator)
+
+    assert (result.matched, result.pending, result.unexpected, result.unexpected_tail) == (10, 2, 0, 0)
+    assert result.first_mismatch is None and result.unexpected_tail_start is None
+
+
+def test_a_stranger_among_unsynced_copies_is_found_with_its_offset() -> None:
+    source = _source(range(10))
+    replicator = _Replicator(source)
+    replicator.batch(range(8))
+    replicator.dark([8])
+    replicator.target.append(KafkaRecord(9, b"k9", b"not v9", (), 0))  # looks like a copy, is none
+    replicator.dark([9])
+
+    result = _compare(source, replicator)
+
+    assert (result.pending, result.unexpected_tail, result.unexpected_tail_start) == (2, 1, 9)
+
+
+def _counting(records: list[KafkaRecord], taken: list[int]) -> Iterator[KafkaRecord]:
+    for record in records:
+        taken.append(record.offset)
+        yield record
+
+
+def test_copies_of_records_written_since_the_plan_are_explained_by_reading_on() -> None:
+    source = _source(range(14))
+    replicator = _Replicator(source)
+    replicator.batch(range(10))
+    replicator.dark([10, 11])  # copied after the plan read the source's watermarks (up to offset 10)
+    taken: list[int] = []
+
+    result = _compare(source[:10], replicator, later=_counting(source[10:], taken))
+
+    assert result.ok and result.unexpected_tail == 0 and result.pending == 0
+    assert taken == [10, 11]  # read only as far as needed
+
+
+def test_records_since_the_plan_are_not_read_when_the_tail_is_explained() -> None:
+    source = _source(range(12))
+    replicator = _Replicator(source)
+    replicator.batch(range(10))
+    replicator.dark([9])
+    taken: list[int] = []
+
+    result = _compare(source[:10], replicator, later=_counting(source[10:], taken))
+
+    assert result.ok and taken == []
+
+
+def test_records_on_a_partition_never_replicated_are_unexpected_in_the_tail() -> None:
+    source = _source(range(3))
+    copy = replace(source[1], offset=0)  # a copy made before any sync: explained
+    stranger = KafkaRecord(1, b"x", b"y", (), 0)
+
+    result = compare_partition(REF, source, [], None, tail=[copy, stranger])
+
+    assert (result.pending, result.unexpected_tail, result.unexpected_tail_start) == (3, 1, 1)
 
 
 def test_partition_never_replicated_is_all_pending() -> None:

@@ -3,7 +3,9 @@
 Reads the flow's offset syncs, then every selected source partition and the newest copies of its
 records on the target, and reports per partition the offset ranges, counts, SHA-256 checksums and the
 first mismatch. Duplicates (older copies left by at-least-once replays) are reported, never a failure.
-Exit code 0 on parity, 1 when a record is mismatched, missing, unexpected or not replicated yet.
+Target records after the last copy that equal no source record (written by someone else) are
+reported with their target offsets. Exit code 0 on parity, 1 when a record is mismatched, missing,
+unexpected (anywhere on the target) or not replicated yet.
 """
 
 from __future__ import annotations
@@ -22,7 +24,8 @@ from strait.verify import FlowParity, PartitionParity, PartitionPlan, verify_flo
 from strait.cli.service_options import add_config_source, config_from_args
 
 EXIT_MISMATCH = 1
-COUNTS = ("source_records", "matched", "mismatched", "missing", "pending", "unexpected", "duplicates")
+COUNTS = ("source_records", "matched", "mismatched", "missing", "pending", "unexpected", "unexpected_tail",
+          "duplicates")
 
 
 def register(subparsers: argparse._SubParsersAction) -> None:
@@ -116,6 +119,9 @@ def _notes(p: PartitionParity) -> list[str]:
                      f"{'-' if p.source_end is None else p.source_end})")
     if p.unexpected:
         notes.append(f"{where}: {p.unexpected} target record(s) are copies of no source record")
+    if p.unexpected_tail:
+        notes.append(f"{where}: {p.unexpected_tail} target record(s) after the last copy are copies of no source "
+                     f"record (target offsets {p.unexpected_tail_start}..{p.unexpected_tail_end})")
     if p.unchecked_below is not None:
         notes.append(f"{where}: source offsets below {p.unchecked_below} not checked "
                      f"(their offset syncs were compacted away)")
