@@ -1,0 +1,275 @@
+"""Disaster-recovery drills: the source cluster dies (SIGKILL) or freezes (SIGSTOP) under load, and
+`strait failover` moves the group to the target from target-side state alone.
+
+Each drill runs a fresh single-broker source cluster (its alias unique, so internal topics on the
+shared target never mix) into the session's target B. A keyed load writes ``<partition>:<offset>``
+records (one idempotent producer: the value's sequence is the source offset), faster than the flow's
+rate limit, so the copy runs behind and the RPO is not zero. Two consumers of one group read the
+source slowly and commit after every batch. Then the source dies at a random moment and
+`strait failover --json` runs through the command line. From the records themselves the test counts:
+
+* **lost** per partition: records the source acknowledged that are not on the target. Those below
+  the end offset the report last saw must equal the report's RPO exactly; any beyond it must have
+  been acknowledged after the report's "last seen" time (nobody on the target side could know them);
+* **re-read**: records the group processed on the source and again on the target after failover,
+  at most the report's bound and at most what the group committed after its checkpoint.
+
+The SIGSTOP drill then lets the source come back and copies the stranded records on request
+(`strait failback --stranded copy`): every acknowledged record is then processed by the group.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import random
+import subprocess
+import sys
+import threading
+import time
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+import pytest
+import redis
+from confluent_kafka import Consumer, Producer
+
+from strait.config import load_config
+from strait.config.store import apply_config, load_stored_config
+from strait.errors import StraitError
+from strait.lab.clients import create_topic
+from strait.lab.kafka import KafkaCluster
+from strait.lab.services import StraitProcess
+from tests.integration.replicator_support import flow_config, records_by_partition, wait_for, write_config
+from tests.integration.test_checkpoint_support import services  # noqa: F401  (fixture)
+
+pytestmark = pytest.mark.slow
+
+PARTITIONS = 3
+RATE = 300  # records/s produced
+COPY_LIMIT = 150  # records/s the flow may copy: the copy falls behind, so the RPO is not zero
+_aliases = iter(f"DR{chr(c)}" for c in range(ord("A"), ord("Z") + 1))
+
+
+class AckedLoad:
+    """Produces ``<partition>:<sequence>`` records round-robin and notes when each was acknowledged."""
+
+    def __init__(self, cluster: KafkaCluster, topic: str) -> None:
+        self.topic = topic
+        self.acked: dict[tuple[int, int], float] = {}  # (partition, offset) -> unix time of the ack
+        self._producer = Producer({**cluster.client_config(), "enable.idempotence": True, "linger.ms": 5,
+                                   "message.timeout.ms": 5000})
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._run, daemon=True)
+
+    def start(self) -> AckedLoad:
+        self._thread.start()
+        return self
+
+    def _run(self) -> None:
+        i = 0
+        while not self._stop.is_set():
+            started = time.monotonic()
+            for _ in range(RATE // 10):
+                partition = i % PARTITIONS
+                self._producer.produce(self.topic, key=f"k{i % 101}".encode(),
+                                       value=f"{partition}:{i // PARTITIONS}".encode(), partition=partition,
+                                       on_delivery=self._delivered)
+                i += 1
+            self._producer.poll(0)
+            self._stop.wait(max(0.0, 0.1 - (time.monotonic() - started)))
+
+    def _delivered(self, err: Any, message: Any) -> None:
+        if err is None:
+            self.acked[(message.partition(), message.offset())] = time.time()
+
+    def stop(self) -> None:
+        self._stop.set()
+        self._thread.join(10)
+        self._producer.flush(6)  # the source may be gone: undelivered records simply were never acknowledged
+
+
+class SlowGroup:
+    """Consumers of one group on one cluster: each batch processed (noted), then committed."""
+
+    def __init__(self, cluster: KafkaCluster, group: str, topic: str, members: int = 2, pause: float = 0.2) -> None:
+        self.processed: list[tuple[int, int]] = []  # (partition, source offset), from the record's value
+        self.committed: dict[int, int] = {}
+        self._lock = threading.Lock()
+        self._stop = threading.Event()
+        self._threads = [threading.Thread(target=self._run, args=(cluster, group, topic, pause), daemon=True)
+                         for _ in range(members)]
+
+    def start(self) -> SlowGroup:
+        for thread in self._threads:
+            thread.start()
+        return self
+
+    def _run(self, cluster: KafkaCluster, group: str, topic: str, pause: float) -> None:
+        consumer = Consumer({**cluster.client_config(), "group.id": group, "enable.auto.commit": False,
+                             "auto.offset.reset": "earliest", "session.timeout.ms": 6000,
+                             "socket.connection.setup.timeout.ms": 3000})
+        consumer.subscribe([topic])
+        try:
+            while not self._stop.is_set():
+                batch = [m for m in consumer.consume(20, timeout=0.5) if m.error() is None]
+                if not batch:
+                    continue
+                try:
+                    consumer.commit(asynchronous=False)  # the batch just taken, noted as processed below
+                except Exception:  # noqa: BLE001  the source died mid-commit: this batch counts as not processed
+                    continue
+                with self._lock:
+                    self.processed.extend(_source_position(m.value()) for m in batch)
+                    for m in batch:
+                        self.committed[m.partition()] = max(self.committed.get(m.partition(), 0), m.offset() + 1)
+                time.sleep(pause)
+        finally:
+            consumer.close()
+
+    def stop(self) -> None:
+        self._stop.set()
+        for thread in self._threads:
+            thread.join(20)
+
+
+def _strait(*argv: str, timeout: float = 120) -> subprocess.CompletedProcess[str]:
+    return subprocess.run([sys.executable, "-m", "strait.cli", *argv], capture_output=True, text=True,
+                          timeout=timeout, env={**os.environ})
+
+
+def _source_position(value: bytes) -> tuple[int, int]:
+    """(partition, source offset) of a load record: one idempotent producer, so its sequence is its offset."""
+    partition, sequence = value.decode().split(":")
+    return int(partition), int(sequence)
+
+
+def _read_remote(target: KafkaCluster, topic: str) -> dict[int, list[int]]:
+    """The source offset of each record of each remote partition, in target offset order ({} before it exists)."""
+    try:
+        grouped = records_by_partition(target, topic)
+    except StraitError:
+        return {}
+    return {p: [_source_position(r.value)[1] for r in records] for p, records in grouped.items()}
+
+
+def _drill_config(source: KafkaCluster, target: KafkaCluster, topic: str, redis_url: str, *, syncs_on_target: bool,
+                  group_sync: bool) -> dict[str, Any]:
+    config = flow_config(source, target, [topic], rate_limit_records_per_second=COPY_LIMIT,
+                         emit_checkpoints={"enabled": True, "interval_seconds": 1},
+                         sync_group_offsets={"enabled": group_sync, "interval_seconds": 1},
+                         offset_syncs_topic_location="target" if syncs_on_target else "source")
+    config["redis_url"] = redis_url
+    return config
+
+
+def _start(source: KafkaCluster, target: KafkaCluster, redis_url: str, services: Callable[..., StraitProcess],
+           tmp_path: Path, topic: str, *, syncs_on_target: bool, group_sync: bool) -> Path:
+    create_topic(source.admin(), topic, PARTITIONS)
+    path = write_config(tmp_path / "strait.yaml", _drill_config(source, target, topic, redis_url,
+                                                                 syncs_on_target=syncs_on_target, group_sync=group_sync))
+    apply_config(redis.Redis.from_url(redis_url), load_config(path), "disaster drill")
+    services("replicator", "--redis-url", redis_url, "--epoch-seconds", "5")
+    services("heartbeat", "--redis-url", redis_url)
+    services("checkpoint", "--redis-url", redis_url)
+    return path
+
+
+def _run_until_copying(source: KafkaCluster, target: KafkaCluster, topic: str, group: str) -> tuple[AckedLoad, SlowGroup]:
+    load = AckedLoad(source, topic).start()
+    members = SlowGroup(source, group, topic, pause=0.5).start()
+    remote = f"{source.alias}.{topic}"
+    wait_for(lambda: sum(len(v) for v in _read_remote(target, remote).values()) > 1000, 240, "records copied to B")
+    time.sleep(random.uniform(8, 14))  # a random moment, with checkpoints flowing and the copy behind
+    return load, members
+
+
+def _failover_json(flow: str, redis_url: str, *extra: str) -> tuple[dict[str, Any], int, float]:
+    started = time.monotonic()
+    done = _strait("failover", "--flow", flow, "--json", "--redis-url", redis_url, *extra)
+    assert done.returncode in (0, 3), f"failover failed ({done.returncode}): {done.stdout}\n{done.stderr}"
+    return json.loads(done.stdout), done.returncode, time.monotonic() - started
+
+
+def _lost_checks(report: dict[str, Any], load: AckedLoad, on_target: dict[int, list[int]]) -> dict[int, int]:
+    """Lost records per partition, checked against the report's RPO; returns the lost counts."""
+    rows = {row["partition"]: row for row in report["partitions"] if row["topic"] == load.topic}
+    lost_counts = {}
+    for partition in range(PARTITIONS):
+        row = rows[partition]
+        copied = set(on_target.get(partition, []))
+        lost = sorted(o for (p, o) in load.acked if p == partition and o not in copied)
+        known = [o for o in lost if o < row["end_seen"]]
+        unknown = [o for o in lost if o >= row["end_seen"]]
+        print(f"partition {partition}: lost {len(lost)} (below the last seen end {row['end_seen']}: {len(known)}, "
+              f"report RPO {row['rpo_records']}; after it: {len(unknown)}), copied_to {row['copied_to']}")
+        assert len(known) == row["rpo_records"], f"partition {partition}: RPO {row['rpo_records']} but {len(known)} lost"
+        assert all(load.acked[(partition, o)] >= row["end_seen_at"] for o in unknown), \
+            "a record acknowledged before the last look at the source was not counted in the RPO"
+        lost_counts[partition] = len(lost)
+    return lost_counts
+
+
+def _resume_on_target(target: KafkaCluster, group: str, remote: str, seconds: float = 8.0) -> SlowGroup:
+    members = SlowGroup(target, group, remote, pause=0.0).start()
+    time.sleep(seconds)
+    members.stop()
+    return members
+
+
+@pytest.mark.parametrize("group_sync", [False, True], ids=["group-sync-off", "group-sync-on"])
+def test_source_killed_failover_reports_exact_rpo_and_bounded_reread(
+    kafka_cluster_factory: Callable[..., KafkaCluster], target_cluster: KafkaCluster, redis_url: str,
+    services: Callable[..., StraitProcess], unique_name: Callable[[str], str], tmp_path: Path, group_sync: bool,
+) -> None:
+    source = kafka_cluster_factory(next(_aliases))
+    topic, group = unique_name("dr"), unique_name("dr-group")
+    flow, remote = f"{source.alias}->{target_cluster.alias}", f"{source.alias}.{topic}"
+    _start(source, target_cluster, redis_url, services, tmp_path, topic, syncs_on_target=True, group_sync=group_sync)
+    load, members = _run_until_copying(source, target_cluster, topic, group)
+
+    killed_at = time.monotonic()
+    for node in source.nodes:
+        node.kill()
+    stopping = [threading.Thread(target=c.stop) for c in (load, members)]  # the applications die with the source
+    for thread in stopping:
+        thread.start()
+    report, code, took = _failover_json(flow, redis_url)
+    rto = time.monotonic() - killed_at
+    for thread in stopping:
+        thread.join()
+    print(f"RTO: failover done {rto:.1f}s after the kill (the command took {took:.1f}s, exit {code}); "
+          f"RPO {report['rpo_records']} records")
+    assert rto < 30, f"failover took {rto:.1f}s from the kill"
+    assert report["config_version"] is not None
+    _v, config = load_stored_config(redis.Redis.from_url(redis_url))
+    assert not config.flow(flow).enabled, "the flow must be stopped by the failover"
+
+    on_target = _read_remote(target_cluster, remote)
+    lost = _lost_checks(report, load, on_target)
+    assert report["rpo_records"] > 0 and code == 3, "the copy ran behind: the drill must see records lost"
+    assert sum(lost.values()) >= report["rpo_records"]
+
+    moved = {p["partition"]: p for g in report["groups"] if g["group"] == group for p in g["partitions"]}
+    assert [g["state"] for g in report["groups"] if g["group"] == group] == ["written"]
+    assert moved, "the group had checkpoints: some partition must move"
+    notes = " ".join(note for g in report["groups"] if g["group"] == group for note in g["notes"])
+    for partition in set(range(PARTITIONS)) - set(moved):  # the copy never reached the group's commit there
+        assert f"{remote}[{partition}]" in notes, f"partition {partition} without a checkpoint must be named: {notes}"
+    resumed = _resume_on_target(target_cluster, group, remote)
+    on_a = set(members.processed)
+    for partition, row in sorted(moved.items()):
+        positions = on_target[partition]
+        read_on_b = [o for (p, o) in resumed.processed if p == partition]
+        reread = sum(1 for o in read_on_b if (partition, o) in on_a)
+        after_checkpoint = members.committed.get(partition, 0) - row["checkpoint_upstream"]
+        print(f"{group}[{partition}]: checkpoint {row['checkpoint_upstream']}->{row['checkpoint_downstream']} "
+              f"age {row['checkpoint_age_seconds']}s, re-read {reread} (report: at most {row['reread_at_most']}; "
+              f"committed on the source after the checkpoint: {after_checkpoint})")
+        assert reread <= row["reread_at_most"] and reread <= max(0, after_checkpoint)
+        if row["previous_target_offset"] is not None:
+            assert row["target_offset"] >= row["previous_target_offset"], "an offset moved backwards"
+        expected = positions[row["target_offset"]:]
+        print(f"  read on B from offset {row['target_offset']}: {len(read_on_b)} records")
+        assert sorted(read_on_b) == sorted(expected), f"partition {partition}: the group did not read B from its offset"
