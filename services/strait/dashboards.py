@@ -52,6 +52,9 @@ METRIC_COMPONENT: dict[str, str | None] = {
     "strait_heartbeat_age_seconds": "heartbeat",
     "strait_end_to_end_latency_seconds": "heartbeat",
     "strait_heartbeats_emitted_total": "heartbeat",
+    "strait_replication_lag_seconds": "heartbeat",
+    "strait_failover_rpo_records": "heartbeat",
+    "strait_source_last_seen_timestamp_seconds": "heartbeat",
     "strait_checkpoint_age_seconds": "checkpoint",
     "strait_groups_synced": "checkpoint",
     "strait_checkpoints_emitted_total": "checkpoint",
@@ -198,6 +201,24 @@ def overview() -> Dashboard:
                       description="Target consumer groups whose offsets are at their translated source offsets "
                                   "(summed over the checkpoint replicas, each serving its shards' groups)."),
             )),
+            ("Disaster recovery", (
+                Panel("Replication lag (seconds)", "timeseries",
+                      (Query(f"max by (flow) (strait_replication_lag_seconds{{{FLOW}}})", "{{flow}}"),),
+                      unit="s", width=10,
+                      description="Age of the oldest source record not yet on the target (0 when caught up): "
+                                  "consumers failing over now would miss records this old. It keeps growing "
+                                  "while the source is gone with records uncopied."),
+                Panel("Failover RPO (records)", "timeseries",
+                      (Query(f"max by (flow) (strait_failover_rpo_records{{{FLOW}}})", "{{flow}}"),),
+                      width=10,
+                      description="Records on the source (as last seen) not copied to the target yet: what an "
+                                  "unplanned failover (strait failover --flow F) would lose now."),
+                Panel("Source last answered", "stat",
+                      (Query(f"time() - max by (flow) (strait_source_last_seen_timestamp_seconds{{{FLOW}}})",
+                             "{{flow}}"),),
+                      unit="s", width=4, thresholds=((10, "orange"), (30, "red")),
+                      description="Seconds since the flow's source cluster last answered (asked every second)."),
+            )),
             ("Throughput and lag", (
                 Panel("Records/s", "timeseries",
                       (Query(_rate("strait_replicated_records_total", FLOW, "flow"), "{{flow}}"),),
@@ -284,6 +305,10 @@ def topics() -> Dashboard:
                       (Query(f"topk(20, sum by (flow, topic, partition) "
                              f"(strait_source_lag_records{{{FLOW_TOPIC}}}))"),),
                       description="Partitions with the most source records not copied yet."),
+                Panel("Replication lag by partition (seconds)", "timeseries",
+                      (Query(f"max by (flow, topic, partition) (strait_replication_lag_seconds{{{FLOW_TOPIC}}})",
+                             "{{topic}}[{{partition}}]"),), unit="s", width=24,
+                      description="Age of each partition's oldest source record not yet on the target."),
             )),
             ("Consumer groups", (
                 Panel("Checkpoint age by group", "timeseries",

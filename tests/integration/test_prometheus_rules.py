@@ -2,18 +2,23 @@
 
 from __future__ import annotations
 
+import logging
+import re
 import subprocess
 from pathlib import Path
 
+import pytest
 import yaml
 
 from strait.dashboards import METRIC_COMPONENT, metric_names
 from strait.lab import deps
+from strait.lab.prometheus import RULES_ENV, PrometheusServer, lab_rule_files
 from strait.paths import repo_root
 
 PROMETHEUS = repo_root() / "prometheus"
 REQUIRED_ALERTS = {"StraitHeartbeatStale", "StraitLagRising", "StraitReplicationStopped", "StraitCheckpointStale",
-                   "StraitReplicaMissing", "StraitSyncErrors"}
+                   "StraitReplicaMissing", "StraitSyncErrors", "StraitFlowInError", "StraitSourceUnreachable",
+                   "StraitReplicationLagHigh"}
 
 
 def _promtool(*args: str, cwd: Path = PROMETHEUS) -> subprocess.CompletedProcess[str]:
@@ -57,6 +62,39 @@ def test_alerts_cover_the_issue_and_carry_for_and_severity() -> None:
     tested = yaml.safe_load((PROMETHEUS / "tests.yml").read_text())["tests"]
     exercised = {case["alertname"] for test in tested for case in test.get("alert_rule_test", [])}
     assert {a["alert"] for a in alerts} <= exercised, "every alert has a promtool unit test"
+
+
+def test_dead_source_alerts_fire_within_two_minutes_by_their_timing() -> None:
+    """A dead source: the heartbeat age passes 30 s after 30 s, the first service errs within about 20 s;
+    each alert's threshold wait plus its ``for`` must leave room in the 2 minutes (measured live in
+    test_dead_source_alerts.py)."""
+    groups = yaml.safe_load((PROMETHEUS / "rules.yml").read_text())["groups"]
+    alerts = {rule["alert"]: rule for group in groups for rule in group["rules"] if "alert" in rule}
+
+    def seconds(alert: str) -> int:
+        units = {"s": 1, "m": 60, "h": 3600}
+        return sum(int(n) * units[u] for n, u in re.findall(r"(\d+)([smh])", alerts[alert]["for"]))
+
+    assert 30 + seconds("StraitHeartbeatStale") <= 90
+    assert 30 + seconds("StraitSourceUnreachable") <= 60
+    assert seconds("StraitFlowInError") <= 60
+    assert "strait failover --flow {{ $labels.flow }}" in alerts["StraitSourceUnreachable"]["annotations"]["description"]
+
+
+def test_the_embedded_lab_loads_the_checkout_rules(monkeypatch: pytest.MonkeyPatch, tmp_path: Path,
+                                                   caplog: pytest.LogCaptureFixture) -> None:
+    monkeypatch.delenv(RULES_ENV, raising=False)
+    assert lab_rule_files() == [(PROMETHEUS / "rules.yml").resolve()]
+    server = PrometheusServer(tmp_path, rule_files=lab_rule_files())
+    assert yaml.safe_load(server._config())["rule_files"] == [str((PROMETHEUS / "rules.yml").resolve())]
+    own = tmp_path / "my-rules.yml"
+    own.write_text("groups: []\n")
+    monkeypatch.setenv(RULES_ENV, str(own))
+    assert lab_rule_files() == [own.resolve()]
+    monkeypatch.setenv(RULES_ENV, str(tmp_path / "absent.yml"))
+    with caplog.at_level(logging.WARNING, logger="strait.lab.prometheus"):
+        assert lab_rule_files() == []
+    assert "starts without recording or alert rules" in caplog.text and "absent.yml" in caplog.text
 
 
 def test_rules_use_only_metrics_strait_exports() -> None:

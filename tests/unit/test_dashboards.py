@@ -94,6 +94,17 @@ def test_every_metric_is_known_and_exported_by_strait_code() -> None:
             assert f'"{metric}"' in sources, f"{metric} is not defined by any strait process"
 
 
+def test_disaster_recovery_panels_show_lag_seconds_and_rpo_per_flow() -> None:
+    overview = next(d for d in all_dashboards() if d.uid == "strait-overview")
+    by_title = {p.title: p for p in overview.panels()}
+    lag, rpo = by_title["Replication lag (seconds)"], by_title["Failover RPO (records)"]
+    assert lag.metrics() == {"strait_replication_lag_seconds"} and lag.unit == "s"
+    assert rpo.metrics() == {"strait_failover_rpo_records"}
+    for panel in (lag, rpo):
+        [query] = panel.queries
+        assert query.expr.startswith("max by (flow) (") and query.legend == "{{flow}}"
+
+
 def test_metric_names_reads_selectors_not_functions_or_labels() -> None:
     expr = ('histogram_quantile(0.99, sum by (flow, le) (rate(strait_x_seconds_bucket{flow=~"$flow"}[5m]))) '
             '/ on (flow) clamp_min(max by (flow) (strait_y), 1) or up{job="a"} == 0')

@@ -1,13 +1,16 @@
 """A real Prometheus server from the OS packages, scraping lab targets found through a file.
 
 Targets are written to a file_sd JSON file that Prometheus watches, so processes can be added to the
-scrape while it runs (`add_target`).
+scrape while it runs (`add_target`). The embedded lab loads the same recording and alert rules as
+the compose lab (`prometheus/rules.yml` of the checkout, see `lab_rule_files`), so its alerts fire
+and `alerts()` lists them.
 """
 
 from __future__ import annotations
 
 import json
 import logging
+import os
 import urllib.parse
 import urllib.request
 from collections.abc import Iterable, Mapping
@@ -18,8 +21,28 @@ from strait.errors import LabError
 from strait.lab import deps
 from strait.lab.ports import claim_port, free_port
 from strait.lab.process import ManagedProcess
+from strait.paths import repo_root
 
 log = logging.getLogger(__name__)
+
+RULES_ENV = "STRAIT_PROMETHEUS_RULES"
+
+
+def lab_rule_files() -> list[Path]:
+    """The rule files the embedded lab's Prometheus loads: ``prometheus/rules.yml``, as in compose.
+
+    ``$STRAIT_PROMETHEUS_RULES`` names the file explicitly (an install without the source checkout);
+    otherwise it is the checkout's, found from this package's own location (strait is installed
+    editable from ``services/``). A missing file is logged and the lab runs without rules.
+    """
+    configured = os.environ.get(RULES_ENV)
+    path = Path(configured) if configured else repo_root() / "prometheus" / "rules.yml"
+    if path.is_file():
+        return [path.resolve()]
+    where = f"${RULES_ENV}={configured}" if configured else f"{path} (not a strait source checkout?)"
+    log.warning("prometheus rules not found at %s: the lab's Prometheus starts without recording or "
+                "alert rules; set %s to the path of strait's prometheus/rules.yml", where, RULES_ENV)
+    return []
 
 
 class PrometheusServer:
@@ -98,7 +121,7 @@ class PrometheusServer:
         self.process = ManagedProcess("Prometheus", argv, self.workdir / "prometheus.log")
         self.process.start()
         self.process.wait_until(self._ready, timeout, "/-/ready")
-        log.info("prometheus ready url=%s", self.url)
+        log.info("prometheus ready url=%s rule_files=%s", self.url, ",".join(self.rule_files) or "none")
 
     def _ready(self) -> bool:
         with urllib.request.urlopen(f"{self.url}/-/ready", timeout=2) as resp:
@@ -112,6 +135,22 @@ class PrometheusServer:
         if body.get("status") != "success":
             raise LabError(f"Prometheus query {promql!r} failed: {body.get('error')}")
         return body["data"]["result"]
+
+    def alerts(self) -> list[dict[str, Any]]:
+        """Every pending and firing alert (``/api/v1/alerts``): labels, annotations, ``state``, ``activeAt``."""
+        with urllib.request.urlopen(f"{self.url}/api/v1/alerts", timeout=10) as resp:
+            body = json.load(resp)
+        if body.get("status") != "success":
+            raise LabError(f"Prometheus alerts failed: {body.get('error')}")
+        return list(body["data"]["alerts"])
+
+    def rule_groups(self) -> list[dict[str, Any]]:
+        """The loaded rule groups (``/api/v1/rules``), with each rule's health and last error."""
+        with urllib.request.urlopen(f"{self.url}/api/v1/rules", timeout=10) as resp:
+            body = json.load(resp)
+        if body.get("status") != "success":
+            raise LabError(f"Prometheus rules failed: {body.get('error')}")
+        return list(body["data"]["groups"])
 
     def stop(self) -> None:
         """Stop Prometheus."""

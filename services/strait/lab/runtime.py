@@ -26,7 +26,7 @@ from strait.errors import LabError
 from strait.lab.kafka import KafkaCluster
 from strait.lab.ports import claim_port, free_port
 from strait.lab.process import ManagedProcess
-from strait.lab.prometheus import PrometheusServer
+from strait.lab.prometheus import PrometheusServer, lab_rule_files
 from strait.lab.redis import RedisServer
 from strait.lab.services import StraitProcess
 from strait.lab.topology import LabSpec, lab_config
@@ -52,7 +52,8 @@ class Lab:
         }
         self.redis = RedisServer(workdir / "redis", port=spec.port(79)) if spec.redis else None
         self.prometheus = (
-            PrometheusServer(workdir / "prometheus", port=spec.port(90)) if spec.prometheus else None
+            PrometheusServer(workdir / "prometheus", port=spec.port(90), rule_files=lab_rule_files())
+            if spec.prometheus else None
         )
         self.metrics_endpoints: dict[str, str] = {}
         self.services: list[StraitProcess] = []

@@ -1,0 +1,115 @@
+"""Monitoring outlives the source cluster: in the embedded lab, its alerts fire within 2 minutes of its death.
+
+The lab of `strait lab up` (clusters A and B, Redis, Prometheus loading prometheus/rules.yml, and
+every strait component for flow A->B) runs in this process. Once records and heartbeats of A reach
+B, cluster A's broker is SIGKILLed; Prometheus's /api/v1/alerts must then show StraitHeartbeatStale,
+StraitFlowInError and StraitSourceUnreachable firing for A->B within 2 minutes. The seconds each
+took, when each service first put the flow in state "error", and how long each service then takes
+to stop are printed. About 3 minutes: the lab starts in ~30 s, topic discovery (every 30 s) makes
+the flow replicate ~45 s later, and StraitHeartbeatStale cannot fire before ~90 s (30 s of silence,
+then 1 minute).
+"""
+
+from __future__ import annotations
+
+import time
+import uuid
+from collections.abc import Iterator
+from concurrent.futures import ThreadPoolExecutor
+from pathlib import Path
+
+import pytest
+
+from strait.lab.clients import Record, create_topic, produce
+from strait.lab.prometheus import PrometheusServer
+from strait.lab.runtime import Lab
+from strait.lab.services import StraitProcess
+from strait.lab.topology import LAB_SERVICES, LabSpec
+from tests.integration.replicator_support import count, wait_for
+
+pytestmark = [pytest.mark.integration, pytest.mark.slow]
+
+FLOW = "A->B"
+DEADLINE_SECONDS = 120.0
+REQUIRED_ALERTS = ("StraitHeartbeatStale", "StraitFlowInError", "StraitSourceUnreachable")
+
+
+def _firing(prometheus: PrometheusServer) -> set[str]:
+    """Names of the alerts firing for the flow."""
+    return {a["labels"]["alertname"] for a in prometheus.alerts()
+            if a["state"] == "firing" and a["labels"].get("flow") == FLOW}
+
+
+def _services_in_error(prometheus: PrometheusServer) -> set[str]:
+    """Services whose current state of the flow is "error", as Prometheus last scraped them."""
+    result = prometheus.query(f'max by (service) (strait_flow_state{{flow="{FLOW}",state="error"}}) == 1')
+    return {sample["metric"]["service"] for sample in result}
+
+
+@pytest.fixture
+def lab(lab_root: Path) -> Iterator[Lab]:
+    workdir = lab_root / f"dead-source-{uuid.uuid4().hex[:6]}"
+    workdir.mkdir(parents=True)
+    lab = Lab(LabSpec(services=LAB_SERVICES), workdir)  # free ports: runs beside other labs
+    started = time.monotonic()
+    lab.up()
+    print(f"lab up in {time.monotonic() - started:.0f}s; logs {workdir}")
+    yield lab
+    # The design: with a cluster dead, every process still stops in seconds. The services are stopped
+    # side by side (each as StraitProcess.stop does it), so the teardown lasts as long as the slowest.
+    started = time.monotonic()
+
+    def stop(service: StraitProcess) -> str:
+        service.stop()
+        return f"{service.process.name} stopped in {time.monotonic() - started:.0f}s " \
+               f"(exit code {service.process.returncode()})"
+
+    with ThreadPoolExecutor(max_workers=max(1, len(lab.services))) as pool:
+        for line in pool.map(stop, lab.services):
+            print(line)
+    lab.down()
+    print(f"lab down in {time.monotonic() - started:.0f}s")
+
+
+def test_alerts_fire_within_two_minutes_of_the_source_death(lab: Lab) -> None:
+    prometheus, source, target = lab.prometheus, lab.clusters["A"], lab.clusters["B"]
+    assert prometheus is not None
+    loaded = {rule["name"] for group in prometheus.rule_groups() for rule in group["rules"]}
+    assert set(REQUIRED_ALERTS) <= loaded, "prometheus/rules.yml not loaded"
+
+    topic = f"orders-{uuid.uuid4().hex[:6]}"
+    create_topic(source.admin(), topic, partitions=2)
+    produce(source.client_config(), topic, [Record(f"k{i}".encode(), b"v" * 100, ()) for i in range(200)])
+    started = time.monotonic()
+    # configsync and the replicator discover topics every 30 s in the lab's configuration
+    wait_for(lambda: count(target, f"A.{topic}") == 200, 180, "the records copied to B")
+    wait_for(lambda: prometheus.query(f'flow:strait_heartbeat_age_seconds:max{{flow="{FLOW}"}} < 5'), 120,
+             "fresh heartbeats of A seen on B, through Prometheus")
+    print(f"flow {FLOW} replicating records and heartbeats {time.monotonic() - started:.0f}s after lab up")
+    assert not _firing(prometheus) & set(REQUIRED_ALERTS), "alerts fire before the source dies"
+    expected = set(REQUIRED_ALERTS)
+
+    for node in source.nodes:
+        node.kill()  # SIGKILL, the broker's whole process group
+    killed = time.monotonic()
+    fired: dict[str, float] = {}
+    in_error: dict[str, float] = {}
+    while time.monotonic() - killed < DEADLINE_SECONDS + 5 and set(fired) < expected:
+        now = time.monotonic() - killed
+        for name in _firing(prometheus) - set(fired):
+            fired[name] = now
+        for service in _services_in_error(prometheus) - set(in_error):
+            in_error[service] = now
+        time.sleep(1)
+    for service in sorted(in_error):
+        print(f"{service}: flow {FLOW} in state error {in_error[service]:.0f}s after the kill")
+    never = sorted(set(LAB_SERVICES) - set(in_error))
+    print(f"services that had not put {FLOW} in state error when the wait ended: {never or 'none'}")
+    for name in sorted(expected):
+        print(f"{name}: " + (f"firing {fired[name]:.0f}s after the kill" if name in fired else "not firing"))
+    broken = {rule["name"]: rule.get("lastError") for group in prometheus.rule_groups()
+              for rule in group["rules"] if rule.get("health") == "err"}
+    assert not broken, f"rules failing to evaluate: {broken}"
+    late = {name: fired.get(name) for name in expected if fired.get(name, DEADLINE_SECONDS + 1) > DEADLINE_SECONDS}
+    assert not late, f"not firing within {DEADLINE_SECONDS:.0f}s of the source's death: {late}; " \
+                     f"services in error: {in_error}"
