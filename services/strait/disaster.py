@@ -227,8 +227,11 @@ def partition_losses(flow: FlowConfig, view: SourceView | None, synced: Mapping[
         if copied is not None and down is not None and target_end is not None and target_end > down:
             copied += target_end - down  # copies past the last sync read: contiguous source offsets assumed
             basis += f", {target_end - down} record(s) on the target past the last sync"
-        if copied is None and (target_end or 0) == 0 and seen is not None:
-            copied, basis = seen.earliest, "nothing copied"
+        if copied is None and seen is not None and seen.earliest is not None and target_end is not None:
+            # No sync known for the partition: its copy began at the source's earliest offset.
+            copied = seen.earliest + target_end
+            basis = "nothing copied" if target_end == 0 else \
+                f"no offset sync known: {target_end} record(s) on the target counted from the source's earliest offset"
         end = seen.end if seen else None
         rpo = None if end is None or copied is None else max(0, end - copied)
         losses.append(SourcePartitionLoss(topic, partition, remote, copied, end, seen.end_seen_at if seen else None,

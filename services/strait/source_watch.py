@@ -208,6 +208,8 @@ class SourceWatch:
                      now - self._unreachable_since)
         self._reachable_at, self._unreachable_since, self._error = now, None, ""
         for key, end in ends.items():
+            if end < 0:
+                continue  # no answer for this partition (a leader gone): keep the last real end offset
             self._ends[key] = (end, now)
             self._samples.setdefault(key, _Samples()).add(now, end)
 

@@ -74,6 +74,7 @@ class HeartbeatWorker(FlowWorker):
                 if now >= next_topology:
                     self._publish_topology()
                     next_topology = now + flow.refresh_topics.interval_seconds
+                    set_flow_state(metrics.SERVICE, self.name, "running")  # both clusters answered again
                 self._watch()
                 self._failures = 0
             except LeaseLostError:

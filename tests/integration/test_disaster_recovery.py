@@ -23,6 +23,7 @@ from __future__ import annotations
 import json
 import os
 import random
+import signal
 import subprocess
 import sys
 import threading
@@ -59,7 +60,7 @@ class AckedLoad:
         self.topic = topic
         self.acked: dict[tuple[int, int], float] = {}  # (partition, offset) -> unix time of the ack
         self._producer = Producer({**cluster.client_config(), "enable.idempotence": True, "linger.ms": 5,
-                                   "message.timeout.ms": 5000})
+                                   "message.timeout.ms": 5000, "log_level": 2})
         self._stop = threading.Event()
         self._thread = threading.Thread(target=self._run, daemon=True)
 
@@ -109,7 +110,7 @@ class SlowGroup:
     def _run(self, cluster: KafkaCluster, group: str, topic: str, pause: float) -> None:
         consumer = Consumer({**cluster.client_config(), "group.id": group, "enable.auto.commit": False,
                              "auto.offset.reset": "earliest", "session.timeout.ms": 6000,
-                             "socket.connection.setup.timeout.ms": 3000})
+                             "socket.connection.setup.timeout.ms": 3000, "log_level": 2})
         consumer.subscribe([topic])
         try:
             while not self._stop.is_set():
@@ -155,8 +156,8 @@ def _read_remote(target: KafkaCluster, topic: str) -> dict[int, list[int]]:
 
 
 def _drill_config(source: KafkaCluster, target: KafkaCluster, topic: str, redis_url: str, *, syncs_on_target: bool,
-                  group_sync: bool) -> dict[str, Any]:
-    config = flow_config(source, target, [topic], rate_limit_records_per_second=COPY_LIMIT,
+                  group_sync: bool, copy_limit: int) -> dict[str, Any]:
+    config = flow_config(source, target, [topic], rate_limit_records_per_second=copy_limit,
                          emit_checkpoints={"enabled": True, "interval_seconds": 1},
                          sync_group_offsets={"enabled": group_sync, "interval_seconds": 1},
                          offset_syncs_topic_location="target" if syncs_on_target else "source")
@@ -165,10 +166,11 @@ def _drill_config(source: KafkaCluster, target: KafkaCluster, topic: str, redis_
 
 
 def _start(source: KafkaCluster, target: KafkaCluster, redis_url: str, services: Callable[..., StraitProcess],
-           tmp_path: Path, topic: str, *, syncs_on_target: bool, group_sync: bool) -> Path:
+           tmp_path: Path, topic: str, *, syncs_on_target: bool, group_sync: bool, copy_limit: int = COPY_LIMIT) -> Path:
     create_topic(source.admin(), topic, PARTITIONS)
     path = write_config(tmp_path / "strait.yaml", _drill_config(source, target, topic, redis_url,
-                                                                 syncs_on_target=syncs_on_target, group_sync=group_sync))
+                                                                 syncs_on_target=syncs_on_target, group_sync=group_sync,
+                                                                 copy_limit=copy_limit))
     apply_config(redis.Redis.from_url(redis_url), load_config(path), "disaster drill")
     services("replicator", "--redis-url", redis_url, "--epoch-seconds", "5")
     services("heartbeat", "--redis-url", redis_url)
@@ -218,6 +220,21 @@ def _resume_on_target(target: KafkaCluster, group: str, remote: str, seconds: fl
     return members
 
 
+def _translations_without_the_source(flow: str, group: str, redis_url: str, topic: str,
+                                     moved: dict[int, dict[str, Any]]) -> None:
+    """`strait offsets translate` with the source dead: the group from checkpoints, one offset from the syncs."""
+    shown = _strait("offsets", "translate", "--flow", flow, "--group", group, "--json", "--redis-url", redis_url)
+    assert shown.returncode == 0, shown.stdout + shown.stderr
+    rows = {r["partition"]: r for r in json.loads(shown.stdout)["partitions"]}
+    for partition, row in moved.items():
+        assert (rows[partition]["upstream"], rows[partition]["downstream"]) == \
+            (row["checkpoint_upstream"], row["checkpoint_downstream"])
+        one = _strait("offsets", "translate", "--flow", flow, "--topic", topic, "--partition", str(partition),
+                      "--offset", str(row["checkpoint_upstream"]), "--json", "--redis-url", redis_url)
+        assert one.returncode == 0, one.stdout + one.stderr
+        assert json.loads(one.stdout)["downstream"] == row["checkpoint_downstream"]
+
+
 @pytest.mark.parametrize("group_sync", [False, True], ids=["group-sync-off", "group-sync-on"])
 def test_source_killed_failover_reports_exact_rpo_and_bounded_reread(
     kafka_cluster_factory: Callable[..., KafkaCluster], target_cluster: KafkaCluster, redis_url: str,
@@ -246,6 +263,11 @@ def test_source_killed_failover_reports_exact_rpo_and_bounded_reread(
     _v, config = load_stored_config(redis.Redis.from_url(redis_url))
     assert not config.flow(flow).enabled, "the flow must be stopped by the failover"
 
+    status = _strait("status", "--json", "--redis-url", redis_url)
+    source_row = [row["source"] for row in json.loads(status.stdout)["flows"] if row["flow"] == flow][0]
+    print(f"strait status: {source_row['summary']}")
+    assert source_row["reachable"] is False and source_row["unreachable_since"] is not None
+
     on_target = _read_remote(target_cluster, remote)
     lost = _lost_checks(report, load, on_target)
     assert report["rpo_records"] > 0 and code == 3, "the copy ran behind: the drill must see records lost"
@@ -257,6 +279,7 @@ def test_source_killed_failover_reports_exact_rpo_and_bounded_reread(
     notes = " ".join(note for g in report["groups"] if g["group"] == group for note in g["notes"])
     for partition in set(range(PARTITIONS)) - set(moved):  # the copy never reached the group's commit there
         assert f"{remote}[{partition}]" in notes, f"partition {partition} without a checkpoint must be named: {notes}"
+    _translations_without_the_source(flow, group, redis_url, topic, moved)
     resumed = _resume_on_target(target_cluster, group, remote)
     on_a = set(members.processed)
     for partition, row in sorted(moved.items()):
@@ -273,3 +296,63 @@ def test_source_killed_failover_reports_exact_rpo_and_bounded_reread(
         expected = positions[row["target_offset"]:]
         print(f"  read on B from offset {row['target_offset']}: {len(read_on_b)} records")
         assert sorted(read_on_b) == sorted(expected), f"partition {partition}: the group did not read B from its offset"
+
+
+def test_source_frozen_failover_then_stranded_records_copied_on_request(
+    kafka_cluster_factory: Callable[..., KafkaCluster], target_cluster: KafkaCluster, redis_url: str,
+    services: Callable[..., StraitProcess], unique_name: Callable[[str], str], tmp_path: Path,
+) -> None:
+    """SIGSTOP (a network cut as the clients see it), offset syncs on the source (the default): the RPO
+    comes from the source view in Redis; after SIGCONT the stranded records are listed, then copied."""
+    source = kafka_cluster_factory(next(_aliases))
+    topic, group = unique_name("dr-frozen"), unique_name("dr-frozen-group")
+    flow, remote = f"{source.alias}->{target_cluster.alias}", f"{source.alias}.{topic}"
+    _start(source, target_cluster, redis_url, services, tmp_path, topic, syncs_on_target=False, group_sync=False,
+           copy_limit=250)
+    load, members = _run_until_copying(source, target_cluster, topic, group)
+
+    frozen_at = time.monotonic()
+    for node in source.nodes:
+        node.signal(signal.SIGSTOP)
+    try:
+        stopping = [threading.Thread(target=c.stop) for c in (load, members)]
+        for thread in stopping:
+            thread.start()
+        report, code, took = _failover_json(flow, redis_url)
+        rto = time.monotonic() - frozen_at
+        print(f"RTO: failover done {rto:.1f}s after the freeze (the command took {took:.1f}s, exit {code}); "
+              f"RPO {report['rpo_records']} records; reason: {report['reason']}")
+        assert rto < 30 and "did not answer" in report["reason"]
+        lost = _lost_checks(report, load, _read_remote(target_cluster, remote))
+        resumed = _resume_on_target(target_cluster, group, remote)
+    finally:
+        for node in source.nodes:
+            node.signal(signal.SIGCONT)
+    for thread in stopping:
+        thread.join()
+    wait_for(lambda: _strait("failback", "--flow", flow, "--stranded", "list", "--json", "--redis-url", redis_url,
+                             timeout=60).returncode == 0, 60, "the source answering again")
+
+    listed = json.loads(_strait("failback", "--flow", flow, "--stranded", "list", "--json", "--redis-url",
+                                redis_url).stdout)
+    print(f"stranded: {listed['records']} records in {len(listed['stranded'])} range(s); lost at failover "
+          f"{sum(lost.values())}")
+    # Records A appended but never acknowledged (the freeze timed their producer out) are stranded too.
+    ranges = [(r["partition"], r["start"], r["end"]) for r in listed["stranded"] if r["topic"] == topic]
+    on_target = _read_remote(target_cluster, remote)
+    for (partition, offset) in load.acked:
+        if offset not in set(on_target.get(partition, [])):
+            assert any(p == partition and start <= offset < end for p, start, end in ranges), (partition, offset)
+    assert listed["records"] >= sum(lost.values()) and not listed["copied"]
+    copied = _strait("failback", "--flow", flow, "--stranded", "copy", "--json", "--redis-url", redis_url,
+                     "--timeout", "180", timeout=240)
+    assert copied.returncode == 0, copied.stdout + copied.stderr
+    assert json.loads(copied.stdout)["copied"]
+    _v, config = load_stored_config(redis.Redis.from_url(redis_url))
+    assert not config.flow(flow).enabled, "the flow stays stopped after copying the stranded records"
+
+    after = _resume_on_target(target_cluster, group, remote)
+    processed = set(members.processed) | set(resumed.processed) | set(after.processed)
+    never = sorted(key for key in load.acked if key not in processed)
+    print(f"acknowledged on the source: {len(load.acked)}, never processed by the group: {len(never)}")
+    assert not never, f"{len(never)} acknowledged records never reached the group, first: {never[:5]}"

@@ -9,10 +9,12 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import time
 from typing import Any
 
 from strait.config.store import ConfigStoreError, load_stored_config
 from strait.coord.redis_client import connect
+from strait.source_watch import SourceView, read_source_view
 from strait_configsync.drift import FlowReport, age, read_reports
 from strait.config.model import DEFAULT_REDIS_URL
 
@@ -38,11 +40,16 @@ def _status(args: argparse.Namespace) -> int:
     for name in reports:
         flows.setdefault(name, True)
     rows = [_row(name, enabled, reports.get(name)) for name, enabled in flows.items()]
+    for row in rows:
+        row["source"] = _source(read_source_view(client, row["flow"]))
     topology = read_topology(client)
     if args.json:
         print(json.dumps({"flows": rows, "topology": topology}, indent=2, sort_keys=True))
         return 0
     print(_table(rows) if rows else "no flows configured (`strait config apply FILE` stores one)")
+    for row in rows:
+        if row["source"] is not None:
+            print(f"{row['flow']}: {row['source']['summary']}")
     if topology:
         print("\ntopology (from heartbeat topics: cluster <- upstream clusters and hops)")
         for alias, cluster in sorted(topology.items()):
@@ -65,6 +72,25 @@ def read_topology(client: Any, namespace: str = "strait") -> dict[str, dict[str,
         if isinstance(value, dict):
             topology[name.rsplit(":", 1)[-1]] = value
     return topology
+
+
+def _source(view: SourceView | None) -> dict[str, Any] | None:
+    """What the heartbeat service's source watch last published: reachability, RPO now, worst lag."""
+    if view is None:
+        return None
+    now = time.time()
+    lag = max((p.lag_seconds(now) for p in view.partitions), default=0.0)
+    since = view.unreachable_since
+    state = (f"source {view.source} unreachable since {_utc(since)} ({now - since:.0f}s)" if since is not None
+             else f"source {view.source} reachable")
+    rpo = view.rpo_records
+    summary = f"{state}; not yet copied: {'unknown' if rpo is None else rpo} record(s), oldest {lag:.1f}s old"
+    return {"reachable": since is None, "unreachable_since": since, "rpo_records": rpo,
+            "lag_seconds": round(lag, 1), "summary": summary}
+
+
+def _utc(seconds: float) -> str:
+    return time.strftime("%Y-%m-%d %H:%M:%S UTC", time.gmtime(seconds))
 
 
 def _row(name: str, enabled: bool, report: FlowReport | None) -> dict[str, Any]:
