@@ -34,14 +34,14 @@ from collections.abc import Mapping, Sequence
 from dataclasses import asdict, dataclass, field
 
 import redis
-from confluent_kafka import ConsumerGroupTopicPartitions, KafkaException, TopicPartition
+from confluent_kafka import KafkaException, TopicPartition
 from confluent_kafka.admin import AdminClient
 
 from strait.config.model import FlowConfig, StraitConfig
 from strait.errors import StraitError
 from strait.failover import store_flows
-from strait.kafka.admin import admin_client, explain_error, list_offsets
-from strait.kafka.groups import ACTIVE_STATES, group_states
+from strait.kafka.admin import admin_client, list_offsets
+from strait.kafka.groups import ACTIVE_STATES, alter_group_offsets, group_states
 from strait.source_watch import PartitionView, SourceView, read_source_view
 from strait.translation import (
     StoredCheckpoint,
@@ -272,24 +272,10 @@ def move_group_to_checkpoints(config: StraitConfig, flow: FlowConfig, admin: Adm
         notes.append(f"group {group} has active members on {flow.target}: offsets not written; stop them and run "
                      f"the failover again")
     elif writes and not dry_run:
-        alter_group_offsets(admin, flow.target, group, writes)
+        alter_group_offsets(admin, flow.target, group, writes, KAFKA_TIMEOUT)
     log.info("flow=%s group=%s state=%s partitions=%d written=%d", flow.name, group, state, len(rows),
              0 if state != "written" else len(writes))
     return MovedGroup(group, state, tuple(rows), tuple(notes))
-
-
-def alter_group_offsets(admin: AdminClient, alias: str, group: str, writes: list[TopicPartition]) -> None:
-    """Commit ``writes`` for ``group`` on cluster ``alias``; raises with the first failed partition named."""
-    future = admin.alter_consumer_group_offsets([ConsumerGroupTopicPartitions(group, writes)],
-                                                request_timeout=KAFKA_TIMEOUT)[group]
-    try:
-        result = future.result(timeout=KAFKA_TIMEOUT)
-    except KafkaException as exc:
-        raise explain_error(exc, alias, f"writing offsets of group {group}") from None
-    failed = [tp for tp in result.topic_partitions or [] if tp.error is not None]
-    if failed:
-        raise DisasterRecoveryError(f"cluster {alias} group {group}: writing the offset of {failed[0].topic}"
-                                    f"[{failed[0].partition}] failed: {failed[0].error}")
 
 
 # -- failover ------------------------------------------------------------------------------------

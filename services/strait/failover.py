@@ -52,7 +52,7 @@ from strait.config.model import FlowConfig, StraitConfig
 from strait.config.store import apply_config, load_stored_config
 from strait.errors import StraitError
 from strait.kafka.admin import admin_client, create_topics, end_offsets, explain_error, internal_topic
-from strait.kafka.groups import ACTIVE_STATES, group_states
+from strait.kafka.groups import ACTIVE_STATES, alter_group_offsets, group_states
 from strait.records import Checkpoint
 from strait.translation import (
     CommittedOffset,
@@ -539,21 +539,8 @@ def move_home(side: FlowSide, group: str, dry_run: bool) -> GroupOutcome:
             notes.append(f"group {group} has active members on {flow.source}: offsets of {sorted(set(remote))} "
                          f"not written; stop them and run failback again")
         else:
-            _alter(side.source_admin, flow.source, group, writes)
+            alter_group_offsets(side.source_admin, flow.source, group, writes, KAFKA_TIMEOUT)
     return GroupOutcome(group, state, tuple(rows), tuple(notes))
-
-
-def _alter(admin: AdminClient, alias: str, group: str, writes: list[TopicPartition]) -> None:
-    future = admin.alter_consumer_group_offsets([ConsumerGroupTopicPartitions(group, writes)],
-                                                request_timeout=KAFKA_TIMEOUT)[group]
-    try:
-        result = future.result(timeout=KAFKA_TIMEOUT)
-    except KafkaException as exc:
-        raise explain_error(exc, alias, f"writing offsets of group {group}") from None
-    failed = [tp for tp in result.topic_partitions or [] if tp.error is not None]
-    if failed:
-        raise FailoverError(f"cluster {alias} group {group}: writing the offset of {failed[0].topic}"
-                            f"[{failed[0].partition}] failed: {failed[0].error}")
 
 
 def _merge(local: Sequence[GroupOutcome], home: Sequence[GroupOutcome]) -> tuple[GroupOutcome, ...]:

@@ -4,10 +4,10 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 
-from confluent_kafka import ConsumerGroupState, KafkaException
+from confluent_kafka import ConsumerGroupState, ConsumerGroupTopicPartitions, KafkaException, TopicPartition
 from confluent_kafka.admin import AdminClient
 
-from strait.kafka.admin import DEFAULT_TIMEOUT, explain_error
+from strait.kafka.admin import DEFAULT_TIMEOUT, KafkaAdminError, explain_error
 
 # A group in one of these states has members: strait never writes its offsets.
 ACTIVE_STATES = (ConsumerGroupState.STABLE, ConsumerGroupState.PREPARING_REBALANCING,
@@ -26,3 +26,18 @@ def group_states(admin: AdminClient, alias: str, groups: Sequence[str],
         except KafkaException as exc:
             raise explain_error(exc, alias, f"describing group {group}") from None
     return states
+
+
+def alter_group_offsets(admin: AdminClient, alias: str, group: str, writes: list[TopicPartition],
+                        timeout: float = DEFAULT_TIMEOUT) -> None:
+    """Commit ``writes`` for ``group`` on cluster ``alias``; raises naming the first partition that failed."""
+    future = admin.alter_consumer_group_offsets([ConsumerGroupTopicPartitions(group, writes)],
+                                                request_timeout=timeout)[group]
+    try:
+        result = future.result(timeout=timeout)
+    except KafkaException as exc:
+        raise explain_error(exc, alias, f"writing offsets of group {group}") from None
+    failed = [tp for tp in result.topic_partitions or [] if tp.error is not None]
+    if failed:
+        raise KafkaAdminError(f"cluster {alias} group {group}: writing the offset of {failed[0].topic}"
+                              f"[{failed[0].partition}] failed: {failed[0].error}")
