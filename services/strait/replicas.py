@@ -16,6 +16,7 @@ import logging
 import os
 import socket
 import threading
+import time
 import uuid
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -31,9 +32,13 @@ from strait.coord.leases import LeaseKeeper, LeaseLostError, Leases
 from strait.coord.membership import MemberKeeper, Membership
 from strait.coord.redis_client import CoordinationError, connect
 from strait.metrics import ERRORS
-from strait.service import ConfigFeed, follow_config, run_service
+from strait.service import ConfigFeed, follow_config, run_service, stop_time_left
 
 log = logging.getLogger(__name__)
+
+# A worker ends within a tick once asked, its requests answered in milliseconds; one still busy after
+# this is waiting on a cluster that does not answer (admin timeouts of 15 s and more).
+WORKER_STOP_SECONDS = 3.0
 
 
 @dataclass(frozen=True)
@@ -224,9 +229,23 @@ class FlowSupervisor:
             workers = [*self._workers.values(), *self._stopping]
             for worker in workers:
                 worker.stop()
-            for worker in workers:
-                worker.join(timeout=60)
+            self._join(workers, time.monotonic() + min(WORKER_STOP_SECONDS, stop_time_left(stop)))
             self._member.stop()
+
+    def _join(self, workers: list[FlowWorker], deadline: float) -> None:
+        """Wait until ``deadline`` for the workers to end (each releases its lease as it ends).
+
+        A worker blocked in a request to a dead cluster (admin timeouts of 15 s and more, a close
+        that waits for its coordinator) is left behind: the process exits under it, and its lease
+        expires within one TTL, as a killed replica's does.
+        """
+        for worker in workers:
+            worker.join(timeout=max(0.0, deadline - time.monotonic()))
+        stuck = sorted(worker.name for worker in workers if worker.alive)
+        if stuck:
+            log.warning("service=%s items=%s still busy at the stop deadline (a cluster not answering?): "
+                        "leaving them; their leases expire within %.0fs", self.options.service,
+                        ",".join(stuck), self.options.lease_ttl)
 
 
 def redis_url_for(explicit: str | None, config_file: Path | None) -> str:

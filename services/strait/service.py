@@ -58,25 +58,61 @@ def follow_config(feed: ConfigFeed, config_file: Path | None, client: redis.Redi
     return watch_config(client, feed.set, poll_interval=2.0, namespace=namespace, after_version=version)
 
 
-STOP_GRACE_SECONDS = 40.0  # under the lab's 60 s: the process ends by itself before it is killed
+STOP_GRACE_SECONDS = 9.0  # under Docker's and the lab's 10 s: the process ends by itself before it is killed
+STOP_MARGIN_SECONDS = 2.0  # of the grace, kept for the interpreter's own exit once the body's stop path ended
 END_GRACE_SECONDS = 5.0  # for threads left running once the body ended
+
+
+def stop_grace_seconds() -> float:
+    """Seconds from a stop signal until the process exits by itself (``STRAIT_STOP_GRACE_SECONDS``)."""
+    return float(os.environ.get("STRAIT_STOP_GRACE_SECONDS", STOP_GRACE_SECONDS))
+
+
+class StopEvent(threading.Event):
+    """The event SIGINT and SIGTERM set; it knows when the process will exit by itself."""
+
+    def __init__(self, grace: float) -> None:
+        super().__init__()
+        self.grace = grace
+        self.exit_at: float | None = None  # monotonic, once a stop was requested
+
+    def request(self) -> None:
+        """Ask for the stop; the process exits by itself ``grace`` seconds from the first request."""
+        if self.exit_at is None:
+            self.exit_at = time.monotonic() + self.grace
+        self.set()
+
+
+def stop_time_left(stop: threading.Event) -> float:
+    """Seconds a body that saw ``stop`` may still spend ending its work (waiting for threads, committing).
+
+    That is until :data:`STOP_MARGIN_SECONDS` before the process exits by itself; for a plain event
+    (a test's), the whole grace less the margin.
+    """
+    exit_at = stop.exit_at if isinstance(stop, StopEvent) else None
+    if exit_at is None:
+        return max(0.0, stop_grace_seconds() - STOP_MARGIN_SECONDS)
+    return max(0.0, exit_at - STOP_MARGIN_SECONDS - time.monotonic())
 
 
 def run_service(service: str, metrics_port: int, body: Callable[[threading.Event, int], None]) -> int:
     """Serve /metrics, then run ``body(stop, metrics_port)`` until SIGINT or SIGTERM sets ``stop``.
 
-    The process always ends: a stop signal gives it ``STRAIT_STOP_GRACE_SECONDS`` (default 40) to
-    finish its work, and once the body returned or failed the interpreter gets a few seconds to shut
-    down. So a thread that would not end (py4j's, when Spark's JVM died under it) cannot keep a
-    dead service running, where no supervisor would restart it.
+    The process always ends: a stop signal gives it ``STRAIT_STOP_GRACE_SECONDS`` (default 9, under
+    the 10 s Docker and the lab give a process before SIGKILL) to finish its work, whatever state
+    the clusters are in; a body bounds its stop path with :func:`stop_time_left` to end by itself
+    before that. Once the body returned or failed the interpreter gets a few seconds to shut down.
+    So a thread that would not end (py4j's, when Spark's JVM died under it; one blocked in a request
+    to a dead cluster) cannot keep a stopped or dead service running, where no supervisor would
+    restart it.
     """
-    stop = threading.Event()
-    grace = float(os.environ.get("STRAIT_STOP_GRACE_SECONDS", STOP_GRACE_SECONDS))
+    grace = stop_grace_seconds()
+    stop = StopEvent(grace)
 
     def on_signal(signum: int, _frame: object) -> None:
         if not stop.is_set():
             _exit_after(service, grace, f"signal {signal.Signals(signum).name}", code=0)
-        stop.set()
+        stop.request()
 
     for sig in (signal.SIGINT, signal.SIGTERM):
         signal.signal(sig, on_signal)

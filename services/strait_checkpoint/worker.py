@@ -66,6 +66,7 @@ log = logging.getLogger(__name__)
 librdkafka_log = logging.getLogger("strait.librdkafka")
 
 POLL_BUDGET = 0.2
+DETACH_POLL_SECONDS = 0.1  # how often a detach waiting for its step looks whether the thread still runs
 BACKOFF_CAP = 30.0
 ADMIN_TIMEOUT = 15.0
 CORRUPT_RECORD = "corrupt_record"  # strait_errors_total kind of a skipped undecodable record
@@ -91,7 +92,8 @@ class FlowCheckpointer:
         self._pending: StraitConfig | None = None
         self._shards: dict[str, tuple[ShardItem, LeaseKeeper]] = {}  # held, checkpoints loaded
         self._joining: dict[str, tuple[ShardItem, LeaseKeeper]] = {}  # attached, not loaded yet
-        self._lock = threading.Lock()  # guards _pending and _joining
+        self._leaving: dict[str, threading.Event] = {}  # detached, set once no step uses the shard
+        self._lock = threading.Lock()  # guards _pending, _joining and _leaving
         self._step_lock = threading.Lock()  # held through a step: a detached shard is never used after
         self.wake, self.stopping = threading.Event(), threading.Event()
         self._thread = threading.Thread(target=self._run, name=f"checkpoint-{flow_name}", daemon=True)
@@ -144,15 +146,38 @@ class FlowCheckpointer:
         self.wake.set()
 
     def detach(self, shard: ShardItem) -> int:
-        """Stop serving ``shard``; returns once no step uses its lease any more. Returns the shards left."""
-        with self._step_lock:
-            with self._lock:
-                self._joining.pop(shard.name, None)
-                left = len(self._joining)
-            if self._shards.pop(shard.name, None) is not None:
-                self._forget_unowned()
-                log.info("flow=%s shard=%s detached shards_left=%d", self.name, shard.name, len(self._shards))
-            return left + len(self._shards)
+        """Stop serving ``shard``; returns once no step uses its lease any more. Returns the shards left.
+
+        The thread drops the shard between two steps, with every other shard detached meanwhile: a
+        process stopping detaches all its shards at once, and each waits for one step at most
+        (taking the step lock instead, each would wait for its own turn, one step after another).
+        """
+        released = threading.Event()
+        with self._lock:
+            self._joining.pop(shard.name, None)
+            self._leaving[shard.name] = released
+        self.wake.set()
+        while not released.wait(DETACH_POLL_SECONDS):
+            if not self.alive:  # the thread ended: no step runs any more
+                with self._step_lock:
+                    self._drop_leaving()
+        with self._lock:
+            return len(self._joining) + len(self._shards)
+
+    def _drop_leaving(self) -> None:
+        """Stop serving the shards detached since the last call (between steps) and release their detach."""
+        with self._lock:
+            leaving, self._leaving = self._leaving, {}
+            for name in leaving:
+                self._joining.pop(name, None)  # put back by an admission that failed meanwhile
+        if not leaving:
+            return
+        for name in sorted(leaving):
+            if self._shards.pop(name, None) is not None:
+                log.info("flow=%s shard=%s detached shards_left=%d", self.name, name, len(self._shards))
+        self._forget_unowned()
+        for released in leaving.values():
+            released.set()
 
     # -- loop ------------------------------------------------------------------------------------
 
@@ -160,7 +185,9 @@ class FlowCheckpointer:
         try:
             while not self.stopping.is_set():
                 with self._step_lock:
+                    self._drop_leaving()
                     pause = self._step()
+                    self._drop_leaving()
                 if pause > 0:
                     self.wake.wait(pause)
                 self.wake.clear()

@@ -11,13 +11,14 @@ from __future__ import annotations
 import logging
 import os
 import threading
+import time
 from dataclasses import dataclass
 from pathlib import Path
 
 from strait.config.model import DEFAULT_REDIS_URL
 from strait.coord.redis_client import connect
 from strait.paths import cache_dir
-from strait.service import ConfigFeed, follow_config, run_service
+from strait.service import ConfigFeed, follow_config, run_service, stop_time_left
 from strait_replicator import metrics
 from strait_replicator.flow import FlowRunner
 from strait_replicator.session import build_session
@@ -49,8 +50,8 @@ class Replicator:
         self.runners: dict[str, FlowRunner] = {}
         self.feed = ConfigFeed()
 
-    def step(self) -> None:
-        """One control-loop pass: reconcile every flow, export progress."""
+    def step(self, stop: threading.Event | None = None) -> None:
+        """One control-loop pass: reconcile every flow, export progress; ``stop`` cuts planning short."""
         config = self.feed.current()
         if config is None:
             return
@@ -70,28 +71,38 @@ class Replicator:
             # An epoch's tasks hold their task slots for the whole epoch: flows share the slots.
             runner.tasks = max(1, self.spark.sparkContext.defaultParallelism // len(wanted))
             try:
-                runner.reconcile(config, flow, force=force)
+                runner.reconcile(config, flow, force=force, stop=stop)
                 runner.observe()
             except Exception:  # the control loop must outlive any one flow's trouble
                 log.exception("flow=%s control step failed", name)
                 metrics.ERRORS.labels(service=metrics.SERVICE, flow=name, kind="control").inc()
 
     def run(self, stop: threading.Event) -> None:
-        """Run until ``stop`` is set, then stop every query and the session."""
+        """Run until ``stop`` is set, then stop every query and the session.
+
+        Each query's running epoch is committed when it ends in the time the stop leaves
+        (:func:`~strait.service.stop_time_left`); one that does not (a cluster not answering) is
+        left uncommitted, and so is the session: the process exits under them.
+        """
         client = None
         if self.options.config_file is None:
             client = connect(self.options.redis_url or os.environ.get("STRAIT_REDIS_URL", DEFAULT_REDIS_URL))
         watcher = follow_config(self.feed, self.options.config_file, client)
         try:
             while not stop.is_set():
-                self.step()
-                self.feed.changed.wait(1.0)
+                self.step(stop)
+                for _ in range(10):  # a second, or less when a new configuration or the stop comes
+                    if self.feed.changed.wait(0.1) or stop.is_set():
+                        break
         finally:
+            deadline = time.monotonic() + stop_time_left(stop)
+            ended = [runner.stop(deadline=deadline) for runner in self.runners.values()]
             if watcher is not None:
                 watcher.stop()
-            for runner in self.runners.values():
-                runner.stop()
-            self.spark.stop()
+            if all(ended):
+                self.spark.stop()
+            else:
+                log.warning("stopping with an epoch still running: Spark is left to the process exit")
 
 
 def _dirname(flow: str) -> str:

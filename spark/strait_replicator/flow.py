@@ -49,6 +49,7 @@ MAX_RECORDS_PER_EPOCH = 20_000_000
 # Interrupting a query inside its foreachBatch callback can wedge py4j's callback channel, so a stop
 # first ends the running epoch (the stop file) and waits for Spark to commit it.
 GRACEFUL_STOP_SECONDS = 120.0
+PLAN_POLL_SECONDS = 0.1  # how often a control loop waiting for a plan looks at the stop request
 _TASK_ERROR = re.compile(r"(?:ReplicationWriteError|ReplicationReadError|StraitError|KafkaException): (.+)")
 _ANY_ERROR = re.compile(r"^\S*(?:Error|Exception): (.+)$", re.MULTILINE)
 
@@ -125,8 +126,12 @@ class FlowRunner:
 
     # -- lifecycle -------------------------------------------------------------------------------
 
-    def reconcile(self, config: StraitConfig, flow: FlowConfig, force: bool = False) -> None:
-        """Re-plan when due (refresh interval) or forced; (re)start the query when the plan changed."""
+    def reconcile(self, config: StraitConfig, flow: FlowConfig, force: bool = False,
+                  stop: threading.Event | None = None) -> None:
+        """Re-plan when due (refresh interval) or forced; (re)start the query when the plan changed.
+
+        With ``stop`` (the process's stop request), planning is given up as soon as it is set.
+        """
         now = time.monotonic()
         if not force and now < self._next_refresh and self._query_healthy():
             return
@@ -136,14 +141,46 @@ class FlowRunner:
             return
         self._next_refresh = now + flow.refresh_topics.interval_seconds
         try:
-            plan = self.make_plan(config, flow)
+            plan = self._plan_unless_stopped(config, flow, stop)
         except Exception as exc:  # an unreachable cluster must not stop the other flows
             self._fail("discovery", f"{type(exc).__name__}: {exc}")  # some timeouts carry no text
+            return
+        if plan is None:
             return
         metrics.TOPICS_REPLICATED.labels(flow=self.flow_name).set(len(plan.topics))
         self._report_vanished(plan)
         if plan != self.plan or self.query is None or not self.query.isActive:
             self._restart(plan)
+
+    def _plan_unless_stopped(self, config: StraitConfig, flow: FlowConfig,
+                             stop: threading.Event | None) -> FlowPlan | None:
+        """:meth:`make_plan`, in a thread of its own when ``stop`` is given; None once ``stop`` is set.
+
+        Discovery against a cluster that does not answer waits out admin timeouts of up to 30 s
+        each; the control loop must still see a stop request at once. A plan given up on is left to
+        end by itself (its requests only create what is missing).
+        """
+        if stop is None:
+            return self.make_plan(config, flow)
+        done = threading.Event()
+        outcome: list[FlowPlan | BaseException] = []
+
+        def plan() -> None:
+            try:
+                outcome.append(self.make_plan(config, flow))
+            except BaseException as exc:  # noqa: BLE001 - handed to the control loop, which decides
+                outcome.append(exc)
+            finally:
+                done.set()
+
+        threading.Thread(target=plan, name=f"plan-{self.flow_name}", daemon=True).start()
+        while not done.wait(PLAN_POLL_SECONDS):
+            if stop.is_set():
+                log.info("flow=%s stop requested while planning: the plan is given up", self.flow_name)
+                return None
+        if isinstance(outcome[0], BaseException):
+            raise outcome[0]
+        return outcome[0]
 
     def _report_vanished(self, plan: FlowPlan) -> None:
         """A source topic deleted while replicated: its remote copy stays; say so once, count it."""
@@ -211,14 +248,33 @@ class FlowRunner:
         set_flow_state(metrics.SERVICE, self.flow_name, "error")
         log.error("flow=%s %s error (retry in %.0fs): %s", self.flow_name, kind, delay, message)
 
-    def stop(self, state: str | None = "stopped") -> None:
-        """Stop the query (the checkpoint keeps its progress)."""
+    def stop(self, state: str | None = "stopped", deadline: float | None = None) -> bool:
+        """Stop the query at the end of its running epoch, committed (the checkpoint keeps its progress).
+
+        Without ``deadline`` the epoch gets GRACEFUL_STOP_SECONDS to end, then the query is stopped
+        anyway. With one (monotonic: the process is about to exit), an epoch still running then (its
+        tasks wait on a cluster that does not answer) is left as it is, uncommitted: interrupting
+        it could wedge py4j, and a restart copies it again from its live reports. Returns False
+        when the epoch was left so, True otherwise.
+        """
+        ended = True
         if self.query is not None:
             try:
                 self._stopping.set()
                 (self.checkpoint / STOP_FILE).touch()
-                self._wait_for_batch_end()
-                self.query.stop()
+                started = time.monotonic()
+                ended = self._wait_for_batch_end(deadline or started + GRACEFUL_STOP_SECONDS)
+                log.info("flow=%s running epoch ended=%s seconds=%.1f", self.flow_name, ended,
+                         time.monotonic() - started)
+                error = None if self.query.isActive else self.query.exception()
+                if error is not None:
+                    log.warning("flow=%s query failed while stopping, its running epoch is copied again at the "
+                                "next start: %s", self.flow_name, _first_task_error(str(error)))
+                if ended or deadline is None:
+                    self.query.stop()
+                else:
+                    log.warning("flow=%s running epoch not ended at the stop deadline: left uncommitted, the "
+                                "next start copies it again from its live reports", self.flow_name)
             except Exception as exc:  # e.g. the JVM already went down with the process group
                 log.warning("flow=%s stopping its query failed: %s", self.flow_name, str(exc).splitlines()[0])
             finally:
@@ -226,13 +282,17 @@ class FlowRunner:
         self.plan = None if state else self.plan
         if state:
             set_flow_state(metrics.SERVICE, self.flow_name, state)
+        return ended
 
-    def _wait_for_batch_end(self) -> None:
-        deadline = time.monotonic() + GRACEFUL_STOP_SECONDS
-        while self.query is not None and self.query.isActive and time.monotonic() < deadline:
+    def _wait_for_batch_end(self, deadline: float) -> bool:
+        """Wait until the query runs no epoch; False when one still runs at ``deadline``."""
+        while self.query is not None and self.query.isActive:
             if not self.query.status.get("isTriggerActive", False):
-                return
+                return True
+            if time.monotonic() >= deadline:
+                return False
             time.sleep(0.1)
+        return True
 
     def observe(self) -> None:
         """Export the running epoch's live reports as metrics; notice a failed query."""

@@ -79,6 +79,11 @@ INTERRUPT_CHECK_SECONDS = 0.01
 # copies again about two of these).
 SETTLE_SECONDS = 0.5
 STOP_CHECK_SECONDS = 0.1
+# Once a stop is requested, what is still unacknowledged gets this long: the process exits a few
+# seconds after SIGTERM. A cluster that does not answer (a dead source holding the offset syncs)
+# then fails the task, so its epoch is not committed and the next start copies it again from the
+# live reports, instead of committing progress whose syncs were never written.
+STOP_FLUSH_SECONDS = 3.0
 MIN_TASK_SECONDS = 1.0
 UNKNOWN_PARTITION_WAIT_SECONDS = 60.0
 # librdkafka wants a group.id and looks up its coordinator even for a consumer that only assigns
@@ -250,9 +255,10 @@ class _SyncWriter:
                      partition=0, on_delivery=self._on_delivery)
         self.sent += len(points)
 
-    def flush(self) -> None:
-        """Wait for every sync's acknowledgement; fail the task if one is missing."""
-        remaining = self.producer.flush(self.settings.flush_timeout)
+    def flush(self, timeout: float | None = None) -> None:
+        """Wait for every sync's acknowledgement (``timeout``, default the flush timeout); fail the task
+        if one is missing."""
+        remaining = self.producer.flush(self.settings.flush_timeout if timeout is None else timeout)
         if self.errors or remaining:
             detail = self.errors[0].str() if self.errors else f"{remaining} not acknowledged"
             raise ReplicationWriteError(
@@ -383,20 +389,23 @@ def copy_ranges(ranges: list[CopyRange], settings: WriterSettings, limits: Epoch
     copied = {(r.topic, r.partition): _Copied(r, settings.remote_topic(r.topic), errors)
               for r in ranges if r.has_records}
     first_sent_at = 0.0
+    flush_timeout = settings.flush_timeout
     if copied:
         loop = _CopyLoop(_consumer(settings), producer, syncs, copied, settings, limits, errors, reporter)
         loop.interrupt = interrupt
         loop.run()
         first_sent_at = loop.first_sent_at
+        if loop.stop_requested:
+            flush_timeout = min(flush_timeout, STOP_FLUSH_SECONDS)
     read = time.monotonic()
-    _flush(producer, settings, errors)
+    _flush(producer, settings, errors, flush_timeout)
     for part in copied.values():
         part.settle(syncs)
         if part.offsets:
             raise ReplicationWriteError(
                 f"flow {settings.flow}: {len(part.offsets)} records sent to {part.remote}[{part.partition}] were "
                 f"not acknowledged")
-    syncs.flush()
+    syncs.flush(flush_timeout)
     if reporter is not None:
         reporter.write([part.report(part.settled_position()) for part in copied.values()], final=True)
     if log.isEnabledFor(logging.DEBUG):
@@ -421,6 +430,7 @@ class _CopyLoop:
         self._settles: list[tuple[int, dict[tuple[str, int], int]]] = []
         self._acked = {key: -1 for key in copied}
         self.interrupt: Callable[[], bool] | None = None
+        self.stop_requested = False  # the loop ended on the stop file
 
     def run(self) -> None:
         """Assign, copy until done, note each partition's lag; keep or drop the assignment."""
@@ -465,6 +475,7 @@ class _CopyLoop:
         while self.pending and now < deadline and self.sent < cap:
             if now >= next_stop_check:
                 if limits and limits.stop_file and os.path.exists(limits.stop_file):
+                    self.stop_requested = True
                     return
                 if self.interrupt is not None and self.interrupt():
                     return
@@ -616,12 +627,13 @@ def _raise_write_error(settings: WriterSettings, errors: list[tuple[str, int, An
     )
 
 
-def _flush(producer: Producer, settings: WriterSettings, errors: list[tuple[str, int, Any]]) -> None:
-    remaining = producer.flush(settings.flush_timeout)
+def _flush(producer: Producer, settings: WriterSettings, errors: list[tuple[str, int, Any]],
+           timeout: float) -> None:
+    remaining = producer.flush(timeout)
     if errors:
         _raise_write_error(settings, errors)
     if remaining:
         raise ReplicationWriteError(
             f"flow {settings.flow}: {remaining} records not acknowledged by cluster {settings.target_alias} "
-            f"within {settings.flush_timeout:.0f}s"
+            f"within {timeout:.0f}s"
         )

@@ -6,6 +6,7 @@ Children get SIGKILL from the kernel when the process that started them dies (Li
 
 from __future__ import annotations
 
+import contextlib
 import ctypes
 import logging
 import os
@@ -66,6 +67,7 @@ class ManagedProcess:
         self.env = dict(env or {})
         self.cwd = cwd
         self._popen: subprocess.Popen[bytes] | None = None
+        self._terminated = False  # SIGTERM sent: a second one could hit the child as it exits
 
     @property
     def pid(self) -> int | None:
@@ -74,6 +76,7 @@ class ManagedProcess:
 
     def start(self) -> None:
         """Start the process; its output is appended to the log file."""
+        self._terminated = False
         self.log_path.parent.mkdir(parents=True, exist_ok=True)
         with open(self.log_path, "ab") as out:
             try:
@@ -125,23 +128,47 @@ class ManagedProcess:
     def signal(self, sig: int) -> None:
         """Send a signal to the child's whole process group (SIGSTOP/SIGCONT/SIGKILL in drills)."""
         if self.alive():
+            self._terminated = self._terminated or sig == signal.SIGTERM
             os.killpg(self._popen.pid, sig)  # type: ignore[union-attr]
 
-    def stop(self, timeout: float = 15.0) -> None:
-        """SIGTERM the process group, then SIGKILL what is left after ``timeout`` seconds."""
+    def terminate(self, group: bool = True) -> None:
+        """Send SIGTERM without waiting: to the process group, or with ``group=False`` to the child only.
+
+        Stopping several processes at once (SIGTERM to each first, then :meth:`stop` each) takes as
+        long as the slowest, not their sum.
+        """
+        if self._popen is None or not self.alive():
+            return
+        self._terminated = True
+        pid = self._popen.pid
+        try:
+            os.killpg(pid, signal.SIGCONT)  # a stopped child cannot handle TERM
+            if group:
+                os.killpg(pid, signal.SIGTERM)
+            else:
+                os.kill(pid, signal.SIGTERM)
+        except ProcessLookupError:
+            pass
+
+    def stop(self, timeout: float = 15.0, group: bool = True) -> None:
+        """SIGTERM the process group (the child only with ``group=False``) unless it was sent already,
+        then SIGKILL what is left of the group once the child ended, or after ``timeout`` seconds."""
         if self._popen is None:
             return
         if self._popen.poll() is None:
-            try:
-                os.killpg(self._popen.pid, signal.SIGCONT)  # a stopped child cannot handle TERM
-                os.killpg(self._popen.pid, signal.SIGTERM)
-            except ProcessLookupError:
-                pass
+            started = time.monotonic()
+            if not self._terminated:
+                self.terminate(group)
+            else:
+                with contextlib.suppress(ProcessLookupError):
+                    os.killpg(self._popen.pid, signal.SIGCONT)  # in case it was stopped since
             try:
                 self._popen.wait(timeout)
             except subprocess.TimeoutExpired:
                 log.warning("killing process=%r after %.0fs without exit", self.name, timeout)
                 self.kill()
+            log.info("stopped process=%r seconds=%.1f code=%s", self.name, time.monotonic() - started,
+                     self._popen.returncode)
         self._reap_group()
 
     def kill(self) -> None:

@@ -11,6 +11,9 @@ from prometheus_client.parser import text_string_to_metric_families
 
 from strait.lab.ports import free_port
 from strait.lab.process import ManagedProcess
+from strait.service import stop_grace_seconds
+
+KILL_AFTER_GRACE_SECONDS = 5.0  # SIGKILL this long after the grace in which a process exits by itself
 
 
 class StraitProcess:
@@ -68,6 +71,16 @@ class StraitProcess:
         """SIGKILL (fault drills)."""
         self.process.kill()
 
+    def terminate(self) -> None:
+        """SIGTERM its main process, without waiting (see :meth:`stop`)."""
+        self.process.terminate(group=False)
+
     def stop(self) -> None:
-        """SIGTERM, then SIGKILL after a grace period."""
-        self.process.stop(timeout=60)
+        """SIGTERM its main process, as Docker and Kubernetes do, then SIGKILL what is left.
+
+        Only the main process gets SIGTERM: a replicator's Spark JVM, in the same process group,
+        must outlive it until the running epoch is committed. The process ends by itself within
+        ``STRAIT_STOP_GRACE_SECONDS``; SIGKILL comes a few seconds after that.
+        """
+        grace = float(self.process.env.get("STRAIT_STOP_GRACE_SECONDS", stop_grace_seconds()))
+        self.process.stop(timeout=grace + KILL_AFTER_GRACE_SECONDS, group=False)
