@@ -97,9 +97,9 @@ class HeartbeatWorker(FlowWorker):
 
     def close(self) -> None:
         if self._source_watch is not None:
-            self._source_watch.stop()
+            self._source_watch.stop(timeout=1.0)
         if self._producer is not None:
-            self._producer.flush(5)
+            self._producer.flush(1)  # heartbeats a dead source cannot take are worth nothing later
         if self._watcher is not None:
             self._watcher.close()
         metrics.forget(self.name)

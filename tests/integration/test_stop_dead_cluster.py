@@ -39,7 +39,7 @@ COMPONENTS = ("configsync", "replicator", "heartbeat", "checkpoint")
 STOP_BOUND = 10.0  # seconds from SIGTERM to exit, per process
 # Seconds for the whole lab: Lab.down stops its 4 services one after another (measured: 14 to 22 s,
 # from 80 s before each service bounded its stop), then Prometheus, Redis and cluster B.
-LAB_DOWN_BOUND = 30.0
+LAB_DOWN_BOUND = 15.0
 DEAD_BEFORE_STOP = 5.0  # the clients are in the middle of their retries when the stop comes
 GROUP = "stop-test-group"
 
