@@ -356,3 +356,14 @@ def test_source_frozen_failover_then_stranded_records_copied_on_request(
     never = sorted(key for key in load.acked if key not in processed)
     print(f"acknowledged on the source: {len(load.acked)}, never processed by the group: {len(never)}")
     assert not never, f"{len(never)} acknowledged records never reached the group, first: {never[:5]}"
+
+    # The way home: the same failback as after a planned failover, with its per-group report.
+    home = _strait("failback", "--flow", flow, "--group", group, "--json", "--timeout", "120", "--redis-url",
+                   redis_url, timeout=300)
+    print(home.stdout[-3000:])
+    assert home.returncode == 0, home.stdout + home.stderr
+    moved_home = [g for g in json.loads(home.stdout)["groups"] if g["group"] == group]
+    assert moved_home and moved_home[0]["state"] == "written", moved_home
+    assert all(p["lost"] == 0 and p["reread"] == 0 for p in moved_home[0]["partitions"]), moved_home
+    _v, config = load_stored_config(redis.Redis.from_url(redis_url))
+    assert config.flow(flow).enabled, "failback restarts the flow"
