@@ -166,16 +166,29 @@ def _drill_config(source: KafkaCluster, target: KafkaCluster, topic: str, redis_
 
 
 def _start(source: KafkaCluster, target: KafkaCluster, redis_url: str, services: Callable[..., StraitProcess],
-           tmp_path: Path, topic: str, *, syncs_on_target: bool, group_sync: bool, copy_limit: int = COPY_LIMIT) -> Path:
+           tmp_path: Path, topic: str, *, syncs_on_target: bool, group_sync: bool,
+           copy_limit: int = COPY_LIMIT) -> StraitProcess:
     create_topic(source.admin(), topic, PARTITIONS)
     path = write_config(tmp_path / "strait.yaml", _drill_config(source, target, topic, redis_url,
                                                                  syncs_on_target=syncs_on_target, group_sync=group_sync,
                                                                  copy_limit=copy_limit))
     apply_config(redis.Redis.from_url(redis_url), load_config(path), "disaster drill")
     services("replicator", "--redis-url", redis_url, "--epoch-seconds", "5")
-    services("heartbeat", "--redis-url", redis_url)
+    heartbeat = services("heartbeat", "--redis-url", redis_url)
     services("checkpoint", "--redis-url", redis_url)
-    return path
+    return heartbeat
+
+
+def _check_health_metrics(heartbeat: StraitProcess, flow: str, topic: str) -> None:
+    """While the copy runs behind: lag in seconds, the RPO now and the source's last answer are live numbers."""
+    lags = [heartbeat.sample("strait_replication_lag_seconds", flow=flow, topic=topic, partition=str(p))
+            for p in range(PARTITIONS)]
+    rpo = heartbeat.sample("strait_failover_rpo_records", flow=flow)
+    seen = heartbeat.sample("strait_source_last_seen_timestamp_seconds", flow=flow)
+    print(f"before the fault: lag seconds per partition {lags}, RPO now {rpo}, source last seen {seen}")
+    assert all(lag is not None for lag in lags) and max(lags) > 1.0, "the copy runs behind: lag must show it"
+    assert rpo is not None and rpo > 0
+    assert seen is not None and time.time() - seen < 10
 
 
 def _run_until_copying(source: KafkaCluster, target: KafkaCluster, topic: str, group: str) -> tuple[AckedLoad, SlowGroup]:
@@ -243,8 +256,10 @@ def test_source_killed_failover_reports_exact_rpo_and_bounded_reread(
     source = kafka_cluster_factory(next(_aliases))
     topic, group = unique_name("dr"), unique_name("dr-group")
     flow, remote = f"{source.alias}->{target_cluster.alias}", f"{source.alias}.{topic}"
-    _start(source, target_cluster, redis_url, services, tmp_path, topic, syncs_on_target=True, group_sync=group_sync)
+    heartbeat = _start(source, target_cluster, redis_url, services, tmp_path, topic, syncs_on_target=True,
+                       group_sync=group_sync)
     load, members = _run_until_copying(source, target_cluster, topic, group)
+    _check_health_metrics(heartbeat, flow, topic)
 
     killed_at = time.monotonic()
     for node in source.nodes:

@@ -41,14 +41,16 @@ def _status(args: argparse.Namespace) -> int:
         flows.setdefault(name, True)
     rows = [_row(name, enabled, reports.get(name)) for name, enabled in flows.items()]
     for row in rows:
-        row["source"] = _source(read_source_view(client, row["flow"]))
+        source = _source(read_source_view(client, row["flow"]))
+        if source is not None:  # published by the heartbeat service's source watch
+            row["source"] = source
     topology = read_topology(client)
     if args.json:
         print(json.dumps({"flows": rows, "topology": topology}, indent=2, sort_keys=True))
         return 0
     print(_table(rows) if rows else "no flows configured (`strait config apply FILE` stores one)")
     for row in rows:
-        if row["source"] is not None:
+        if "source" in row:
             print(f"{row['flow']}: {row['source']['summary']}")
     if topology:
         print("\ntopology (from heartbeat topics: cluster <- upstream clusters and hops)")
