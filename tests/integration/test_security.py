@@ -117,6 +117,10 @@ MINIMAL_ACLS: dict[str, tuple[Grant, ...]] = {
         Grant("target", TOPIC, "{source}.heartbeats", LITERAL, (OP.READ, OP.DESCRIBE)),
         # librdkafka looks up the coordinator of a consumer's group.id even when it only assigns
         Grant("target", GROUP, "strait-heartbeat-watch", LITERAL, (OP.DESCRIBE,)),
+        # the source watch: the source's end offsets, and where the copies end from the offset syncs
+        Grant("source", TOPIC, "{topics}", PREFIXED, (OP.DESCRIBE,)),
+        Grant("target", TOPIC, "mm2-offset-syncs.{source}.internal", LITERAL, (OP.READ, OP.DESCRIBE)),
+        Grant("target", GROUP, "strait-translation", LITERAL, (OP.DESCRIBE,)),
     ),
     "checkpoint": (
         Grant("source", GROUP, "{groups}", PREFIXED, (OP.DESCRIBE,)),
