@@ -33,11 +33,10 @@ from collections.abc import Callable
 from dataclasses import asdict, dataclass
 
 from confluent_kafka import IsolationLevel, KafkaException, TopicPartition
-from confluent_kafka.admin import AdminClient
 
 from strait.config.model import FlowConfig, StraitConfig
 from strait.errors import StraitError
-from strait.kafka.admin import admin_client, list_offsets
+from strait.kafka.admin import RenewableAdmin, list_offsets
 from strait.translation import SyncsFollower, offset_syncs_location, replicated_partitions
 
 log = logging.getLogger(__name__)
@@ -158,7 +157,7 @@ class SourceWatch:
     def __init__(self, config: StraitConfig, flow_name: str) -> None:
         self.config = config
         self.flow_name = flow_name
-        self._admin: AdminClient | None = None
+        self._admin = RenewableAdmin(config.cluster(config.flow(flow_name).source).librdkafka_config("admin"))
         self._follower: SyncsFollower | None = None
         self._partitions: list[TopicPartition] = []
         self._partitions_at = float("-inf")
@@ -188,16 +187,16 @@ class SourceWatch:
     def _list_source(self) -> None:
         monotonic, now = time.monotonic(), time.time()
         try:
-            if self._admin is None:
-                self._admin = admin_client(self.config.cluster(self.flow.source).librdkafka_config("admin"))
+            admin = self._admin.get()
             if monotonic - self._partitions_at >= PARTITIONS_REFRESH:
-                self._partitions = replicated_partitions(self._admin, self.flow, WATCH_TIMEOUT)
-                self._earliest = list_offsets(self._admin, self.flow.source, self._partitions, "earliest",
+                self._partitions = replicated_partitions(admin, self.flow, WATCH_TIMEOUT)
+                self._earliest = list_offsets(admin, self.flow.source, self._partitions, "earliest",
                                               timeout=WATCH_TIMEOUT, skip_unknown=True)
                 self._partitions_at = monotonic
-            ends = list_offsets(self._admin, self.flow.source, self._partitions, "latest",
+            ends = list_offsets(admin, self.flow.source, self._partitions, "latest",
                                 IsolationLevel.READ_COMMITTED, timeout=WATCH_TIMEOUT, skip_unknown=True)
         except (StraitError, KafkaException, TimeoutError) as exc:
+            self._admin.renew()  # the next try starts from fresh metadata (a leader moved, a broker restarted)
             if self._unreachable_since is None:
                 self._unreachable_since = now
                 log.warning("flow=%s source=%s unreachable: %s", self.flow_name, self.flow.source, exc)

@@ -37,14 +37,13 @@ from confluent_kafka import (
     Producer,
     TopicPartition,
 )
-from confluent_kafka.admin import AdminClient
 
 from strait.config.model import FlowConfig, StraitConfig
 from strait.coord.assignment import ShardItem
 from strait.coord.leases import LeaseKeeper, LeaseLostError
-from strait.coord.redis_client import CoordinationError
-from strait.kafka.admin import KafkaAdminError, admin_client, create_topics, explain_error, internal_topic
+from strait.kafka.admin import RenewableAdmin, create_topics, explain_error, internal_topic
 from strait.metrics import ERRORS, set_flow_state
+from strait.retry import Backoff, error_kind, is_transient
 from strait.records import Checkpoint
 from strait.translation import (
     CheckpointKey,
@@ -67,7 +66,6 @@ librdkafka_log = logging.getLogger("strait.librdkafka")
 
 POLL_BUDGET = 0.2
 DETACH_POLL_SECONDS = 0.1  # how often a detach waiting for its step looks whether the thread still runs
-BACKOFF_CAP = 30.0
 ADMIN_TIMEOUT = 15.0
 CORRUPT_RECORD = "corrupt_record"  # strait_errors_total kind of a skipped undecodable record
 
@@ -76,8 +74,8 @@ T = TypeVar("T")
 
 @dataclass
 class _Clients:
-    source_admin: AdminClient
-    target_admin: AdminClient
+    source_admin: RenewableAdmin  # renewed after a transient error (fresh metadata)
+    target_admin: RenewableAdmin
     producer: Producer
     follower: SyncsFollower
     probe: TailProbe
@@ -105,7 +103,7 @@ class FlowCheckpointer:
         self._delivery_errors: list[KafkaError] = []
         self._sent: set[CheckpointKey] = set()  # written in the current pass
         self._resend: set[CheckpointKey] = set()  # written but not acknowledged
-        self._failures = 0
+        self._backoff = Backoff()
         self._corrupt_syncs = 0  # corrupt records of the syncs topic already counted
         self._next_setup = self._next_pass = self._next_sync = 0.0
 
@@ -215,7 +213,7 @@ class FlowCheckpointer:
             self._follow()  # waits up to POLL_BUDGET for syncs: it paces the loop
             if self._clients.follower.ready and self._shards and now >= self._next_pass:
                 self._passes(now)
-                self._failures = 0
+                self._backoff.succeeded()
                 set_flow_state(metrics.SERVICE, self.name, "running")
         except Exception as exc:  # a broken cluster must cost retries, never the checkpointer
             delay = self._failed(exc)
@@ -235,16 +233,17 @@ class FlowCheckpointer:
             self._next_sync = now + flow.sync_group_offsets.interval_seconds
 
     def _failed(self, exc: BaseException) -> float:
-        self._failures += 1
-        delay = min(BACKOFF_CAP, 2.0 ** (self._failures - 1))
-        kind = "kafka" if isinstance(exc, (KafkaException, KafkaAdminError, TranslationError)) else \
-            "coordination" if isinstance(exc, CoordinationError) else "internal"
+        delay = self._backoff.failed()
+        kind = error_kind(exc)
+        if is_transient(exc) and self._clients is not None:
+            self._clients.source_admin.renew()
+            self._clients.target_admin.renew()
         ERRORS.labels(service=metrics.SERVICE, flow=self.name, kind=kind).inc()
         set_flow_state(metrics.SERVICE, self.name, "error")
         if kind == "internal":
-            log.exception("flow=%s checkpoint step failed, retry_in=%.0fs", self.name, delay)
+            log.exception("flow=%s checkpoint step failed, retry_in=%.1fs", self.name, delay)
         else:
-            log.warning("flow=%s kind=%s checkpoint step failed, retry_in=%.0fs: %s", self.name, kind, delay, exc)
+            log.warning("flow=%s kind=%s checkpoint step failed, retry_in=%.1fs: %s", self.name, kind, delay, exc)
         return delay
 
     def _close(self) -> None:
@@ -304,13 +303,13 @@ class FlowCheckpointer:
     def _setup(self) -> None:
         flow = self.flow
         source, target = self.config.cluster(flow.source), self.config.cluster(flow.target)
-        target_admin = admin_client(target.librdkafka_config("admin"))
+        target_admin = RenewableAdmin(target.librdkafka_config("admin"))
         topic = flow.policy().checkpoints_topic(flow.source)
-        create_topics(target_admin, flow.target, [internal_topic(topic, flow.replication_factor)])
+        create_topics(target_admin.get(), flow.target, [internal_topic(topic, flow.replication_factor)])
         location = offset_syncs_location(flow)
         follower = SyncsFollower(self.config.cluster(location.alias).librdkafka_config("consumer"), location)
         self._corrupt_syncs = 0
-        self._clients = _Clients(admin_client(source.librdkafka_config("admin")), target_admin,
+        self._clients = _Clients(RenewableAdmin(source.librdkafka_config("admin")), target_admin,
                                  Producer({**target.librdkafka_config("producer"), "enable.idempotence": True,
                                            "linger.ms": "5", "logger": librdkafka_log}),
                                  follower, TailProbe(source.librdkafka_config("consumer")))
@@ -344,7 +343,7 @@ class FlowCheckpointer:
         """The source's groups that pass the flow's filter and fall in a shard held here."""
         assert self._clients is not None
         try:
-            listing = self._clients.source_admin.list_consumer_groups(request_timeout=ADMIN_TIMEOUT).result(
+            listing = self._clients.source_admin.get().list_consumer_groups(request_timeout=ADMIN_TIMEOUT).result(
                 timeout=ADMIN_TIMEOUT)
         except KafkaException as exc:
             raise explain_error(exc, self.flow.source, "listing consumer groups") from None
@@ -356,7 +355,7 @@ class FlowCheckpointer:
         assert self._clients is not None
         clients, flow = self._clients, self.flow
         groups = self._source_groups()
-        partitions = replicated_partitions(clients.source_admin, flow, ADMIN_TIMEOUT)
+        partitions = replicated_partitions(clients.source_admin.get(), flow, ADMIN_TIMEOUT)
         settings = self.config.cluster(flow.source).librdkafka_config("consumer")
         translations: dict[str, list[PartitionTranslation]] = {}
         for group in groups:
@@ -463,7 +462,7 @@ class FlowCheckpointer:
 
     def _target_states(self, groups: list[str]) -> dict[str, ConsumerGroupState]:
         assert self._clients is not None
-        return group_states(self._clients.target_admin, self.flow.target, groups, ADMIN_TIMEOUT)
+        return group_states(self._clients.target_admin.get(), self.flow.target, groups, ADMIN_TIMEOUT)
 
     def _sync_group(self, group: str, translations: list[PartitionTranslation], keeper: LeaseKeeper) -> bool:
         """Write the group's translated offsets to the target; False when the group turned out active."""
@@ -486,7 +485,7 @@ class FlowCheckpointer:
             return True
         keeper.ensure_valid()  # only the shard's lease holder writes
         request = [ConsumerGroupTopicPartitions(group, writes)]
-        future = self._clients.target_admin.alter_consumer_group_offsets(
+        future = self._clients.target_admin.get().alter_consumer_group_offsets(
             request, request_timeout=ADMIN_TIMEOUT)[group]
         try:
             result = future.result(timeout=ADMIN_TIMEOUT)

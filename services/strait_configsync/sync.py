@@ -10,27 +10,25 @@ from __future__ import annotations
 import hashlib
 import logging
 import time
-from collections.abc import Callable, Mapping
+from collections.abc import Mapping
 from dataclasses import dataclass, field, replace
 from typing import Protocol
 
 from confluent_kafka.admin import AclBinding, AdminClient
 
 from strait.config.model import ClusterConfig, FlowConfig
-from strait.coord.redis_client import CoordinationError
-from strait.errors import ConfigError, StraitError
+from strait.errors import StraitError
 from strait.kafka.acls import AuthorizerDisabledError, create_acls, delete_acls, describe_acls, describe_binding
 from strait.kafka.admin import (
-    ClusterUnreachableError,
     KafkaAdminError,
-    KafkaPermissionError,
     TopicSpec,
     admin_client,
     create_topics,
     internal_topic,
     topic_partitions,
 )
-from strait.kafka.configs import ConfigChange, ConfigRejectedError, alter_topic_configs, describe_topic_configs
+from strait.kafka.configs import ConfigChange, alter_topic_configs, describe_topic_configs
+from strait.retry import KeyedBackoff, error_kind, is_transient
 from strait.remote_topics import RemoteTopic, reconcile_remote_topics, replicated_topics
 from strait_configsync import metrics
 from strait_configsync.acls import desired_acls
@@ -59,40 +57,6 @@ class Fence(Protocol):
 
 class PassFailed(StraitError):
     """The pass could not run at all (a cluster could not be listed)."""
-
-
-def error_kind(exc: BaseException) -> str:
-    """The ``kind`` label of an error in ``strait_errors_total``."""
-    kinds: tuple[tuple[type[BaseException], str], ...] = (
-        (KafkaPermissionError, "permission"), (ClusterUnreachableError, "unreachable"),
-        (ConfigRejectedError, "rejected"), (AuthorizerDisabledError, "no_authorizer"),
-        (KafkaAdminError, "admin"), (CoordinationError, "coordination"), (ConfigError, "config"),
-    )
-    return next((kind for cls, kind in kinds if isinstance(exc, cls)), "internal")
-
-
-class RetryBackoff:
-    """Exponential backoff per item; a different wanted change (signature) is tried at once."""
-
-    def __init__(self, base: float = 1.0, cap: float = 300.0, clock: Callable[[], float] = time.monotonic) -> None:
-        self._base, self._cap, self._clock = base, cap, clock
-        self._state: dict[str, tuple[str, float, float]] = {}  # key -> (signature, delay, retry_at)
-
-    def ready(self, key: str, signature: str = "") -> bool:
-        """Whether the item may be tried now."""
-        state = self._state.get(key)
-        return state is None or state[0] != signature or self._clock() >= state[2]
-
-    def failed(self, key: str, signature: str = "") -> float:
-        """Record a failure; returns the seconds until the next try."""
-        previous = self._state.get(key)
-        delay = self._base if previous is None or previous[0] != signature else min(previous[1] * 2, self._cap)
-        self._state[key] = (signature, delay, self._clock() + delay)
-        return delay
-
-    def succeeded(self, key: str) -> None:
-        """Forget the item's failures."""
-        self._state.pop(key, None)
 
 
 def signature(*parts: object) -> str:
@@ -130,7 +94,7 @@ class FlowSync:
         self.holder, self.fence, self.options = holder, fence, options
         self.flow, self.source, self.target = flow, source, target
         self._admins: tuple[AdminClient, AdminClient] | None = None
-        self.backoff = RetryBackoff()
+        self.backoff = KeyedBackoff()
         self.last: FlowReport = FlowReport(flow.name, holder, time.time())
 
     def update(self, flow: FlowConfig, source: ClusterConfig, target: ClusterConfig) -> None:
@@ -159,6 +123,7 @@ class FlowSync:
             source_parts = topic_partitions(source_admin, flow.source, timeout)
             target_parts = topic_partitions(target_admin, flow.target, timeout)
         except KafkaAdminError as exc:
+            self._admins = None  # the next pass starts from fresh metadata
             raise PassFailed(f"flow {flow.name}: {exc}") from exc
         state = _Pass(replicated_topics(flow, source_parts), source_parts, target_parts)
         report = replace(self.last, holder=self.holder, flow=flow.name)
@@ -179,10 +144,13 @@ class FlowSync:
     # -- errors ------------------------------------------------------------------------------------
 
     def _fail(self, state: _Pass, key: str, sig: str, exc: StraitError) -> None:
-        delay = self.backoff.failed(key, sig)
+        transient = is_transient(exc)
+        if transient:
+            self._admins = None  # the next try starts from fresh metadata
+        delay = self.backoff.failed(key, sig, transient)
         kind = error_kind(exc)
         metrics.ERRORS.labels(service=metrics.SERVICE, flow=self.flow.name, kind=kind).inc()
-        log.warning("flow=%s kind=%s retry_in=%.0fs %s", self.flow.name, kind, delay, exc)
+        log.warning("flow=%s kind=%s retry_in=%.1fs %s", self.flow.name, kind, delay, exc)
         state.errors.append(ErrorNote(kind, str(exc)))
 
     def _action(self, action: str, count: int = 1) -> None:

@@ -1,9 +1,9 @@
 """The thread that syncs one flow while its replica holds the flow's lease.
 
 Each step (topics, configs, ACLs) runs at its flow interval, and all of them at once when the
-flow's configuration changes. A pass that cannot run at all (a cluster unreachable) is retried with
-exponential backoff, from 1 s up to a minute (or the interval when longer), so a broken cluster
-costs a few requests a minute and never a crash loop.
+flow's configuration changes. A pass that cannot run at all (a cluster unreachable) is retried
+with the shared cluster retry policy (:mod:`strait.retry`: a few seconds at most, so a cluster that
+answers again is synced at once), never a crash loop.
 """
 
 from __future__ import annotations
@@ -18,15 +18,13 @@ import redis
 from strait.config.model import StraitConfig
 from strait.coord.leases import LeaseKeeper, LeaseLostError, Leases
 from strait.coord.redis_client import CoordinationError, redis_errors
+from strait.retry import Backoff, error_kind
 from strait_configsync import metrics
 from strait_configsync.drift import ErrorNote, FlowReport, encode_report, report_key
 from strait_configsync.ownership import Ownership, owned_key
-from strait_configsync.sync import STEPS, FlowSync, PassFailed, SyncOptions, error_kind
+from strait_configsync.sync import STEPS, FlowSync, PassFailed, SyncOptions
 
 log = logging.getLogger(__name__)
-
-BACKOFF_BASE = 1.0
-BACKOFF_CAP = 60.0
 
 
 @dataclass(frozen=True)
@@ -110,7 +108,7 @@ class FlowWorker:
 
     def _run(self) -> None:
         due = dict.fromkeys(STEPS, 0.0)
-        failures = 0
+        backoff = Backoff()
         try:
             while not self._stop.is_set() and not self._keeper.lost:
                 if self._adopt_pending():
@@ -118,7 +116,7 @@ class FlowWorker:
                 now = time.monotonic()
                 ready = frozenset(step for step, at in due.items() if at <= now)
                 if ready:
-                    failures = self._pass(ready, due, failures)
+                    self._pass(ready, due, backoff)
                 self._wake.wait(max(0.0, min(due.values()) - time.monotonic()))
                 self._wake.clear()
         except LeaseLostError as exc:
@@ -138,8 +136,8 @@ class FlowWorker:
         log.info("flow=%s configuration changed: syncing now", self.name)
         return True
 
-    def _pass(self, ready: frozenset[str], due: dict[str, float], failures: int) -> int:
-        """Run one pass, schedule the next, publish the report; returns the new failure count."""
+    def _pass(self, ready: frozenset[str], due: dict[str, float], backoff: Backoff) -> None:
+        """Run one pass, schedule the next, publish the report."""
         flow = self._sync.flow
         intervals = {"topics": flow.refresh_topics.interval_seconds,
                      "configs": flow.sync_topic_configs.interval_seconds,
@@ -149,27 +147,25 @@ class FlowWorker:
             report = self._sync.run(ready)
             for step in ready:
                 due[step] = started + intervals[step]
-            failures = 0
+            backoff.succeeded()
         except LeaseLostError:
             raise
         except Exception as exc:  # the loop must outlive any failure, PassFailed and Redis trouble included
-            failures += 1
-            delay = min(max(BACKOFF_CAP, min(intervals.values())), BACKOFF_BASE * 2 ** (failures - 1))
+            delay = backoff.failed()
             for step in due:
                 due[step] = started + delay
             report = self._failed(exc, delay)
         metrics.export_report(report, time.time())
         self._publish(report, max(intervals.values()))
-        return failures
 
     def _failed(self, exc: BaseException, delay: float) -> FlowReport:
         cause = exc.__cause__ if isinstance(exc, PassFailed) and exc.__cause__ else exc
         kind = error_kind(cause)
         metrics.ERRORS.labels(service=metrics.SERVICE, flow=self.name, kind=kind).inc()
         if kind == "internal":
-            log.exception("flow=%s sync pass failed, retry_in=%.0fs", self.name, delay)
+            log.exception("flow=%s sync pass failed, retry_in=%.1fs", self.name, delay)
         else:
-            log.warning("flow=%s kind=%s sync pass failed, retry_in=%.0fs: %s", self.name, kind, delay, exc)
+            log.warning("flow=%s kind=%s sync pass failed, retry_in=%.1fs: %s", self.name, kind, delay, exc)
         return replace(self._sync.last, updated_at=time.time(), holder=self._context.holder,
                        errors=(ErrorNote(kind, str(exc)),))
 

@@ -19,13 +19,13 @@ from __future__ import annotations
 import logging
 import time
 
-from confluent_kafka import Consumer, KafkaError, KafkaException, Producer, TopicPartition
+from confluent_kafka import Consumer, KafkaError, Producer, TopicPartition
 
 from strait.config.model import StraitConfig
 from strait.coord.leases import LeaseKeeper, LeaseLostError
-from strait.coord.redis_client import CoordinationError
-from strait.kafka.admin import KafkaAdminError, admin_client, create_topics, internal_topic, topic_partitions
+from strait.kafka.admin import admin_client, create_topics, internal_topic, topic_partitions
 from strait.metrics import ERRORS, set_flow_state
+from strait.retry import Backoff, error_kind
 from strait.records import Heartbeat, RecordFormatError
 from strait.replicas import FlowSupervisor, FlowWorker
 from strait.source_watch import SourceView, SourceWatch, SourceWatchThread, source_view_key
@@ -36,7 +36,6 @@ log = logging.getLogger(__name__)
 librdkafka_log = logging.getLogger("strait.librdkafka")
 
 TICK = 0.1
-BACKOFF_CAP = 30.0
 
 
 class HeartbeatWorker(FlowWorker):
@@ -50,7 +49,7 @@ class HeartbeatWorker(FlowWorker):
         self._watch_from = 0  # copies at or past this target offset are seen live
         self._newest_ms: int | None = None
         self._started_at = time.time()
-        self._failures = 0
+        self._backoff = Backoff()
         self._source_watch: SourceWatchThread | None = None
 
     # -- loop ------------------------------------------------------------------------------------
@@ -76,7 +75,7 @@ class HeartbeatWorker(FlowWorker):
                     next_topology = now + flow.refresh_topics.interval_seconds
                     set_flow_state(metrics.SERVICE, self.name, "running")  # both clusters answered again
                 self._watch()
-                self._failures = 0
+                self._backoff.succeeded()
             except LeaseLostError:
                 raise
             except Exception as exc:  # a broken cluster must cost retries, never the worker
@@ -86,13 +85,11 @@ class HeartbeatWorker(FlowWorker):
             self.wake.clear()
 
     def _failed(self, exc: BaseException) -> float:
-        self._failures += 1
-        delay = min(BACKOFF_CAP, 2.0 ** (self._failures - 1))
-        kind = "kafka" if isinstance(exc, (KafkaException, KafkaAdminError)) else \
-            "coordination" if isinstance(exc, CoordinationError) else "internal"
+        delay = self._backoff.failed()
+        kind = error_kind(exc)
         ERRORS.labels(service=metrics.SERVICE, flow=self.name, kind=kind).inc()
         set_flow_state(metrics.SERVICE, self.name, "error")
-        log.warning("flow=%s kind=%s heartbeat step failed, retry_in=%.0fs: %s", self.name, kind, delay, exc)
+        log.warning("flow=%s kind=%s heartbeat step failed, retry_in=%.1fs: %s", self.name, kind, delay, exc)
         return delay
 
     def close(self) -> None:

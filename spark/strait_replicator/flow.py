@@ -28,6 +28,7 @@ from strait.kafka.admin import (
     KafkaAdminError, admin_client, create_topics, internal_topic, list_offsets, topic_partitions,
 )
 from strait.metrics import set_flow_state
+from strait.retry import Backoff
 from strait.remote_topics import RemoteTopic, reconcile_remote_topics, replicated_topics
 from strait_replicator import metrics
 from strait_replicator.live import LIVE_DIR, PartitionReport, read_reports, remove_reports
@@ -38,8 +39,6 @@ from strait_replicator.source import (
 from strait_replicator.writer import ReplicationReadError, WriterSettings
 
 log = logging.getLogger(__name__)
-
-MAX_BACKOFF = 60.0
 
 # An epoch also ends after this many records, so a large backlog is balanced over the tasks again
 # now and then. Every change of epochs stops the copy for Spark's commit, planning and task launch
@@ -86,7 +85,9 @@ class FlowRunner:
         self.plan: FlowPlan | None = None
         self.query: StreamingQuery | None = None
         self.last_error: str | None = None
-        self._failures = 0
+        self._backoff = Backoff()
+        self._error_kind: str | None = None  # what failed last, until it works again
+        self._records_at_fail = 0
         self._retry_at = 0.0
         self._next_refresh = 0.0
         self._logged_batch: int | None = None
@@ -147,6 +148,8 @@ class FlowRunner:
             return
         if plan is None:
             return
+        if self._error_kind == "discovery" and self._query_healthy():  # both clusters answer again
+            self._recovered()
         metrics.TOPICS_REPLICATED.labels(flow=self.flow_name).set(len(plan.topics))
         self._report_vanished(plan)
         if plan != self.plan or self.query is None or not self.query.isActive:
@@ -204,7 +207,8 @@ class FlowRunner:
             set_flow_state(metrics.SERVICE, self.flow_name, "running")
             return
         self.query = self._start_query(plan)
-        set_flow_state(metrics.SERVICE, self.flow_name, "running")
+        if self._error_kind != "query":  # after a failed query: running once the new one copies (observe)
+            set_flow_state(metrics.SERVICE, self.flow_name, "running")
         log.info("flow=%s query started topics=%d epoch_seconds=%s records_per_second=%s", self.flow_name,
                  len(plan.topics), self.epoch_seconds, plan.records_per_second or "unlimited")
 
@@ -240,13 +244,22 @@ class FlowRunner:
             self._fail("query", _first_task_error(str(error)))
 
     def _fail(self, kind: str, message: str) -> None:
-        self._failures += 1
-        delay = min(MAX_BACKOFF, 2.0 ** (self._failures - 1))
-        self._retry_at = time.monotonic() + delay
+        delay = self._backoff.failed()
+        self._error_kind = kind
+        self._records_at_fail = self.live.records
+        # the next try comes after the pause, not after the topic refresh interval
+        self._retry_at = self._next_refresh = time.monotonic() + delay
         self.last_error = message
         metrics.ERRORS.labels(service=metrics.SERVICE, flow=self.flow_name, kind=kind).inc()
         set_flow_state(metrics.SERVICE, self.flow_name, "error")
-        log.error("flow=%s %s error (retry in %.0fs): %s", self.flow_name, kind, delay, message)
+        log.error("flow=%s %s error (retry in %.1fs): %s", self.flow_name, kind, delay, message)
+
+    def _recovered(self) -> None:
+        """The cluster answers again (or the query made progress): back to ``running``, pauses reset."""
+        self._backoff.succeeded()
+        self._error_kind = self.last_error = None
+        set_flow_state(metrics.SERVICE, self.flow_name, "running")
+        log.info("flow=%s recovered", self.flow_name)
 
     def stop(self, state: str | None = "stopped", deadline: float | None = None) -> bool:
         """Stop the query at the end of its running epoch, committed (the checkpoint keeps its progress).
@@ -302,7 +315,8 @@ class FlowRunner:
         if not self.query.isActive:
             self._on_query_ended()
             return
-        self._failures = 0 if self.query.lastProgress and self._failures else self._failures
+        if self._error_kind == "query" and (self.query.lastProgress or self.live.records > self._records_at_fail):
+            self._recovered()  # the restarted query copied records or committed an epoch
         progress = self.query.lastProgress
         if progress and log.isEnabledFor(logging.DEBUG) and progress.get("batchId") != self._logged_batch:
             self._logged_batch = progress.get("batchId")
@@ -381,11 +395,13 @@ class EpochCheck:
 
     def _listed(self, partitions: list[TopicPartitionKey], which: str) -> Offsets:
         """The source's earliest (log start) or latest offset of each partition (none when unknown)."""
+        admin = cached_admin(self.admin)
         try:
-            return list_offsets(cached_admin(self.admin), self.source_alias,
+            return list_offsets(admin.get(), self.source_alias,
                                 [TopicPartition(topic, partition) for topic, partition in partitions], which,
                                 skip_unknown=True)
         except KafkaAdminError as exc:
+            admin.renew()  # the next call starts from fresh metadata
             log.warning("flow=%s %s offsets unknown on %s: %s", self.flow, which, self.source_alias, exc)
             return {}
 
@@ -454,6 +470,7 @@ class LiveMetrics:
         self._counted: dict[tuple[str, TopicPartitionKey], PartitionReport] = {}
         self._epoch_of: dict[str, int] = {}
         self._lag_at: dict[TopicPartitionKey, float] = {}
+        self.records = 0  # records counted since the process started
         for report in read_reports(folder):
             self._note(report, count=False)
 
@@ -488,7 +505,9 @@ class LiveMetrics:
         flow, topic = self.flow, part.topic
         if before == part:
             return
-        metrics.RECORDS.labels(flow=flow, topic=topic).inc(max(0, part.records - (before.records if before else 0)))
+        copied = max(0, part.records - (before.records if before else 0))
+        self.records += copied
+        metrics.RECORDS.labels(flow=flow, topic=topic).inc(copied)
         metrics.BYTES.labels(flow=flow, topic=topic).inc(max(0, part.bytes - (before.bytes if before else 0)))
         metrics.OFFSET_SYNCS.labels(flow=flow).inc(max(0, part.syncs - (before.syncs if before else 0)))
         counts = [now - (before.latency_counts[i] if before else 0) for i, now in enumerate(part.latency_counts)]

@@ -36,8 +36,9 @@ from confluent_kafka import IsolationLevel, TopicPartition
 from pyspark.sql.datasource import DataSource, DataSourceStreamReader, InputPartition
 
 from strait.errors import StraitError
-from strait.kafka.admin import KafkaAdminError, admin_client, list_offsets
+from strait.kafka.admin import RenewableAdmin, list_offsets
 from strait.logs import setup_logging
+from strait.retry import retry_transient
 from strait_replicator.handover import CARRY_OVER_SECONDS, LOCKS_DIR, CarryOver, PartitionLocks, claim, \
     start_carry_over
 from strait_replicator.live import LIVE_DIR, LiveReporter, read_reports, resume_points
@@ -52,7 +53,9 @@ PLAN_OPTION = "strait.secret.plan"
 PROGRESS_FILE = "strait-progress.json"
 # While this file exists in the checkpoint, running epochs end and no new one starts (graceful stop).
 STOP_FILE = "strait-stop"
-OFFSETS_RETRY_SECONDS = 60.0
+# A leader that does not answer (a frozen broker) is given up on after this long and asked again
+# through fresh metadata, where it may have moved.
+LIST_TIMEOUT = 10.0
 # A rate-limited flow runs one task per this many records/s: the limit is split evenly over tasks.
 RECORDS_PER_SECOND_PER_TASK = 50_000
 # A backlog a task copies in about a second: below it, tasks keep their partitions from epoch to epoch.
@@ -152,7 +155,7 @@ class CopyStreamReader(DataSourceStreamReader):  # type: ignore[misc]
         self.checkpoint = Path(plan.checkpoint)
 
     def initialOffset(self) -> dict[str, Any]:
-        return EpochOffsets(-1, self._list("earliest")).to_json()
+        return EpochOffsets(-1, self._list("earliest") or {}).to_json()
 
     def latestOffset(self) -> dict[str, Any]:
         # The newest entry of the offsets log is the epoch Spark ran last (it asks for the next one
@@ -170,9 +173,12 @@ class CopyStreamReader(DataSourceStreamReader):  # type: ignore[misc]
                         self.plan.writer.flow, last.epoch)
         new = [key for key in self.plan.keys() if key not in start]
         if new:  # a partition new to the stream is copied from its earliest offset
-            start.update(self._list("earliest", new))
+            earliest = self._list("earliest", new)
+            if earliest is None:  # the flow stops
+                return last.to_json()
+            start.update(earliest)
         until = self._list("latest")
-        if not until:  # every planned topic is gone: no epoch until the flow is planned again
+        if not until:  # the flow stops, or every planned topic is gone: no epoch until it is planned again
             return last.to_json()
         return EpochOffsets(last.epoch + 1, start, until).to_json()
 
@@ -242,32 +248,33 @@ class CopyStreamReader(DataSourceStreamReader):  # type: ignore[misc]
             tasks = min(tasks, -(-int(self.plan.records_per_second) // RECORDS_PER_SECOND_PER_TASK))
         return max(1, tasks) if partitions else 0
 
-    def _list(self, which: str, only: Sequence[TopicPartitionKey] | None = None) -> Offsets:
-        """The earliest or latest offset of each partition of the plan; a deleted topic is left out."""
+    def _list(self, which: str, only: Sequence[TopicPartitionKey] | None = None) -> Offsets | None:
+        """The earliest or latest offset of each partition of the plan; a deleted topic is left out.
+
+        A leader moving or a broker restarting is retried promptly with a new admin client (fresh
+        metadata) for as long as it lasts, so the query never dies of it; None once the flow stops.
+        """
         isolation = IsolationLevel.READ_UNCOMMITTED \
             if self.plan.writer.source_consumer.get("isolation.level") == "read_uncommitted" \
             else IsolationLevel.READ_COMMITTED
         alias = self.plan.writer.source_alias
         admin = cached_admin(self.plan.source_admin)
         partitions = [TopicPartition(t, p) for t, p in (only if only is not None else self.plan.keys())]
-        deadline = time.monotonic() + OFFSETS_RETRY_SECONDS
-        while True:
-            try:
-                return list_offsets(admin, alias, partitions, which, isolation, skip_unknown=True)
-            except KafkaAdminError as exc:  # e.g. a partition without a leader for a moment
-                if time.monotonic() > deadline:
-                    raise
-                log.warning("flow=%s listing %s offsets again: %s", self.plan.writer.flow, which, exc)
-                time.sleep(1.0)
+        return retry_transient(
+            lambda: list_offsets(admin.get(), alias, partitions, which, isolation, timeout=LIST_TIMEOUT,
+                                 skip_unknown=True),
+            f"flow={self.plan.writer.flow} listing {which} offsets", (self.checkpoint / STOP_FILE).exists,
+            on_failure=admin.renew)
 
 
-_admins: dict[tuple[tuple[str, str], ...], Any] = {}
+_admins: dict[tuple[tuple[str, str], ...], RenewableAdmin] = {}
 
 
-def cached_admin(config: tuple[tuple[str, str], ...]) -> Any:
-    """One admin client per source configuration per driver process (the reader's and the driver's)."""
+def cached_admin(config: tuple[tuple[str, str], ...]) -> RenewableAdmin:
+    """One admin client per source configuration per driver process (the reader's and the driver's),
+    replaced after a transient error."""
     if config not in _admins:
-        _admins[config] = admin_client(dict(config))
+        _admins[config] = RenewableAdmin(dict(config))
     return _admins[config]
 
 

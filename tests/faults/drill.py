@@ -36,7 +36,8 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
 
-from confluent_kafka import Producer
+from confluent_kafka import Consumer, Producer, TopicPartition
+from confluent_kafka.admin import OffsetSpec
 
 from strait.config import load_config
 from strait.lab.clients import create_topic
@@ -54,7 +55,7 @@ PARTITIONS = 3
 BATCH_LEAD_SECONDS = 20.0
 # Every drill's topic exists before the replicator starts, so no drill waits for a topic refresh.
 DRILL_TOPICS = ("warm-up", "replicator-sigkill", "services-sigkill", "redis-sigkill", "source-broker-sigkill",
-                "target-broker-sigkill", "broker-sigstop", "config-change")
+                "target-broker-sigkill", "broker-sigstop", "config-change", "rolling-restart", "long-outage")
 LEASE_TTL = 4.0
 REPORT_PATH = cache_dir() / "fault-report.json"
 librdkafka_log = logging.getLogger("strait.librdkafka")
@@ -69,13 +70,18 @@ class Mode:
     warmup_seconds: float  # load before the first fault
     between_seconds: float  # load between two injections and after the last one
     injections: int  # faults injected per drill
+    restart_down_seconds: float = 10.0  # a broker stays down this long in a rolling restart
+    restart_gap_seconds: float = 20.0  # from a broker's return to the next broker's stop
+    outage_seconds: float = 45.0  # a SIGKILLed broker stays down this long
+    long_outage_seconds: float = 240.0  # the long single-broker outage
 
     @classmethod
     def from_env(cls) -> Mode:
         """The mode named by $STRAIT_FAULTS (``full``), short otherwise."""
         if os.environ.get("STRAIT_FAULTS", "").lower() == "full":
             return cls("full", rate=2000, warmup_seconds=10, between_seconds=15, injections=3)
-        return cls("short", rate=500, warmup_seconds=2, between_seconds=2, injections=1)
+        return cls("short", rate=500, warmup_seconds=2, between_seconds=2, injections=1, restart_down_seconds=3,
+                   restart_gap_seconds=3, outage_seconds=15, long_outage_seconds=40)
 
 
 @dataclass(frozen=True)
@@ -108,6 +114,8 @@ class KeyedLoad:
                                    "logger": librdkafka_log})
         self._sent_at: list[float] = []  # monotonic time of each produce call, in order
         self._acked = [-1] * PARTITIONS
+        self._acked_at: list[dict[int, float]] = [{} for _ in range(PARTITIONS)]  # sequence -> when acknowledged
+        self._ack_times: list[float] = []  # every acknowledgement, in the order they came
         self._acked_count = 0
         self._next = 0  # index of the next record to produce
         self._errors: list[str] = []
@@ -129,6 +137,17 @@ class KeyedLoad:
         """The sequence the next record produced will have on each partition (the first one after now)."""
         n = self._next
         return {p: (n + (p - n) % PARTITIONS) // PARTITIONS for p in range(PARTITIONS)}
+
+    def acked_at(self, partition: int, sequence: int) -> float | None:
+        """When the record of ``sequence`` on ``partition`` was acknowledged (monotonic), or None."""
+        with self._lock:
+            return self._acked_at[partition].get(sequence)
+
+    def longest_ack_gap(self, start: float, end: float) -> float:
+        """The longest time without an acknowledgement between two monotonic times (the load producing)."""
+        with self._lock:
+            times = [start, *(t for t in self._ack_times if start < t < end), end]
+        return max(b - a for a, b in zip(times, times[1:], strict=False))
 
     def produced_between(self, start: float, end: float) -> int:
         """Records produced between two monotonic times."""
@@ -153,8 +172,11 @@ class KeyedLoad:
             self._errors.append(str(err))
             return
         sequence = int(message.value().split(b":")[1])
+        now = time.monotonic()
         with self._lock:
             self._acked[message.partition()] = max(self._acked[message.partition()], sequence)
+            self._acked_at[message.partition()][sequence] = now
+            self._ack_times.append(now)
             self._acked_count += 1
 
     def _run(self) -> None:
@@ -178,6 +200,129 @@ class KeyedLoad:
                 return
             except BufferError:
                 self._producer.poll(0.05)
+
+
+class TopicTail:
+    """A consumer in a thread of its own, tailing topic partitions on a cluster until stopped;
+    subclasses take each batch of records (:meth:`take`)."""
+
+    def __init__(self, cluster: KafkaCluster, partitions: list[TopicPartition]) -> None:
+        self._consumer = Consumer({**cluster.client_config(), "group.id": "strait-drill-tail",
+                                   "enable.auto.commit": False, "fetch.wait.max.ms": 50,
+                                   "logger": librdkafka_log})
+        self._partitions = partitions
+        self._lock = threading.Lock()
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._run, name=f"tail-{partitions[0].topic}", daemon=True)
+
+    def start(self) -> Any:
+        """Start tailing; returns self."""
+        self._consumer.assign(self._partitions)
+        self._thread.start()
+        return self
+
+    def stop(self) -> None:
+        """Stop tailing."""
+        self._stop.set()
+        self._thread.join(10)
+        self._consumer.close()
+
+    def take(self, messages: list[Any], now: float) -> None:
+        """Handle the records of one poll (``now``: when they arrived, monotonic)."""
+        raise NotImplementedError
+
+    def _run(self) -> None:
+        while not self._stop.is_set():
+            messages = [m for m in self._consumer.consume(10_000, 0.05) if m.error() is None]
+            if messages:
+                self.take(messages, time.monotonic())
+
+
+Since = Callable[[int, int], "float | None"]  # (partition, sequence) -> when that record was there (monotonic)
+
+
+class CopyWatch(TopicTail):
+    """Tails a load's topic (its copy on the target, or the topic itself): when each partition grew, how far.
+
+    A stall is a time the copy did not grow while the source held records not yet copied (since
+    their acknowledgement: :meth:`KeyedLoad.acked_at`); being behind at a moment is the age of the
+    oldest record not yet copied, counted from when a plain consumer of the source could read it
+    (:meth:`reached_at` of a watch on the source topic: a record acknowledged just before its
+    leader died is readable by nobody until a new leader is elected). Both include this consumer's
+    own fetch delay (50 ms at most): never less than the truth.
+    """
+
+    def __init__(self, cluster: KafkaCluster, topic: str) -> None:
+        admin = cluster.admin()
+        futures = admin.list_offsets({TopicPartition(topic, p): OffsetSpec.latest() for p in range(PARTITIONS)})
+        ends = {tp.partition: future.result(timeout=30).offset for tp, future in futures.items()}
+        # from each partition's last record: it gives the starting state
+        super().__init__(cluster, [TopicPartition(topic, p, max(0, ends[p] - 1)) for p in range(PARTITIONS)])
+        self._copied = [-1] * PARTITIONS
+        self._states: list[tuple[float, tuple[int, ...]]] = []  # (when, each partition's copied sequence)
+        self._grown: list[tuple[list[int], list[float]]] = [([], []) for _ in range(PARTITIONS)]  # (sequences, when)
+
+    def take(self, messages: list[Any], now: float) -> None:
+        grew = False
+        for message in messages:
+            if message.value():
+                partition, sequence = message.value().split(b":")
+                p, seq = int(partition), int(sequence)
+                if seq > self._copied[p]:
+                    self._copied[p], grew = seq, True
+        if grew:
+            with self._lock:
+                self._states.append((now, tuple(self._copied)))
+                for p, seq in enumerate(self._copied):
+                    sequences, times = self._grown[p]
+                    if not sequences or seq > sequences[-1]:
+                        sequences.append(seq)
+                        times.append(now)
+
+    def reached_at(self, partition: int, sequence: int) -> float | None:
+        """When this consumer first saw ``sequence`` (or a later one) on ``partition``, or None."""
+        with self._lock:
+            sequences, times = self._grown[partition]
+            i = bisect.bisect_left(sequences, sequence)
+            return times[i] if i < len(times) else None
+
+    def _intervals(self, start: float, end: float) -> list[tuple[float, float, tuple[int, ...]]]:
+        """``(from, to, copied)``: the copy stayed at ``copied`` from ``from`` until ``to`` (within the window)."""
+        with self._lock:
+            states = list(self._states)
+        before = [state for state in states if state[0] <= start]
+        current = before[-1][1] if before else tuple([-1] * PARTITIONS)
+        intervals, since = [], start
+        for when, copied in (s for s in states if start < s[0] < end):
+            intervals.append((since, when, current))
+            since, current = when, copied
+        intervals.append((since, end, current))
+        return intervals
+
+    @staticmethod
+    def _oldest_uncopied(since: Since, copied: tuple[int, ...], until: float) -> float | None:
+        """When the oldest record there before ``until`` and not in ``copied`` got there."""
+        times = [since(p, seq + 1) for p, seq in enumerate(copied)]
+        pending = [t for t in times if t is not None and t < until]
+        return min(pending, default=None)
+
+    def longest_stall(self, load: KeyedLoad, start: float, end: float) -> float:
+        """The longest time in the window the copy did not grow while the source had records to copy."""
+        longest = 0.0
+        for since, until, copied in self._intervals(start, end):
+            waiting = self._oldest_uncopied(load.acked_at, copied, until)
+            if waiting is not None:
+                longest = max(longest, until - max(since, waiting))
+        return longest
+
+    def most_behind(self, source: CopyWatch, start: float, end: float) -> float:
+        """The most the copy was behind the source (a watch of the source topic) in the window, in seconds."""
+        worst = 0.0
+        for _since, until, copied in self._intervals(start, end):
+            waiting = self._oldest_uncopied(source.reached_at, copied, until)
+            if waiting is not None:
+                worst = max(worst, until - waiting)
+        return worst
 
 
 @dataclass
@@ -241,9 +386,9 @@ class Rig:
                                  "--redis-url", self.redis.url], capture_output=True, text=True, timeout=120)
         assert result.returncode == 0, f"strait config apply failed: {result.stdout}{result.stderr}"
 
-    def create_topic(self, topic: str) -> None:
-        """A source topic of 3 partitions, replication factor 3, min.insync.replicas 2."""
-        create_topic(self.source.admin(), topic, partitions=PARTITIONS, replication_factor=3,
+    def create_topic(self, topic: str, cluster: KafkaCluster | None = None) -> None:
+        """A topic (on the source unless told) of 3 partitions, replication factor 3, min.insync.replicas 2."""
+        create_topic((cluster or self.source).admin(), topic, partitions=PARTITIONS, replication_factor=3,
                      config={"min.insync.replicas": "2", "retention.ms": "-1"})
 
     def start_replicator(self) -> StraitProcess:

@@ -12,12 +12,13 @@ import time
 import pytest
 
 from strait.lab.kafka import KafkaCluster
-from tests.faults.drill import Drill, Mode, Rig
+from tests.faults.drill import Drill, Mode, Rig, wait_copied
 
 pytestmark = [pytest.mark.faults, pytest.mark.slow]
 
 BROKER_SESSION_TIMEOUT_S = 9.0  # Kafka's broker.session.timeout.ms default
 FREEZE_S = BROKER_SESSION_TIMEOUT_S + 6.0
+RETURN_CATCH_UP_SECONDS = 10.0
 
 
 def _leader_index(cluster: KafkaCluster, topic: str, partition: int = 0) -> int:
@@ -51,19 +52,28 @@ def test_broker_sigkill(rig: Rig, mode: Mode, side: str) -> None:
 
     Replication factor 3 and min.insync.replicas 2 keep every partition writable on two brokers.
     Recovery: from the kill until the target holds a record produced after the kill on every
-    partition, measured while the broker is still down.
+    partition, measured while the broker is still down. The broker stays down for the mode's outage
+    (45 s in full); once it is back, the target must hold within 10 s a record produced after its return.
     """
     drill = Drill.begin(rig, f"{side}-broker-sigkill", mode)
     cluster = rig.source if side == "source" else rig.target
     topic = drill.topic if side == "source" else rig.remote(drill.topic)
+    catch_up: list[float] = []
     try:
         for _ in range(mode.injections):
             victim = _leader_index(cluster, topic)
             drill.inject(cluster.nodes[victim].kill)
+            killed = time.monotonic()
             drill.recovered()
+            time.sleep(max(0.0, killed + mode.outage_seconds - time.monotonic()))
             cluster.restart_node(victim, timeout=180)
+            returned, mark = time.monotonic(), drill.load.next_mark()
+            catch_up.append(wait_copied(rig, drill.topic, mark) - returned)
             time.sleep(mode.between_seconds)
-        drill.finish()
+        print(f"{side} broker down {mode.outage_seconds:.0f}s: caught up {max(catch_up):.1f}s after its return")
+        drill.finish(note=f"caught up {max(catch_up):.1f}s after the broker's return")
+        assert max(catch_up) <= RETURN_CATCH_UP_SECONDS, \
+            f"the copy caught up {max(catch_up):.1f}s after the {side} broker's return"
     finally:
         drill.abort()
 

@@ -11,7 +11,7 @@ from strait_configsync.acls import desired_acls
 from strait_configsync.configs import plan_configs, wanted_configs
 from strait_configsync.drift import ConfigDrift, ErrorNote, FlowReport, PartitionMismatch
 from strait_configsync.ownership import Ownership
-from strait_configsync.sync import RetryBackoff
+from strait.retry import KeyedBackoff, RetryPolicy
 
 FLOW = FlowConfig("A", "B", topics=Selection(("orders.*", "pay"), ()), groups=Selection(("app-.*",), ()))
 TOPIC, GROUP = ResourceType.TOPIC, ResourceType.GROUP
@@ -86,7 +86,7 @@ def test_plan_claims_values_strait_put_there() -> None:
 
 def test_backoff_grows_and_resets_on_a_new_change() -> None:
     now = [0.0]
-    backoff = RetryBackoff(base=1, cap=4, clock=lambda: now[0])
+    backoff = KeyedBackoff(RetryPolicy(first=1, cap=4), clock=lambda: now[0])
     assert backoff.failed("t", "a") == 1 and not backoff.ready("t", "a")
     now[0] = 1.0
     assert backoff.ready("t", "a") and backoff.failed("t", "a") == 2

@@ -6,7 +6,7 @@ import re
 import shutil
 import sys
 import urllib.request
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from pathlib import Path
 
 import yaml
@@ -119,11 +119,12 @@ def _java(heap: str, log_config: Path, classpath: str, main: str, *args: str) ->
 
 
 def start_mm2(source: KafkaCluster, target: KafkaCluster, topics: Sequence[str], options: BenchOptions,
-              workdir: Path) -> ManagedProcess:
-    """`connect-mirror-maker` (MirrorMaker's main class) with a generated properties file."""
+              workdir: Path, overrides: Mapping[str, str] | None = None) -> ManagedProcess:
+    """`connect-mirror-maker` (MirrorMaker's main class) with a generated properties file (``overrides``
+    replace or add properties, e.g. replication factors for a multi-broker drill)."""
     workdir.mkdir(parents=True, exist_ok=True)
     props = workdir / "mm2.properties"
-    settings = mm2_properties(source, target, topics, options)
+    settings = {**mm2_properties(source, target, topics, options), **(overrides or {})}
     props.write_text("".join(f"{k} = {v}\n" for k, v in settings.items()))
     log_config = workdir / "log4j2.properties"
     log_config.write_text(_LOG4J2)

@@ -27,7 +27,28 @@ class KafkaAdminError(StraitError):
     """An admin call on a cluster failed; the message names the cluster and what to do."""
 
 
-class ClusterUnreachableError(KafkaAdminError):
+class KafkaRetriableError(KafkaAdminError):
+    """A passing state of the cluster (a leader moving, a fenced leader epoch, a broker restarting, a
+    coordinator loading): retried promptly with fresh metadata (:mod:`strait.retry`)."""
+
+    CODES = frozenset({
+        KafkaError.NOT_LEADER_FOR_PARTITION, KafkaError.LEADER_NOT_AVAILABLE, KafkaError.FENCED_LEADER_EPOCH,
+        KafkaError.UNKNOWN_LEADER_EPOCH, KafkaError.OFFSET_NOT_AVAILABLE, KafkaError.REPLICA_NOT_AVAILABLE,
+        KafkaError.NOT_ENOUGH_REPLICAS, KafkaError.NOT_ENOUGH_REPLICAS_AFTER_APPEND, KafkaError.REQUEST_TIMED_OUT,
+        KafkaError.NETWORK_EXCEPTION, KafkaError.COORDINATOR_LOAD_IN_PROGRESS, KafkaError.COORDINATOR_NOT_AVAILABLE,
+        KafkaError.NOT_COORDINATOR, KafkaError.NOT_CONTROLLER, KafkaError.BROKER_NOT_AVAILABLE,
+        KafkaError.KAFKA_STORAGE_ERROR, KafkaError.REBALANCE_IN_PROGRESS, KafkaError._TRANSPORT,
+        KafkaError._TIMED_OUT, KafkaError._ALL_BROKERS_DOWN, KafkaError._WAIT_COORD, KafkaError._NODE_UPDATE,
+        KafkaError.UNSTABLE_OFFSET_COMMIT,
+    })
+
+    @classmethod
+    def is_transient_code(cls, code: int) -> bool:
+        """Whether a librdkafka error code is one of these passing states."""
+        return code in cls.CODES
+
+
+class ClusterUnreachableError(KafkaRetriableError):
     """No broker of the cluster answered."""
 
 
@@ -50,7 +71,31 @@ def admin_client(config: Mapping[str, str]) -> AdminClient:
     return AdminClient({**config, "logger": librdkafka_log})
 
 
+class RenewableAdmin:
+    """An admin client that is replaced by a new one after a transient error.
+
+    A new client starts from fresh metadata, so no call keeps going to a moved leader or with a
+    fenced leader epoch: through a rolling restart librdkafka's admin ListOffsets answered "Leader
+    epoch is older than broker epoch" for over a minute from a long-lived client's cached view.
+    """
+
+    def __init__(self, config: Mapping[str, str]) -> None:
+        self._config = dict(config)
+        self._client: AdminClient | None = None
+
+    def get(self) -> AdminClient:
+        """The current client (made on first use and after :meth:`renew`)."""
+        if self._client is None:
+            self._client = admin_client(self._config)
+        return self._client
+
+    def renew(self, _cause: BaseException | None = None) -> None:
+        """Drop the client: the next :meth:`get` makes a new one with fresh metadata."""
+        self._client = None
+
+
 def explain_error(exc: BaseException, alias: str, action: str) -> KafkaAdminError:
+    """The strait error of a failed call: a permission, an unreachable cluster, a passing state or other."""
     error = exc.args[0] if exc.args and isinstance(exc.args[0], KafkaError) else None
     if error is not None and error.code() in (
         KafkaError.TOPIC_AUTHORIZATION_FAILED, KafkaError.CLUSTER_AUTHORIZATION_FAILED,
@@ -61,7 +106,12 @@ def explain_error(exc: BaseException, alias: str, action: str) -> KafkaAdminErro
                                               KafkaError._ALL_BROKERS_DOWN):
         return ClusterUnreachableError(f"cluster {alias}: {action}: no broker answered ({error.str()}); "
                                        f"check bootstrap servers and that cluster {alias} runs")
+    if isinstance(exc, TimeoutError):  # a future's result that did not come in time
+        return ClusterUnreachableError(f"cluster {alias}: {action}: no answer in time; check that cluster "
+                                       f"{alias} runs and its brokers are reachable")
     detail = error.str() if error is not None else str(exc)
+    if error is not None and (error.retriable() or KafkaRetriableError.is_transient_code(error.code())):
+        return KafkaRetriableError(f"cluster {alias}: {action}: {detail} (retried)")
     return KafkaAdminError(f"cluster {alias}: {action}: {detail}")
 
 
@@ -162,7 +212,7 @@ def list_offsets(admin: AdminClient, alias: str, partitions: Sequence[TopicParti
     for tp, future in futures.items():
         try:
             offsets[(tp.topic, tp.partition)] = future.result(timeout=timeout).offset
-        except KafkaException as exc:
+        except (KafkaException, TimeoutError) as exc:
             if skip_unknown and _is_unknown_partition(exc):
                 continue
             raise explain_error(exc, alias, f"listing {which} offsets of {tp.topic}[{tp.partition}]") from None

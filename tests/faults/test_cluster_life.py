@@ -1,0 +1,207 @@
+"""Cluster-life drills under keyed load: a rolling restart of both clusters, and a long single-broker outage.
+
+A rolling restart stops each broker of the source, then of the target, with SIGTERM (controlled
+shutdown), keeps it down, starts it again with its own command line and waits a while before the
+next. Replication must stall no longer than the clusters make a plain producer wait (a producer
+writing to the target through the same restarts) plus 3 s. In the long outage one source broker
+stays SIGKILLed for minutes while a consumer group commits on the source: the copy must never fall
+more than 5 s behind what a plain consumer of the source can read, and the group's checkpoints on
+the target must keep coming (never 30 s without a new one).
+"""
+
+from __future__ import annotations
+
+import threading
+import time
+from collections.abc import Callable
+from typing import Any
+from dataclasses import replace
+
+import pytest
+from confluent_kafka import OFFSET_END, Consumer, TopicPartition
+
+from strait.lab.clients import consume_all
+from strait.lab.kafka import KafkaCluster
+from strait.lab.services import StraitProcess
+from strait.records import Checkpoint
+from strait.bench.options import BenchOptions
+from strait.bench.systems import start_mm2
+from tests.faults.drill import CopyWatch, Drill, DrillResult, KeyedLoad, Mode, Rig, TopicTail, librdkafka_log, \
+    record, wait_copied
+from tests.integration.replicator_support import wait_for
+
+pytestmark = [pytest.mark.faults, pytest.mark.slow]
+
+STALL_MARGIN_SECONDS = 3.0
+MOST_BEHIND_SECONDS = 5.0
+CHECKPOINT_GAP_SECONDS = 30.0
+
+
+def _restart_each_broker(drill: Drill, cluster: KafkaCluster, mode: Mode) -> None:
+    """Stop (SIGTERM), keep down, start again: each broker of ``cluster`` in turn."""
+    for n in range(len(cluster.nodes)):
+        drill.inject(lambda n=n: cluster.stop_node(n))
+        time.sleep(mode.restart_down_seconds)
+        cluster.restart_node(n, timeout=180)
+        drill.recovered()
+        time.sleep(mode.restart_gap_seconds)
+
+
+def _rolling_restart(rig: Rig, drill: Drill, mode: Mode, replicator: str) -> tuple[float, float]:
+    """Restart every broker of the source, then of the target, while a direct producer writes to the
+    target; returns the longest replication stall and the direct producer's longest ack gap."""
+    direct_topic = f"{drill.topic}-direct"
+    rig.create_topic(direct_topic, rig.target)
+    direct = KeyedLoad(rig.target, direct_topic, mode.rate).start()
+    watch = CopyWatch(rig.target, rig.remote(drill.topic)).start()
+    try:
+        time.sleep(mode.warmup_seconds)
+        started = time.monotonic()
+        for cluster in (rig.source, rig.target):
+            _restart_each_broker(drill, cluster, mode)
+        ended = time.monotonic()
+        direct.stop()
+        stall = watch.longest_stall(drill.load, started, ended)
+        gap = direct.longest_ack_gap(started, ended)
+        print(f"{replicator}: rolling restart of {rig.source.alias} then {rig.target.alias}: longest replication "
+              f"stall {stall:.1f}s, longest ack gap of a direct producer to {rig.target.alias} {gap:.1f}s")
+        return stall, gap
+    finally:
+        watch.stop()
+        direct.abort()
+
+
+def test_rolling_restart_of_source_then_target(rig: Rig, mode: Mode) -> None:
+    """Every broker of C, then of D, restarted in turn under load: 0 lost, a stall of seconds at most."""
+    drill = Drill.begin(rig, "rolling-restart", mode)
+    try:
+        stall, gap = _rolling_restart(rig, drill, mode, "strait")
+        drill.finish(note=f"stall {stall:.1f}s; direct producer ack gap {gap:.1f}s")
+        assert stall <= gap + STALL_MARGIN_SECONDS, \
+            f"replication stalled {stall:.1f}s, more than the direct producer's {gap:.1f}s + {STALL_MARGIN_SECONDS:.0f}s"
+    finally:
+        drill.abort()
+
+
+def test_rolling_restart_with_mirrormaker2(rig: Rig, mode: Mode) -> None:
+    """The same rolling restart with MirrorMaker 2 (dedicated mode, Kafka's jars) copying instead of strait.
+
+    MM2 copies a topic of its own (outside strait's flow) to the same target; its stall is the peer's
+    number for the report. Nothing is asserted of MM2 beyond having copied every record in the end.
+    """
+    topic = rig.topic("mm2-rolling-restart")
+    rig.create_topic(topic)
+    internal_rf = {f"{name}.replication.factor": "3" for name in (
+        "checkpoints.topic", "heartbeats.topic", "offset-syncs.topic", "offset.storage", "status.storage",
+        "config.storage")}
+    # MM2's offset syncs go to the target, away from the syncs topic strait's flow keeps on the source;
+    # its checkpoints concern only groups reading its topic (none here).
+    mm2 = start_mm2(rig.source, rig.target, [topic], BenchOptions(), rig.workdir / "mm2", {
+        "replication.factor": "3", **internal_rf, "offset-syncs.topic.location": "target",
+        "emit.heartbeats.enabled": "false", f"{rig.target.alias}.producer.acks": "all"})
+    load = KeyedLoad(rig.source, topic, mode.rate).start()
+    drill = Drill(rig, "rolling-restart-mm2", mode, topic, load)
+    try:
+        wait_for(lambda: min(load.mark().values()) >= 0, 120, f"the load on {topic} acknowledged")
+        wait_copied(rig, topic, load.mark(), timeout=300)
+        stall, gap = _rolling_restart(rig, drill, mode, "MirrorMaker 2")
+        produced = load.stop()
+        wait_copied(rig, topic, load.mark(), timeout=300)
+        copies = [r.value for r in consume_all(rig.target.client_config(), rig.remote(topic), timeout=300)]
+        lost = produced - len(set(copies))
+        record(DrillResult("rolling-restart-mm2", mode.name, len(drill.recoveries),
+                           round(max(drill.recoveries, default=0), 1), produced, lost, len(copies) - len(set(copies)),
+                           drill.bound, tuple(round(r, 1) for r in drill.recoveries),
+                           f"MirrorMaker 2: stall {stall:.1f}s; direct producer ack gap {gap:.1f}s"))
+        assert lost == 0, f"MirrorMaker 2 lost {lost} of {produced} records"
+    finally:
+        load.abort()
+        mm2.stop()
+
+
+class GroupConsumer:
+    """A consumer group reading a topic on the source and committing its position every half second."""
+
+    def __init__(self, cluster: KafkaCluster, topic: str, group: str) -> None:
+        self.group = group
+        self._consumer = Consumer({**cluster.client_config(), "group.id": group, "enable.auto.commit": False,
+                                   "auto.offset.reset": "earliest", "logger": librdkafka_log})
+        self._consumer.subscribe([topic])
+        self.commit_errors = 0
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._run, name=f"group-{group}", daemon=True)
+
+    def start(self) -> GroupConsumer:
+        """Start consuming and committing."""
+        self._thread.start()
+        return self
+
+    def stop(self) -> None:
+        """Stop and leave the group."""
+        self._stop.set()
+        self._thread.join(30)
+        self._consumer.close()
+
+    def _run(self) -> None:
+        next_commit = time.monotonic() + 0.5
+        while not self._stop.is_set():
+            self._consumer.consume(1000, 0.1)
+            if time.monotonic() >= next_commit:
+                try:
+                    self._consumer.commit(asynchronous=False)
+                except Exception:  # the coordinator moving: the next commit carries the position
+                    self.commit_errors += 1
+                next_commit = time.monotonic() + 0.5
+
+
+class CheckpointWatch(TopicTail):
+    """Tails the checkpoints topic on the target: when a new checkpoint of a group arrived."""
+
+    def __init__(self, rig: Rig, group: str) -> None:
+        super().__init__(rig.target, [TopicPartition(f"{rig.source.alias}.checkpoints.internal", 0, OFFSET_END)])
+        self.group = group
+        self.arrivals: list[float] = []
+
+    def take(self, messages: list[Any], now: float) -> None:
+        if any(Checkpoint.from_record(m.key(), m.value()).group == self.group for m in messages):
+            self.arrivals.append(now)
+
+    def longest_gap(self, start: float, end: float) -> float:
+        """The longest time without a new checkpoint of the group between two monotonic times."""
+        times = [start, *(t for t in list(self.arrivals) if start < t < end), end]
+        return max(b - a for a, b in zip(times, times[1:], strict=False))
+
+
+def test_long_single_broker_outage(rig: Rig, mode: Mode, replicas: Callable[..., list[StraitProcess]]) -> None:
+    """One source broker SIGKILLed for minutes under load with a group committing: copy and checkpoints go on."""
+    replicas("checkpoint")
+    drill = Drill.begin(rig, "long-outage", replace(mode, rate=min(mode.rate, 500)))
+    group = GroupConsumer(rig.source, drill.topic, rig.group("long-outage")).start()
+    checkpoints = CheckpointWatch(rig, group.group).start()
+    watch = CopyWatch(rig.target, rig.remote(drill.topic)).start()
+    readable = CopyWatch(rig.source, drill.topic).start()  # when a plain consumer of the source could read
+    try:
+        wait_for(lambda: checkpoints.arrivals, 180, f"checkpoints of {group.group} on {rig.target.alias}")
+        time.sleep(mode.warmup_seconds)
+        victim = rig.source.admin().list_topics(drill.topic, timeout=30).topics[drill.topic].partitions[0].leader - 1
+        drill.inject(rig.source.nodes[victim].kill)
+        killed = time.monotonic()
+        drill.recovered()
+        time.sleep(max(0.0, killed + mode.long_outage_seconds - time.monotonic()))
+        ended = time.monotonic()
+        behind = watch.most_behind(readable, killed, ended)
+        stall = watch.longest_stall(drill.load, killed, ended)
+        gap = checkpoints.longest_gap(killed, ended)
+        print(f"{mode.long_outage_seconds:.0f}s without broker {victim + 1} of {rig.source.alias}: copy at most "
+              f"{behind:.1f}s behind (longest stall {stall:.1f}s), longest gap between checkpoints of "
+              f"{group.group} {gap:.1f}s ({len(checkpoints.arrivals)} checkpoints)")
+        rig.source.restart_node(victim, timeout=180)
+        drill.finish(note=f"behind at most {behind:.1f}s; checkpoint gap {gap:.1f}s")
+        assert behind <= MOST_BEHIND_SECONDS, f"the copy fell {behind:.1f}s behind during the outage"
+        assert gap <= CHECKPOINT_GAP_SECONDS, f"no new checkpoint of {group.group} for {gap:.1f}s"
+    finally:
+        watch.stop()
+        readable.stop()
+        checkpoints.stop()
+        group.stop()
+        drill.abort()
