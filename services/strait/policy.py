@@ -5,7 +5,10 @@ strait and MM2 agree on every topic name: MM2 tooling reading strait's topics, c
 mixed MM2/strait topologies, and migrations in both directions depend on it.
 
 - :class:`DefaultReplicationPolicy` prefixes the source alias (``A.orders``) and parses names by
-  splitting on the separator with Java's ``String.split`` rules.
+  splitting on the separator with Java's ``String.split`` rules; given the configuration's cluster
+  aliases (``known_aliases``) it takes the longest alias a name starts with instead, so aliases
+  that contain the separator (``cluster-1`` with ``-``) are traced right and cycles are caught
+  where MM2's name-only check misses them.
 - :class:`IdentityReplicationPolicy` keeps names unchanged (except heartbeat topics) and therefore
   cannot detect cycles; it is meant for one-way topologies and migrations.
 - :func:`is_cycle` and :func:`should_replicate_topic` are MM2's per-flow replication decision.
@@ -14,7 +17,7 @@ mixed MM2/strait topologies, and migrations in both directions depend on it.
 from __future__ import annotations
 
 import abc
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Protocol
 
 from strait.errors import ConfigError
@@ -114,6 +117,7 @@ class DefaultReplicationPolicy(ReplicationPolicy):
 
     separator: str = SEPARATOR_DEFAULT
     internal_topic_separator_enabled: bool = True
+    known_aliases: tuple[str, ...] = field(default=(), kw_only=True)
 
     def __post_init__(self) -> None:
         if not isinstance(self.separator, str):
@@ -129,11 +133,17 @@ class DefaultReplicationPolicy(ReplicationPolicy):
         return f"{source_alias}{self.separator}{topic}"
 
     def topic_source(self, topic: str) -> str | None:
-        """First piece of the name split on the separator, or None when there are fewer than two pieces.
+        """The longest known alias the name starts with (followed by the separator and more); else the
+        first piece of the name split on the separator, or None when there are fewer than two pieces.
 
         Java ``String.split`` rules: trailing empty pieces are dropped, a leading one is kept, so
         ``a.`` -> None, ``.b`` -> ``""`` and ``a..b`` -> ``a``.
         """
+        known = [alias for alias in self.known_aliases
+                 if self.separator and topic.startswith(alias + self.separator)
+                 and len(topic) > len(alias) + len(self.separator)]
+        if known:
+            return max(known, key=len)
         pieces = java_split(topic, self.separator)
         return pieces[0] if len(pieces) >= 2 else None
 
@@ -234,8 +244,10 @@ def java_split(text: str, separator: str) -> list[str]:
 def is_cycle(policy: ReplicationPolicy, topic: str, target_alias: str) -> bool:
     """True when ``topic`` already passed through ``target_alias`` (so a flow to it would loop).
 
-    MM2's name-only check: walk the upstream names while each has a source; a source equal to the
-    target alias is a cycle. Under the identity policy the walk stops at once, so cycles go unseen.
+    MM2's check: walk the upstream names while each has a source; a source equal to the target
+    alias is a cycle. With the configuration's aliases known to the policy, each source is the
+    longest alias the name starts with. Under the identity policy the walk stops at once, so cycles
+    go unseen.
     """
     seen: set[str] = set()
     current = topic
@@ -286,10 +298,12 @@ def policy_from_name(
     separator: str = SEPARATOR_DEFAULT,
     internal_separator_enabled: bool = True,
     source_cluster_alias: str | None = None,
+    known_aliases: tuple[str, ...] = (),
 ) -> ReplicationPolicy:
     """The policy for MM2's ``replication.policy.class`` value or a short name (``default``, ``identity``).
 
-    ``source_cluster_alias`` only matters for the identity policy. Raises :class:`ConfigError`
+    ``source_cluster_alias`` only matters for the identity policy; ``known_aliases`` (the
+    configuration's cluster aliases) only for the default one. Raises :class:`ConfigError`
     naming the value when it is not a known policy.
     """
     policy_class = _POLICY_NAMES.get(name.strip().lower()) if isinstance(name, str) else None
@@ -300,4 +314,4 @@ def policy_from_name(
         )
     if policy_class is IdentityReplicationPolicy:
         return IdentityReplicationPolicy(separator, internal_separator_enabled, source_cluster_alias)
-    return DefaultReplicationPolicy(separator, internal_separator_enabled)
+    return DefaultReplicationPolicy(separator, internal_separator_enabled, known_aliases=tuple(known_aliases))

@@ -23,6 +23,8 @@ from strait.kafka.admin import (
     KafkaAdminError,
     TopicSpec,
     admin_client,
+    check_distinct_clusters,
+    cluster_topics,
     create_topics,
     internal_topic,
     topic_partitions,
@@ -120,8 +122,9 @@ class FlowSync:
         source_admin, target_admin = self._clients()
         timeout = self.options.admin_timeout
         try:
-            source_parts = topic_partitions(source_admin, flow.source, timeout)
-            target_parts = topic_partitions(target_admin, flow.target, timeout)
+            source_id, source_parts = cluster_topics(source_admin, flow.source, timeout)
+            target_id, target_parts = cluster_topics(target_admin, flow.target, timeout)
+            check_distinct_clusters(flow.name, (flow.source, source_id), (flow.target, target_id))
         except KafkaAdminError as exc:
             self._admins = None  # the next pass starts from fresh metadata
             raise PassFailed(f"flow {flow.name}: {exc}") from exc

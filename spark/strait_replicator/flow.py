@@ -25,7 +25,8 @@ from pyspark.sql.streaming import StreamingQuery
 
 from strait.config.model import FlowConfig, StraitConfig
 from strait.kafka.admin import (
-    KafkaAdminError, admin_client, create_topics, internal_topic, list_offsets, topic_partitions,
+    KafkaAdminError, admin_client, check_distinct_clusters, cluster_topics, create_topics, internal_topic,
+    list_offsets,
 )
 from strait.metrics import set_flow_state
 from strait.retry import Backoff
@@ -102,8 +103,11 @@ class FlowRunner:
         source, target = config.cluster(flow.source), config.cluster(flow.target)
         source_admin, target_admin = admin_client(source.librdkafka_config("admin")), \
             admin_client(target.librdkafka_config("admin"))
-        topics = replicated_topics(flow, topic_partitions(source_admin, flow.source))
-        reconcile_remote_topics(flow, topics, topic_partitions(target_admin, flow.target), source_admin, target_admin)
+        source_id, source_topics = cluster_topics(source_admin, flow.source)
+        target_id, target_topics = cluster_topics(target_admin, flow.target)
+        check_distinct_clusters(flow.name, (flow.source, source_id), (flow.target, target_id))
+        topics = replicated_topics(flow, source_topics)
+        reconcile_remote_topics(flow, topics, target_topics, source_admin, target_admin)
         syncs_alias = flow.source if flow.offset_syncs_topic_location == "source" else flow.target
         policy = flow.policy()
         syncs_topic = policy.offset_syncs_topic(flow.target if syncs_alias == flow.source else flow.source)

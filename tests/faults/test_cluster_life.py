@@ -128,6 +128,7 @@ class GroupConsumer:
                                    "auto.offset.reset": "earliest", "logger": librdkafka_log})
         self._consumer.subscribe([topic])
         self.commit_errors = 0
+        self.committed_at: list[float] = []
         self._stop = threading.Event()
         self._thread = threading.Thread(target=self._run, name=f"group-{group}", daemon=True)
 
@@ -149,6 +150,7 @@ class GroupConsumer:
             if time.monotonic() >= next_commit:
                 try:
                     self._consumer.commit(asynchronous=False)
+                    self.committed_at.append(time.monotonic())
                 except Exception:  # the coordinator moving: the next commit carries the position
                     self.commit_errors += 1
                 next_commit = time.monotonic() + 0.5
@@ -192,9 +194,12 @@ def test_long_single_broker_outage(rig: Rig, mode: Mode, replicas: Callable[...,
         behind = watch.most_behind(readable, killed, ended)
         stall = watch.longest_stall(drill.load, killed, ended)
         gap = checkpoints.longest_gap(killed, ended)
+        commits = [killed, *(t for t in group.committed_at if killed < t < ended), ended]
+        commit_gap = max(b - a for a, b in zip(commits, commits[1:], strict=False))
         print(f"{mode.long_outage_seconds:.0f}s without broker {victim + 1} of {rig.source.alias}: copy at most "
               f"{behind:.1f}s behind (longest stall {stall:.1f}s), longest gap between checkpoints of "
-              f"{group.group} {gap:.1f}s ({len(checkpoints.arrivals)} checkpoints)")
+              f"{group.group} {gap:.1f}s ({len(checkpoints.arrivals)} checkpoints; the group's own longest gap "
+              f"between commits {commit_gap:.1f}s)")
         rig.source.restart_node(victim, timeout=180)
         drill.finish(note=f"behind at most {behind:.1f}s; checkpoint gap {gap:.1f}s")
         assert behind <= MOST_BEHIND_SECONDS, f"the copy fell {behind:.1f}s behind during the outage"

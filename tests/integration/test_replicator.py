@@ -308,3 +308,53 @@ def test_offset_syncs_on_the_target_when_configured(
 
     found = wait_for(syncs, 60, "offset syncs in mm2-offset-syncs.A.internal on the target")
     assert [(s.partition, s.upstream_offset, s.downstream_offset) for s in found] == [(0, 0, 0), (0, 9, 9)]
+
+
+def test_two_way_flows_with_aliases_containing_the_separator_never_loop(
+    source_cluster: KafkaCluster, target_cluster: KafkaCluster, replicator: Callable[..., StraitProcess],
+    unique_name: Callable[[str], str], tmp_path: Path,
+) -> None:
+    """The AMQ guide's two-way example: aliases cluster-1 and cluster-2, separator '-'.
+
+    MM2's name-only cycle check reads cluster-1-orders as coming from cluster "cluster" and copies it
+    back, then again with one more prefix, forever. Both flows here match every topic with the
+    test's prefix, remote copies included: only the cycle check keeps them from looping.
+    """
+    prefix = unique_name("twoway")
+    one, two = f"{prefix}-on-one", f"{prefix}-on-two"
+    create_topic(source_cluster.admin(), one, partitions=1, config=KEEP_FOREVER)
+    create_topic(target_cluster.admin(), two, partitions=1, config=KEEP_FOREVER)
+    flow = {"topics": {"include": [f".*{prefix}.*"]}, "separator": "-", "replication_factor": 1,
+            "refresh_topics": {"enabled": True, "interval_seconds": 2}}
+    config = {"clusters": {"cluster-1": {"bootstrap_servers": source_cluster.bootstrap_servers},
+                           "cluster-2": {"bootstrap_servers": target_cluster.bootstrap_servers}},
+              "flows": [{"source": "cluster-1", "target": "cluster-2", **flow},
+                        {"source": "cluster-2", "target": "cluster-1", **flow}]}
+    produce(source_cluster.client_config(), one, [Record(b"k", b"from cluster-1")])
+    produce(target_cluster.client_config(), two, [Record(b"k", b"from cluster-2")])
+    replicator("--config", str(write_config(tmp_path / "two-way.yaml", config)))
+
+    wait_for(lambda: count(target_cluster, f"cluster-1-{one}") == 1, 180, "cluster-1's topic copied to cluster-2")
+    wait_for(lambda: count(source_cluster, f"cluster-2-{two}") == 1, 180, "cluster-2's topic copied to cluster-1")
+    time.sleep(10)  # five topic refreshes of both flows: time for a loop to show
+    looped = [t for cluster in (source_cluster, target_cluster) for t in cluster.admin().list_topics(timeout=30).topics
+              if prefix in t and t.count("cluster-") > 1]
+    assert not looped, f"topics copied back and forth: {looped}"
+
+
+def test_one_cluster_under_two_aliases_is_refused_when_the_flow_starts(
+    source_cluster: KafkaCluster, replicator: Callable[..., StraitProcess], unique_name: Callable[[str], str],
+    tmp_path: Path,
+) -> None:
+    """Two spellings of one cluster's address pass the file check; the cluster ids at start do not."""
+    topic = unique_name("self")
+    create_topic(source_cluster.admin(), topic, partitions=1, config=KEEP_FOREVER)
+    produce(source_cluster.client_config(), topic, [Record(b"k", b"v")])
+    other_spelling = source_cluster.bootstrap_servers.replace("127.0.0.1", "localhost")
+    config = {"clusters": {"east": {"bootstrap_servers": source_cluster.bootstrap_servers},
+                           "west": {"bootstrap_servers": other_spelling}},
+              "flows": [{"source": "east", "target": "west", "topics": {"include": [topic]}, "replication_factor": 1}]}
+    process = replicator("--config", str(write_config(tmp_path / "self.yaml", config)))
+    wait_for(lambda: process.sample("strait_flow_state", flow="east->west", state="error") == 1, 120, "the flow in error")
+    assert "clusters 'east' and 'west' are the same Kafka cluster" in process.process.log_path.read_text()
+    assert f"east.{topic}" not in source_cluster.admin().list_topics(timeout=30).topics, "nothing may be copied"

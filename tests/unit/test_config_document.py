@@ -72,7 +72,8 @@ def flows(draw: st.DrawFn, source: str, target: str) -> FlowConfig:
 @st.composite
 def configs(draw: st.DrawFn) -> StraitConfig:
     aliases = draw(st.lists(st.sampled_from(ALIASES), min_size=2, max_size=4, unique=True))
-    clusters = {alias: ClusterConfig(alias, draw(st.sampled_from(("h:9092", "h1:9093,h2:9093"))),
+    # every alias its own cluster: one cluster under two aliases is refused
+    clusters = {alias: ClusterConfig(alias, draw(st.sampled_from((f"{alias}-h:9092", f"{alias}-h1:9093,{alias}-h2:9093"))),
                                      client=draw(settings_maps()), consumer=draw(settings_maps()),
                                      producer=draw(settings_maps()), admin=draw(settings_maps()))
                 for alias in aliases}

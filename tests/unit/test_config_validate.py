@@ -5,9 +5,11 @@ from __future__ import annotations
 import pytest
 
 from strait.config import ClusterConfig, FlowConfig, Secret, SecretRef, StraitConfig
+from strait.config.document import config_from_dict
 from strait.config.secrets import mask_settings
 from strait.config.validate import Problems, describe_inline_secrets, identity_loops, inline_secrets
 from strait.errors import ConfigError
+from strait.kafka.admin import SameClusterError, check_distinct_clusters
 
 
 def _flow(source: str, target: str, policy: str = "default", enabled: bool = True) -> FlowConfig:
@@ -61,3 +63,35 @@ def test_problems_are_deduplicated_and_capped() -> None:
 def test_mask_settings_for_log_lines() -> None:
     assert mask_settings({"sasl.username": "u", "sasl.password": "p", "bootstrap.servers": "b"}) == {
         "sasl.username": "u", "sasl.password": "******", "bootstrap.servers": "b"}
+
+
+def _two_way(aliases: tuple[str, str], servers: tuple[str, str], separator: str = "-") -> dict[str, object]:
+    return {"clusters": {aliases[0]: {"bootstrap_servers": servers[0]}, aliases[1]: {"bootstrap_servers": servers[1]}},
+            "flows": [{"source": aliases[0], "target": aliases[1], "separator": separator},
+                      {"source": aliases[1], "target": aliases[0], "separator": separator}]}
+
+
+def test_aliases_containing_the_separator_are_accepted_when_unambiguous() -> None:
+    config = config_from_dict(_two_way(("cluster-1", "cluster-2"), ("a:9092", "b:9092")), "amq.yaml")
+    assert config.flow("cluster-1->cluster-2").policy().topic_source("cluster-2-x") == "cluster-2"
+
+
+def test_an_alias_plus_the_separator_starting_another_alias_is_refused() -> None:
+    with pytest.raises(ConfigError) as raised:
+        config_from_dict(_two_way(("cluster", "cluster-east"), ("a:9092", "b:9092")), "ambiguous.yaml")
+    message = str(raised.value)
+    assert "'cluster' and 'cluster-east' are ambiguous with separator '-'" in message and "ambiguous.yaml" in message
+
+
+def test_one_cluster_under_two_aliases_is_refused() -> None:
+    with pytest.raises(ConfigError) as raised:
+        config_from_dict(_two_way(("east", "west"), ("k1:9092,k2:9092", "K2:9092")), "same.yaml")
+    assert "clusters 'east' and 'west' share bootstrap servers k2:9092" in str(raised.value)
+
+
+def test_aliases_reaching_the_same_cluster_id_are_refused_when_the_flow_starts() -> None:
+    check_distinct_clusters("east->west", ("east", "id-1"), ("west", "id-2"))
+    check_distinct_clusters("east->west", ("east", None), ("west", None))  # a broker that names no id
+    with pytest.raises(SameClusterError) as raised:
+        check_distinct_clusters("east->west", ("east", "id-1"), ("west", "id-1"))
+    assert "clusters 'east' and 'west' are the same Kafka cluster (id id-1)" in str(raised.value)

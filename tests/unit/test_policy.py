@@ -435,3 +435,34 @@ def test_identity_round_trip_keeps_non_heartbeat_names(alias: str, topic: str) -
     assert remote == topic
     assert policy.topic_source(remote) == alias
     assert policy.original_topic(remote) == topic
+
+
+_ALIAS = st.text(alphabet="ab-1", min_size=1, max_size=6).filter(lambda a: not a.startswith("-") and not a.endswith("-"))
+
+
+def _unambiguous(aliases: list[str], separator: str) -> bool:
+    return not any(b != a and b.startswith(a + separator) for a in aliases for b in aliases)
+
+
+@given(st.lists(_ALIAS, min_size=2, max_size=4, unique=True), st.data())
+def test_known_aliases_trace_every_hop_even_when_aliases_contain_the_separator(aliases: list[str],
+                                                                               data: st.DataObject) -> None:
+    assume(_unambiguous(aliases, "-"))
+    policy = policy_from_name("default", "-", known_aliases=tuple(aliases))
+    hops = data.draw(st.lists(st.sampled_from(aliases), min_size=1, max_size=3))
+    topic = "orders"
+    for alias in reversed(hops):
+        topic = policy.format_remote_topic(alias, topic)
+    assert policy.topic_source(topic) == hops[0]
+    for alias in aliases:
+        assert is_cycle(policy, topic, alias) == (alias in hops), (topic, alias)
+
+
+def test_the_amq_two_way_example_is_a_cycle_only_with_known_aliases() -> None:
+    mm2_like = policy_from_name("default", "-")
+    aware = policy_from_name("default", "-", known_aliases=("cluster-1", "cluster-2"))
+    assert mm2_like.topic_source("cluster-1-foo") == "cluster"  # MM2's reading: the loop goes unseen
+    assert not is_cycle(mm2_like, "cluster-1-foo", "cluster-1")
+    assert aware.topic_source("cluster-1-foo") == "cluster-1" and aware.upstream_topic("cluster-1-foo") == "foo"
+    assert is_cycle(aware, "cluster-1-foo", "cluster-1") and not is_cycle(aware, "cluster-1-foo", "cluster-2")
+    assert aware.topic_source("other-foo") == "other"  # names of unknown clusters parse as MM2 parses them

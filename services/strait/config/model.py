@@ -184,6 +184,9 @@ class FlowConfig:
     heartbeats_replication_enabled: bool = True
     config_properties_exclude: tuple[str, ...] = CONFIG_PROPERTIES_EXCLUDE_DEFAULT
     checkpoint_shards: int = DEFAULT_CHECKPOINT_SHARDS
+    # Derived, not a setting: every cluster alias of the configuration (the policy traces remote
+    # topics to them), filled in by StraitConfig.
+    cluster_aliases: tuple[str, ...] = field(default=(), compare=False, repr=False, metadata={"derived": True})
 
     def __post_init__(self) -> None:
         object.__setattr__(self, "config_properties_exclude", tuple(self.config_properties_exclude))
@@ -199,7 +202,8 @@ class FlowConfig:
     def policy(self) -> ReplicationPolicy:
         """The flow's replication policy (its source alias set, as MM2 sets it for identity)."""
         return policy_from_name(self.replication_policy, self.separator,
-                                self.internal_topic_separator_enabled, source_cluster_alias=self.source)
+                                self.internal_topic_separator_enabled, source_cluster_alias=self.source,
+                                known_aliases=self.cluster_aliases)
 
     def topic_filter(self) -> TopicFilter:
         """The flow's topic filter."""
@@ -229,7 +233,7 @@ class FlowConfig:
         return replace(base, **values)
 
 
-FLOW_FIELDS = tuple(f.name for f in fields(FlowConfig))
+FLOW_FIELDS = tuple(f.name for f in fields(FlowConfig) if not f.metadata.get("derived"))
 NESTED_FLOW_FIELDS: Mapping[str, type] = MappingProxyType({
     f.name: type(f.default) for f in fields(FlowConfig) if isinstance(f.default, (Selection, Schedule))
 })
@@ -257,7 +261,9 @@ class StraitConfig:
 
     def __post_init__(self) -> None:
         object.__setattr__(self, "clusters", _frozen_mapping(self.clusters))
-        object.__setattr__(self, "flows", tuple(self.flows))
+        aliases = tuple(sorted(self.clusters))
+        object.__setattr__(self, "flows", tuple(flow if flow.cluster_aliases == aliases
+                                                else replace(flow, cluster_aliases=aliases) for flow in self.flows))
 
     def __hash__(self) -> int:
         return hash((tuple(sorted(self.clusters.items())), self.flows, self.redis_url))

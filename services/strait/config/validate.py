@@ -82,11 +82,46 @@ def check_flows(config: StraitConfig, problems: Problems, label: Callable[[int, 
                 problems.add(where, f"{role} cluster {alias!r} is not defined{_known(config.clusters)}")
         if flow.source == flow.target:
             problems.add(where, f"source and target are both {flow.source!r}; a flow needs two clusters")
+        elif flow.source in config.clusters and flow.target in config.clusters:
+            shared = _bootstrap(config, flow.source) & _bootstrap(config, flow.target)
+            if shared:
+                problems.add(where, f"clusters {flow.source!r} and {flow.target!r} share bootstrap servers "
+                                    f"{', '.join(sorted(shared))}: one cluster under two aliases would copy its "
+                                    f"own copies forever; point them at two different clusters")
+        ambiguous = ambiguous_aliases(config.clusters, flow)
+        if ambiguous:
+            shorter, longer = ambiguous
+            problems.add(where, f"cluster aliases {shorter!r} and {longer!r} are ambiguous with separator "
+                                f"{flow.separator!r}: a topic named {longer}{flow.separator}x could come from either; "
+                                f"rename one of them or choose another separator")
         if flow.name in seen:
             problems.add(where, f"flow {flow.name} is defined twice (also at {seen[flow.name]})")
         seen.setdefault(flow.name, where)
     for loop in identity_loops(config.flows):
         problems.add(f"flows {', '.join(f.name for f in loop)}", _loop_message(loop))
+
+
+def _bootstrap(config: StraitConfig, alias: str) -> set[str]:
+    """The cluster's bootstrap servers as lower-case ``host:port`` entries."""
+    servers = config.clusters[alias].bootstrap_servers
+    text = servers if isinstance(servers, str) else ""  # a secret reference is compared when the flow starts
+    return {entry.strip().lower() for entry in text.split(",") if entry.strip()}
+
+
+def ambiguous_aliases(aliases: Iterable[str], flow: FlowConfig) -> tuple[str, str] | None:
+    """Two aliases where one plus the flow's separator begins the other (the default policy cannot tell
+    their remote topics apart), or None."""
+    try:
+        if policy_name(flow.replication_policy) != "default":
+            return None
+    except ConfigError:  # reported on its own
+        return None
+    names = sorted(aliases)
+    for shorter in names:
+        for longer in names:
+            if longer != shorter and flow.separator and longer.startswith(shorter + flow.separator):
+                return shorter, longer
+    return None
 
 
 def _known(names: Iterable[str]) -> str:

@@ -9,6 +9,7 @@ from __future__ import annotations
 import logging
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
+from typing import Any
 
 from confluent_kafka import IsolationLevel, KafkaError, KafkaException, TopicPartition
 from confluent_kafka.admin import (
@@ -115,12 +116,36 @@ def explain_error(exc: BaseException, alias: str, action: str) -> KafkaAdminErro
     return KafkaAdminError(f"cluster {alias}: {action}: {detail}")
 
 
+class SameClusterError(KafkaAdminError):
+    """A flow's source and target aliases reach one and the same Kafka cluster."""
+
+
 def topic_partitions(admin: AdminClient, alias: str, timeout: float = DEFAULT_TIMEOUT) -> dict[str, int]:
     """Every topic of the cluster with its partition count (topics in error are left out and logged)."""
+    return cluster_topics(admin, alias, timeout)[1]
+
+
+def cluster_topics(admin: AdminClient, alias: str, timeout: float = DEFAULT_TIMEOUT) -> tuple[str | None, dict[str, int]]:
+    """The cluster's id and every topic with its partition count (topics in error are left out and logged)."""
     try:
         metadata = admin.list_topics(timeout=timeout)
     except KafkaException as exc:
         raise explain_error(exc, alias, "listing topics") from None
+    return metadata.cluster_id, _partition_counts(metadata, alias)
+
+
+def check_distinct_clusters(flow: str, source: tuple[str, str | None], target: tuple[str, str | None]) -> None:
+    """Refuse a flow whose two aliases, ``(alias, cluster id)``, reach the same cluster: it would copy
+    its own copies forever."""
+    (source_alias, source_id), (target_alias, target_id) = source, target
+    if source_id is not None and source_id == target_id:
+        raise SameClusterError(
+            f"flow {flow}: clusters {source_alias!r} and {target_alias!r} are the same Kafka cluster (id {source_id}); "
+            f"replicating it into itself would copy its own copies forever: point one of the aliases at another "
+            f"cluster")
+
+
+def _partition_counts(metadata: Any, alias: str) -> dict[str, int]:
     counts: dict[str, int] = {}
     for name, topic in metadata.topics.items():
         if topic.error is not None:
