@@ -26,8 +26,9 @@ from strait.lab.services import StraitProcess
 from strait.records import Checkpoint
 from strait.bench.options import BenchOptions
 from strait.bench.systems import start_mm2
-from tests.faults.drill import CopyWatch, Drill, DrillResult, KeyedLoad, Mode, Rig, TopicTail, librdkafka_log, \
-    record, wait_copied
+from tests.faults.drill import (
+    FLOW, CopyWatch, Drill, DrillResult, KeyedLoad, Mode, Rig, TopicTail, librdkafka_log, record, wait_copied,
+)
 from tests.integration.replicator_support import wait_for
 
 pytestmark = [pytest.mark.faults, pytest.mark.slow]
@@ -71,11 +72,20 @@ def _rolling_restart(rig: Rig, drill: Drill, mode: Mode, replicator: str) -> tup
         direct.abort()
 
 
+def _query_failures(rig: Rig) -> float:
+    """How often the replicator's streaming query failed so far (its process must be alive)."""
+    assert rig.replicator is not None and rig.replicator.process.alive(), "the replicator died"
+    return rig.replicator.sample("strait_errors_total", flow=FLOW, kind="query") or 0.0
+
+
 def test_rolling_restart_of_source_then_target(rig: Rig, mode: Mode) -> None:
-    """Every broker of C, then of D, restarted in turn under load: 0 lost, a stall of seconds at most."""
+    """Every broker of C, then of D, restarted in turn under load: 0 lost, a stall of seconds at most,
+    the replicator's process and streaming query alive throughout."""
     drill = Drill.begin(rig, "rolling-restart", mode)
     try:
+        failures = _query_failures(rig)
         stall, gap = _rolling_restart(rig, drill, mode, "strait")
+        assert _query_failures(rig) == failures, "the streaming query failed during the rolling restart"
         drill.finish(note=f"stall {stall:.1f}s; direct producer ack gap {gap:.1f}s")
         assert stall <= gap + STALL_MARGIN_SECONDS, \
             f"replication stalled {stall:.1f}s, more than the direct producer's {gap:.1f}s + {STALL_MARGIN_SECONDS:.0f}s"
@@ -188,6 +198,7 @@ def test_long_single_broker_outage(rig: Rig, mode: Mode, replicas: Callable[...,
         victim = rig.source.admin().list_topics(drill.topic, timeout=30).topics[drill.topic].partitions[0].leader - 1
         drill.inject(rig.source.nodes[victim].kill)
         killed = time.monotonic()
+        failures = _query_failures(rig)
         drill.recovered()
         time.sleep(max(0.0, killed + mode.long_outage_seconds - time.monotonic()))
         ended = time.monotonic()
@@ -200,6 +211,7 @@ def test_long_single_broker_outage(rig: Rig, mode: Mode, replicas: Callable[...,
               f"{behind:.1f}s behind (longest stall {stall:.1f}s), longest gap between checkpoints of "
               f"{group.group} {gap:.1f}s ({len(checkpoints.arrivals)} checkpoints; the group's own longest gap "
               f"between commits {commit_gap:.1f}s)")
+        assert _query_failures(rig) == failures, "the streaming query failed during the outage"
         rig.source.restart_node(victim, timeout=180)
         drill.finish(note=f"behind at most {behind:.1f}s; checkpoint gap {gap:.1f}s")
         assert behind <= MOST_BEHIND_SECONDS, f"the copy fell {behind:.1f}s behind during the outage"

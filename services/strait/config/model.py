@@ -186,7 +186,8 @@ class FlowConfig:
     checkpoint_shards: int = DEFAULT_CHECKPOINT_SHARDS
     # Derived, not a setting: every cluster alias of the configuration (the policy traces remote
     # topics to them), filled in by StraitConfig.
-    cluster_aliases: tuple[str, ...] = field(default=(), compare=False, repr=False, metadata={"derived": True})
+    cluster_aliases: tuple[str, ...] = field(default=(), compare=False, repr=False,
+                                             metadata={"derived": True})
 
     def __post_init__(self) -> None:
         object.__setattr__(self, "config_properties_exclude", tuple(self.config_properties_exclude))

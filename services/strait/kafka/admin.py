@@ -35,8 +35,9 @@ class KafkaRetriableError(KafkaAdminError):
     CODES = frozenset({
         KafkaError.NOT_LEADER_FOR_PARTITION, KafkaError.LEADER_NOT_AVAILABLE, KafkaError.FENCED_LEADER_EPOCH,
         KafkaError.UNKNOWN_LEADER_EPOCH, KafkaError.OFFSET_NOT_AVAILABLE, KafkaError.REPLICA_NOT_AVAILABLE,
-        KafkaError.NOT_ENOUGH_REPLICAS, KafkaError.NOT_ENOUGH_REPLICAS_AFTER_APPEND, KafkaError.REQUEST_TIMED_OUT,
-        KafkaError.NETWORK_EXCEPTION, KafkaError.COORDINATOR_LOAD_IN_PROGRESS, KafkaError.COORDINATOR_NOT_AVAILABLE,
+        KafkaError.NOT_ENOUGH_REPLICAS, KafkaError.NOT_ENOUGH_REPLICAS_AFTER_APPEND,
+        KafkaError.REQUEST_TIMED_OUT, KafkaError.NETWORK_EXCEPTION, KafkaError.COORDINATOR_LOAD_IN_PROGRESS,
+        KafkaError.COORDINATOR_NOT_AVAILABLE,
         KafkaError.NOT_COORDINATOR, KafkaError.NOT_CONTROLLER, KafkaError.BROKER_NOT_AVAILABLE,
         KafkaError.KAFKA_STORAGE_ERROR, KafkaError.REBALANCE_IN_PROGRESS, KafkaError._TRANSPORT,
         KafkaError._TIMED_OUT, KafkaError._ALL_BROKERS_DOWN, KafkaError._WAIT_COORD, KafkaError._NODE_UPDATE,
@@ -125,7 +126,8 @@ def topic_partitions(admin: AdminClient, alias: str, timeout: float = DEFAULT_TI
     return cluster_topics(admin, alias, timeout)[1]
 
 
-def cluster_topics(admin: AdminClient, alias: str, timeout: float = DEFAULT_TIMEOUT) -> tuple[str | None, dict[str, int]]:
+def cluster_topics(admin: AdminClient, alias: str,
+                   timeout: float = DEFAULT_TIMEOUT) -> tuple[str | None, dict[str, int]]:
     """The cluster's id and every topic with its partition count (topics in error are left out and logged)."""
     try:
         metadata = admin.list_topics(timeout=timeout)
@@ -140,9 +142,9 @@ def check_distinct_clusters(flow: str, source: tuple[str, str | None], target: t
     (source_alias, source_id), (target_alias, target_id) = source, target
     if source_id is not None and source_id == target_id:
         raise SameClusterError(
-            f"flow {flow}: clusters {source_alias!r} and {target_alias!r} are the same Kafka cluster (id {source_id}); "
-            f"replicating it into itself would copy its own copies forever: point one of the aliases at another "
-            f"cluster")
+            f"flow {flow}: clusters {source_alias!r} and {target_alias!r} are the same Kafka cluster "
+            f"(id {source_id}); replicating it into itself would copy its own copies forever: point one of the "
+            f"aliases at another cluster")
 
 
 def _partition_counts(metadata: Any, alias: str) -> dict[str, int]:
