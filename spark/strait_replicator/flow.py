@@ -34,8 +34,8 @@ from strait.remote_topics import RemoteTopic, reconcile_remote_topics, replicate
 from strait_replicator import metrics
 from strait_replicator.live import LIVE_DIR, PartitionReport, read_reports, remove_reports
 from strait_replicator.source import (
-    FORMAT, PLAN_OPTION, STOP_FILE, CopySource, EpochOffsets, Offsets, SourcePlan, TopicPartitionKey, batch_ids,
-    cached_admin, epoch_of_log_file, write_progress,
+    FORMAT, LIST_TIMEOUT, PLAN_OPTION, STOP_FILE, CopySource, EpochOffsets, Offsets, SourcePlan, TopicPartitionKey,
+    batch_ids, cached_admin, epoch_of_log_file, write_progress,
 )
 from strait_replicator.writer import ReplicationReadError, WriterSettings
 
@@ -377,7 +377,8 @@ class EpochCheck:
             start = epoch.start.get(key)
             if start is None:
                 continue
-            if seen < start or epoch.until.get(key, start) < start:
+            until = epoch.until.get(key, start)
+            if seen < start or 0 <= until < start:  # a negative end: no leader answered when it was planned
                 resets.append(key)
             elif seen > begun[key]:
                 gaps[key] = seen
@@ -401,9 +402,10 @@ class EpochCheck:
         """The source's earliest (log start) or latest offset of each partition (none when unknown)."""
         admin = cached_admin(self.admin)
         try:
+            # a short timeout: the next epoch waits for this check
             return list_offsets(admin.get(), self.source_alias,
                                 [TopicPartition(topic, partition) for topic, partition in partitions], which,
-                                skip_unknown=True)
+                                timeout=LIST_TIMEOUT, skip_unknown=True)
         except KafkaAdminError as exc:
             admin.renew()  # the next call starts from fresh metadata
             log.warning("flow=%s %s offsets unknown on %s: %s", self.flow, which, self.source_alias, exc)

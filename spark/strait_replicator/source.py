@@ -36,7 +36,7 @@ from confluent_kafka import IsolationLevel, TopicPartition
 from pyspark.sql.datasource import DataSource, DataSourceStreamReader, InputPartition
 
 from strait.errors import StraitError
-from strait.kafka.admin import RenewableAdmin, list_offsets
+from strait.kafka.admin import KafkaRetriableError, RenewableAdmin, list_offsets
 from strait.logs import setup_logging
 from strait.retry import retry_transient
 from strait_replicator.handover import CARRY_OVER_SECONDS, LOCKS_DIR, CarryOver, PartitionLocks, claim, \
@@ -180,6 +180,9 @@ class CopyStreamReader(DataSourceStreamReader):  # type: ignore[misc]
         until = self._list("latest")
         if not until:  # the flow stops, or every planned topic is gone: no epoch until it is planned again
             return last.to_json()
+        # A partition whose leader is not known at this moment (a broker just died) lists no end
+        # (-1001); its task copies it live all the same, from where it starts.
+        until = {key: end if end >= 0 else max(0, start.get(key, 0)) for key, end in until.items()}
         return EpochOffsets(last.epoch + 1, start, until).to_json()
 
     def partitions(self, start: dict[str, Any], end: dict[str, Any]) -> Sequence[CopyTask]:
@@ -260,11 +263,17 @@ class CopyStreamReader(DataSourceStreamReader):  # type: ignore[misc]
         alias = self.plan.writer.source_alias
         admin = cached_admin(self.plan.source_admin)
         partitions = [TopicPartition(t, p) for t, p in (only if only is not None else self.plan.keys())]
-        return retry_transient(
-            lambda: list_offsets(admin.get(), alias, partitions, which, isolation, timeout=LIST_TIMEOUT,
-                                 skip_unknown=True),
-            f"flow={self.plan.writer.flow} listing {which} offsets", (self.checkpoint / STOP_FILE).exists,
-            on_failure=admin.renew)
+        def listed() -> Offsets:
+            offsets = list_offsets(admin.get(), alias, partitions, which, isolation, timeout=LIST_TIMEOUT,
+                                   skip_unknown=True)
+            unknown = sorted(key for key, offset in offsets.items() if offset < 0)
+            if unknown and which == "earliest":  # where a new partition starts must be known
+                raise KafkaRetriableError(f"cluster {alias}: no earliest offset of {unknown[0][0]}[{unknown[0][1]}] "
+                                          f"yet (its leader is moving)")
+            return offsets
+
+        return retry_transient(listed, f"flow={self.plan.writer.flow} listing {which} offsets",
+                               (self.checkpoint / STOP_FILE).exists, on_failure=admin.renew)
 
 
 _admins: dict[tuple[tuple[str, str], ...], RenewableAdmin] = {}

@@ -78,14 +78,19 @@ def _query_failures(rig: Rig) -> float:
     return rig.replicator.sample("strait_errors_total", flow=FLOW, kind="query") or 0.0
 
 
-def test_rolling_restart_of_source_then_target(rig: Rig, mode: Mode) -> None:
+def test_rolling_restart_of_source_then_target(rig: Rig, mode: Mode,
+                                               replicas: Callable[..., list[StraitProcess]]) -> None:
     """Every broker of C, then of D, restarted in turn under load: 0 lost, a stall of seconds at most,
-    the replicator's process and streaming query alive throughout."""
+    every strait process (replicator, configsync, heartbeat, checkpoint) and the streaming query alive
+    throughout."""
+    services = replicas("configsync", "heartbeat", "checkpoint")
     drill = Drill.begin(rig, "rolling-restart", mode)
     try:
         failures = _query_failures(rig)
         stall, gap = _rolling_restart(rig, drill, mode, "strait")
         assert _query_failures(rig) == failures, "the streaming query failed during the rolling restart"
+        dead = [s.process.name for s in services if not s.process.alive()]
+        assert not dead, f"strait processes died during the rolling restart: {dead}"
         drill.finish(note=f"stall {stall:.1f}s; direct producer ack gap {gap:.1f}s")
         assert stall <= gap + STALL_MARGIN_SECONDS, \
             f"replication stalled {stall:.1f}s, more than the direct producer's {gap:.1f}s + {STALL_MARGIN_SECONDS:.0f}s"

@@ -95,6 +95,17 @@ def test_each_epoch_starts_where_the_last_one_ended_and_replays_when_its_progres
     assert third.epoch == 2 and third.start == second.start
 
 
+def test_a_partition_whose_leader_did_not_answer_is_still_copied_and_is_no_reset(tmp_path: Path) -> None:
+    reader = _Reader(_plan(tmp_path), earliest={("t", 0): 0, ("t", 1): 0}, latest={("t", 0): 10, ("t", 1): 4})
+    _planned(reader, tmp_path)
+    write_progress(tmp_path, 0, {("t", 0): 10, ("t", 1): 4})
+    reader.latest = {("t", 0): -1001, ("t", 1): 8}  # librdkafka's answer for a partition without a leader
+    epoch = _planned(reader, tmp_path)
+    assert epoch.until == {("t", 0): 10, ("t", 1): 8}, "no end known: the epoch's start, never below it"
+    copied = sorted((r.topic, r.partition) for task in reader.partitions({}, epoch.to_json()) for r in task.ranges)
+    assert copied == [("t", 0), ("t", 1)], "both partitions get a task in the epoch"
+
+
 def test_a_stop_request_plans_no_new_epoch(tmp_path: Path) -> None:
     reader = _Reader(_plan(tmp_path), earliest={("t", 0): 0, ("t", 1): 0}, latest={("t", 0): 5, ("t", 1): 5})
     first = _planned(reader, tmp_path)
