@@ -16,7 +16,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import TypeVar
 
-from confluent_kafka import KafkaException
+from confluent_kafka import KafkaError, KafkaException
 
 from strait.coord.redis_client import CoordinationError
 from strait.errors import ConfigError
@@ -110,9 +110,8 @@ def is_transient(exc: BaseException) -> bool:
     """Whether a retry with fresh metadata may succeed (a leader moving, a broker down or restarting)."""
     if isinstance(exc, KafkaRetriableError):
         return True
-    if isinstance(exc, KafkaException) and exc.args and hasattr(exc.args[0], "retriable"):
-        error = exc.args[0]
-        return bool(error.retriable()) or KafkaRetriableError.is_transient_code(error.code())
+    if isinstance(exc, KafkaException) and exc.args and isinstance(exc.args[0], KafkaError):
+        return KafkaRetriableError.is_transient(exc.args[0])
     return isinstance(exc, TimeoutError)
 
 

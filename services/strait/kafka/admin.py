@@ -45,9 +45,9 @@ class KafkaRetriableError(KafkaAdminError):
     })
 
     @classmethod
-    def is_transient_code(cls, code: int) -> bool:
-        """Whether a librdkafka error code is one of these passing states."""
-        return code in cls.CODES
+    def is_transient(cls, error: KafkaError) -> bool:
+        """Whether a librdkafka error is one of these passing states (or librdkafka calls it retriable)."""
+        return bool(error.retriable()) or error.code() in cls.CODES
 
 
 class ClusterUnreachableError(KafkaRetriableError):
@@ -112,7 +112,7 @@ def explain_error(exc: BaseException, alias: str, action: str) -> KafkaAdminErro
         return ClusterUnreachableError(f"cluster {alias}: {action}: no answer in time; check that cluster "
                                        f"{alias} runs and its brokers are reachable")
     detail = error.str() if error is not None else str(exc)
-    if error is not None and (error.retriable() or KafkaRetriableError.is_transient_code(error.code())):
+    if error is not None and KafkaRetriableError.is_transient(error):
         return KafkaRetriableError(f"cluster {alias}: {action}: {detail} (retried)")
     return KafkaAdminError(f"cluster {alias}: {action}: {detail}")
 
