@@ -1,4 +1,4 @@
-"""The one retry policy of every path that talks to a cluster (or to Redis), and what an error is.
+"""The one retry policy of every path that talks to a Kafka cluster, and what kind an error is.
 
 Leader moves, fenced leader epochs, a broker restarting or refusing connections, a coordinator
 loading: ordinary events in a cluster's life, answered by a prompt retry with fresh metadata, not
@@ -99,9 +99,9 @@ def error_kind(exc: BaseException) -> str:
     """The ``kind`` label of an error in ``strait_errors_total``."""
     kinds: tuple[tuple[type[BaseException], str], ...] = (
         (KafkaPermissionError, "permission"), (ClusterUnreachableError, "unreachable"),
-        (ConfigRejectedError, "rejected"), (AuthorizerDisabledError, "no_authorizer"), (KafkaRetriableError, "kafka"), (KafkaAdminError, "admin"), (KafkaException, "kafka"),
-        (TranslationError, "kafka"),
-        (CoordinationError, "coordination"), (ConfigError, "config"),
+        (ConfigRejectedError, "rejected"), (AuthorizerDisabledError, "no_authorizer"),
+        (KafkaRetriableError, "kafka"), (KafkaAdminError, "admin"), (KafkaException, "kafka"),
+        (TranslationError, "kafka"), (CoordinationError, "coordination"), (ConfigError, "config"),
     )
     return next((kind for cls, kind in kinds if isinstance(exc, cls)), "internal")
 
