@@ -146,8 +146,8 @@ class KeyedLoad:
     def longest_ack_gap(self, start: float, end: float) -> float:
         """The longest time without an acknowledgement between two monotonic times (the load producing)."""
         with self._lock:
-            times = [start, *(t for t in self._ack_times if start < t < end), end]
-        return max(b - a for a, b in zip(times, times[1:], strict=False))
+            times = list(self._ack_times)
+        return longest_gap(times, start, end)
 
     def produced_between(self, start: float, end: float) -> int:
         """Records produced between two monotonic times."""
@@ -200,6 +200,12 @@ class KeyedLoad:
                 return
             except BufferError:
                 self._producer.poll(0.05)
+
+
+def longest_gap(times: list[float], start: float, end: float) -> float:
+    """The longest time between ``start`` and ``end`` (monotonic) with none of ``times`` in it."""
+    inside = [start, *(t for t in times if start < t < end), end]
+    return max(b - a for a, b in zip(inside, inside[1:], strict=False))
 
 
 class TopicTail:

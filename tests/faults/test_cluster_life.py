@@ -27,7 +27,8 @@ from strait.records import Checkpoint
 from strait.bench.options import BenchOptions
 from strait.bench.systems import start_mm2
 from tests.faults.drill import (
-    FLOW, CopyWatch, Drill, DrillResult, KeyedLoad, Mode, Rig, TopicTail, librdkafka_log, record, wait_copied,
+    FLOW, CopyWatch, Drill, DrillResult, KeyedLoad, Mode, Rig, TopicTail, librdkafka_log, longest_gap, record,
+    wait_copied,
 )
 from tests.integration.replicator_support import wait_for
 
@@ -185,8 +186,7 @@ class CheckpointWatch(TopicTail):
 
     def longest_gap(self, start: float, end: float) -> float:
         """The longest time without a new checkpoint of the group between two monotonic times."""
-        times = [start, *(t for t in list(self.arrivals) if start < t < end), end]
-        return max(b - a for a, b in zip(times, times[1:], strict=False))
+        return longest_gap(list(self.arrivals), start, end)
 
 
 def test_long_single_broker_outage(rig: Rig, mode: Mode, replicas: Callable[..., list[StraitProcess]]) -> None:
@@ -210,8 +210,7 @@ def test_long_single_broker_outage(rig: Rig, mode: Mode, replicas: Callable[...,
         behind = watch.most_behind(readable, killed, ended)
         stall = watch.longest_stall(drill.load, killed, ended)
         gap = checkpoints.longest_gap(killed, ended)
-        commits = [killed, *(t for t in group.committed_at if killed < t < ended), ended]
-        commit_gap = max(b - a for a, b in zip(commits, commits[1:], strict=False))
+        commit_gap = longest_gap(list(group.committed_at), killed, ended)
         print(f"{mode.long_outage_seconds:.0f}s without broker {victim + 1} of {rig.source.alias}: copy at most "
               f"{behind:.1f}s behind (longest stall {stall:.1f}s), longest gap between checkpoints of "
               f"{group.group} {gap:.1f}s ({len(checkpoints.arrivals)} checkpoints; the group's own longest gap "
