@@ -41,7 +41,7 @@ from confluent_kafka import (
 from strait.config.model import FlowConfig, StraitConfig
 from strait.coord.assignment import ShardItem
 from strait.coord.leases import LeaseKeeper, LeaseLostError
-from strait.kafka.admin import RenewableAdmin, create_topics, explain_error, internal_topic
+from strait.kafka.admin import KafkaRetriableError, RenewableAdmin, create_topics, explain_error, internal_topic
 from strait.metrics import ERRORS, set_flow_state
 from strait.retry import Backoff, error_kind, is_transient
 from strait.records import Checkpoint
@@ -67,6 +67,11 @@ librdkafka_log = logging.getLogger("strait.librdkafka")
 POLL_BUDGET = 0.2
 DETACH_POLL_SECONDS = 0.1  # how often a detach waiting for its step looks whether the thread still runs
 ADMIN_TIMEOUT = 15.0
+# A broker that died is asked until its request times out, and ListGroups asks every broker: while
+# the controllers have not fenced it yet (about 9 s) each listing waits this long, then answers
+# without that broker's groups. Reading a group's commits whose coordinator died waits as long.
+GROUP_LIST_TIMEOUT = 3.0
+GROUP_READ_TIMEOUT = 5.0
 CORRUPT_RECORD = "corrupt_record"  # strait_errors_total kind of a skipped undecodable record
 
 T = TypeVar("T")
@@ -340,27 +345,31 @@ class FlowCheckpointer:
     # -- checkpoints -----------------------------------------------------------------------------
 
     def _source_groups(self) -> list[str]:
-        """The source's groups that pass the flow's filter and fall in a shard held here."""
+        """The source's groups that pass the flow's filter and fall in a shard held here.
+
+        A listing that some broker did not answer keeps the groups known before: a group is
+        forgotten only when a complete listing no longer has it.
+        """
         assert self._clients is not None
         try:
-            listing = self._clients.source_admin.get().list_consumer_groups(request_timeout=ADMIN_TIMEOUT).result(
-                timeout=ADMIN_TIMEOUT)
+            listing = self._clients.source_admin.get().list_consumer_groups(
+                request_timeout=GROUP_LIST_TIMEOUT).result(timeout=ADMIN_TIMEOUT)
         except KafkaException as exc:
             raise explain_error(exc, self.flow.source, "listing consumer groups") from None
+        listed = {g.group_id for g in listing.valid}
+        if listing.errors:
+            log.info("flow=%s cluster=%s listing groups: %d broker(s) did not answer (%s); groups known before are "
+                     "kept", self.name, self.flow.source, len(listing.errors), listing.errors[0])
+            listed |= set(self._current_at)
         group_filter = self.flow.group_filter()
-        return sorted(g.group_id for g in listing.valid if group_filter.should_replicate_group(g.group_id)
-                      and self._keeper_for(g.group_id) is not None)
+        return sorted(g for g in listed if group_filter.should_replicate_group(g) and self._keeper_for(g) is not None)
 
     def _checkpoint_pass(self) -> None:
         assert self._clients is not None
         clients, flow = self._clients, self.flow
         groups = self._source_groups()
         partitions = replicated_partitions(clients.source_admin.get(), flow, ADMIN_TIMEOUT)
-        settings = self.config.cluster(flow.source).librdkafka_config("consumer")
-        translations: dict[str, list[PartitionTranslation]] = {}
-        for group in groups:
-            offsets = committed_offsets(settings, flow.source, group, partitions, ADMIN_TIMEOUT)
-            translations[group] = translate_group(flow, clients.follower.index, offsets, clients.probe)
+        translations, waiting = self._translate(groups, partitions)
         self._sent = set()
         emitted = sum(self._emit_fenced(group, result) for group, result in translations.items()) \
             if flow.emit_checkpoints.enabled else 0
@@ -372,13 +381,44 @@ class FlowCheckpointer:
             if all(t.downstream is not None for t in result):
                 self._current_at[group] = now
             metrics.TRANSLATION_LAG.labels(self.name, group).set(sum(t.lag_records for t in result))
+        for group in self._current_at:
             metrics.CHECKPOINT_AGE.labels(self.name, group).set(now - self._current_at[group])
-        for gone in set(self._current_at) - set(translations):
+        for gone in set(self._current_at) - set(groups):
             del self._current_at[gone]
             metrics.forget_group(self.name, gone)
         metrics.GROUPS_TRACKED.labels(self.name).set(len(groups))
-        self._translations = translations
+        self._translations = {**{g: self._translations[g] for g in waiting if g in self._translations},
+                              **translations}
         log.debug("flow=%s groups=%d checkpoints_emitted=%d", self.name, len(groups), emitted)
+
+    def _translate(self, groups: list[str], partitions: list[TopicPartition]) \
+            -> tuple[dict[str, list[PartitionTranslation]], list[str]]:
+        """Each group's translated commits, and the groups whose coordinator is moving (next pass).
+
+        A group whose coordinator does not answer yet (its broker died) waits for the next pass
+        without holding back the others.
+        """
+        assert self._clients is not None
+        settings = self.config.cluster(self.flow.source).librdkafka_config("consumer")
+        translations: dict[str, list[PartitionTranslation]] = {}
+        waiting: list[str] = []
+        waited_until = time.monotonic() + ADMIN_TIMEOUT  # then the rest wait too: the pass stays bounded
+        for group in groups:
+            if waiting and time.monotonic() > waited_until:
+                waiting.append(group)
+                continue
+            try:
+                offsets = committed_offsets(settings, self.flow.source, group, partitions, GROUP_READ_TIMEOUT)
+            except KafkaRetriableError as exc:
+                log.info("flow=%s group=%s commits not readable yet, next pass: %s", self.name, group, exc)
+                waiting.append(group)
+                continue
+            translations[group] = translate_group(self.flow, self._clients.follower.index, offsets,
+                                                  self._clients.probe)
+        if waiting and not translations:
+            raise KafkaRetriableError(f"cluster {self.flow.source}: no group's commits readable "
+                                      f"({len(waiting)} waiting for their coordinator)")
+        return translations, waiting
 
     def _as_shard_holder(self, group: str, doing: str, write: Callable[[LeaseKeeper], T]) -> T | None:
         """``write(keeper)`` under the lease of the group's shard; None when that lease is not held (any more)."""

@@ -36,7 +36,7 @@ from confluent_kafka import IsolationLevel, TopicPartition
 from pyspark.sql.datasource import DataSource, DataSourceStreamReader, InputPartition
 
 from strait.errors import StraitError
-from strait.kafka.admin import KafkaRetriableError, RenewableAdmin, list_offsets
+from strait.kafka.admin import KafkaRetriableError, RenewableAdmin, list_offsets_per_leader
 from strait.logs import setup_logging
 from strait.retry import retry_transient
 from strait_replicator.handover import CARRY_OVER_SECONDS, LOCKS_DIR, CarryOver, PartitionLocks, claim, \
@@ -264,12 +264,14 @@ class CopyStreamReader(DataSourceStreamReader):  # type: ignore[misc]
         admin = cached_admin(self.plan.source_admin)
         partitions = [TopicPartition(t, p) for t, p in (only if only is not None else self.plan.keys())]
         def listed() -> Offsets:
-            offsets = list_offsets(admin.get(), alias, partitions, which, isolation, timeout=LIST_TIMEOUT,
-                                   skip_unknown=True)
+            offsets = list_offsets_per_leader(admin.get(), alias, partitions, which, isolation, timeout=LIST_TIMEOUT)
             unknown = sorted(key for key, offset in offsets.items() if offset < 0)
             if unknown and which == "earliest":  # where a new partition starts must be known
                 raise KafkaRetriableError(f"cluster {alias}: no earliest offset of {unknown[0][0]}[{unknown[0][1]}] "
                                           f"yet (its leader is moving)")
+            if unknown:
+                log.info("flow=%s cluster=%s partitions=%s no leader answered: planned from where they start",
+                         self.plan.writer.flow, alias, ",".join(f"{t}[{p}]" for t, p in unknown))
             return offsets
 
         return retry_transient(listed, f"flow={self.plan.writer.flow} listing {which} offsets",

@@ -10,9 +10,11 @@ import threading
 import time
 
 import pytest
+from confluent_kafka import Producer, TopicPartition
 
+from strait.kafka.admin import list_offsets_per_leader
 from strait.lab.kafka import KafkaCluster
-from tests.faults.drill import Drill, Mode, Rig, wait_copied
+from tests.faults.drill import PARTITIONS, Drill, Mode, Rig, wait_copied
 
 pytestmark = [pytest.mark.faults, pytest.mark.slow]
 
@@ -25,6 +27,35 @@ def _leader_index(cluster: KafkaCluster, topic: str, partition: int = 0) -> int:
     """The node index (0-based) of the broker leading a partition."""
     metadata = cluster.admin().list_topics(topic, timeout=30).topics[topic]
     return metadata.partitions[partition].leader - 1
+
+
+def test_listing_ends_with_a_dead_leader_answers_for_the_live_leaders(rig: Rig) -> None:
+    """Right after a SIGKILL of the broker leading partition 0, the ends of the partitions led by live
+    brokers are listed at once and exactly; only the dead leader's
+    partitions are unknown (-1) until the controllers fence it and elect new leaders."""
+    topic = rig.topic("listing-dead-leader")
+    rig.create_topic(topic)
+    producer = Producer(rig.source.client_config())
+    for n in range(300):
+        producer.produce(topic, str(n).encode(), partition=n % PARTITIONS)
+    assert producer.flush(30) == 0
+    partitions = [TopicPartition(topic, p) for p in range(PARTITIONS)]
+    leaders = {tp.partition: _leader_index(rig.source, topic, tp.partition) for tp in partitions}
+    victim = leaders[0]
+    rig.source.nodes[victim].kill()
+    try:
+        began = time.monotonic()
+        listed = list_offsets_per_leader(rig.source.admin(), rig.source.alias, partitions, "latest", timeout=10)
+        took = time.monotonic() - began
+    finally:
+        rig.source.restart_node(victim, timeout=180)
+    print(f"listed in {took:.1f}s with broker {victim + 1} dead: {listed}")
+    for p, leader in leaders.items():
+        if leader == victim:
+            assert listed[(topic, p)] in (-1, 100), f"partition {p} of the dead leader"
+        else:
+            assert listed[(topic, p)] == 100, f"partition {p} of a live leader"
+    assert took < 5, f"the listing took {took:.1f}s: it waited for the dead leader (one call waited 10 s)"
 
 
 def test_replicator_sigkill(rig: Rig, mode: Mode) -> None:

@@ -7,6 +7,7 @@ MM2's settings (one partition, ``cleanup.policy=compact``).
 from __future__ import annotations
 
 import logging
+from concurrent.futures import FIRST_COMPLETED, wait
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
@@ -241,6 +242,79 @@ def list_offsets(admin: AdminClient, alias: str, partitions: Sequence[TopicParti
             offsets[(tp.topic, tp.partition)] = future.result(timeout=timeout).offset
         except (KafkaException, TimeoutError) as exc:
             if skip_unknown and _is_unknown_partition(exc):
+                continue
+            raise explain_error(exc, alias, f"listing {which} offsets of {tp.topic}[{tp.partition}]") from None
+    return offsets
+
+
+def list_offsets_per_leader(admin: AdminClient, alias: str, partitions: Sequence[TopicPartition], which: str,
+                            isolation: IsolationLevel = IsolationLevel.READ_COMMITTED,
+                            timeout: float = DEFAULT_TIMEOUT, grace: float = 1.0) -> dict[PartitionKey, int]:
+    """Like :func:`list_offsets` (deleted topics left out), but one request per partition leader, so a
+    dead leader holds back only its own partitions: they are listed -1 (unknown) when their leader
+    fails or has not answered ``grace`` seconds after another leader did, or has none right now.
+
+    librdkafka answers a ListOffsets call for all its partitions at once, when the slowest broker
+    answers: after a broker's SIGKILL that was 10 s (until the controller fenced it) for every
+    partition. Raises when no leader answered (the cluster is unreachable or everything moves).
+    """
+    if not partitions:
+        return {}
+    by_leader = _partitions_by_leader(admin, alias, partitions, timeout)
+    offsets: dict[PartitionKey, int] = {(tp.topic, tp.partition): -1 for tp in by_leader.get(-1, [])}
+    spec = OffsetSpec.earliest() if which == "earliest" else OffsetSpec.latest()
+    calls = {leader: admin.list_offsets({tp: spec for tp in group}, isolation_level=isolation,
+                                        request_timeout=timeout)
+             for leader, group in by_leader.items() if leader >= 0}
+    # one call's futures complete together: waiting for one of each call is waiting for the call
+    first = {next(iter(futures.values())): leader for leader, futures in calls.items() if futures}
+    done, pending = wait(first, timeout=timeout, return_when=FIRST_COMPLETED)
+    if pending:
+        more, pending = wait(pending, timeout=grace)
+        done |= more
+    failures: list[KafkaAdminError] = []
+    for leader in (first[future] for future in done):
+        try:
+            offsets.update(_results(calls[leader], alias, which))
+        except KafkaAdminError as exc:
+            failures.append(exc)
+            offsets.update({(tp.topic, tp.partition): -1 for tp in calls[leader]})
+    for leader in (first[future] for future in pending):
+        offsets.update({(tp.topic, tp.partition): -1 for tp in calls[leader]})
+    if offsets and all(offset < 0 for offset in offsets.values()):
+        raise failures[0] if failures else ClusterUnreachableError(
+            f"cluster {alias}: listing {which} offsets: no partition leader answered in {timeout:.0f}s; check that "
+            f"cluster {alias} runs and its brokers are reachable")
+    return offsets
+
+
+def _partitions_by_leader(admin: AdminClient, alias: str, partitions: Sequence[TopicPartition],
+                          timeout: float) -> dict[int, list[TopicPartition]]:
+    """Each wanted partition under its leader's broker id (-1: none now); partitions of deleted topics left out."""
+    try:
+        metadata = admin.list_topics(timeout=timeout)
+    except KafkaException as exc:
+        raise explain_error(exc, alias, "listing topics") from None
+    groups: dict[int, list[TopicPartition]] = {}
+    for tp in partitions:
+        topic = metadata.topics.get(tp.topic)
+        if topic is None or topic.error is not None and topic.error.code() == KafkaError.UNKNOWN_TOPIC_OR_PART:
+            continue
+        partition = topic.partitions.get(tp.partition)
+        if partition is None and topic.error is None:
+            continue  # a partition this topic does not have (it was re-created smaller)
+        leader = partition.leader if partition is not None and partition.error is None else -1
+        groups.setdefault(leader, []).append(TopicPartition(tp.topic, tp.partition))
+    return groups
+
+
+def _results(futures: Mapping[TopicPartition, Any], alias: str, which: str) -> dict[PartitionKey, int]:
+    offsets: dict[PartitionKey, int] = {}
+    for tp, future in futures.items():
+        try:
+            offsets[(tp.topic, tp.partition)] = future.result(timeout=0).offset
+        except KafkaException as exc:
+            if _is_unknown_partition(exc):
                 continue
             raise explain_error(exc, alias, f"listing {which} offsets of {tp.topic}[{tp.partition}]") from None
     return offsets
