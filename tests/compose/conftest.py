@@ -1,0 +1,53 @@
+"""Fixtures of the compose lab's tests: a Docker host (set up when missing) and one booted lab."""
+
+from __future__ import annotations
+
+import socket
+import time
+import uuid
+from collections.abc import Iterator
+
+import pytest
+
+from tests.compose.engine import DockerHost, EngineUnavailable, base_images, docker_host
+from tests.compose.lab import ComposeLab
+
+
+@pytest.fixture(scope="session")
+def docker() -> Iterator[DockerHost]:
+    """An engine and the Compose v2 CLI; skipped, with the reason printed, when neither runs nor can be started."""
+    try:
+        host = docker_host()
+    except EngineUnavailable as exc:
+        print(f"compose lab not started: {exc}")
+        pytest.skip(str(exc))
+    try:
+        yield host
+    finally:
+        host.stop()
+
+
+def _free_port() -> int:
+    with socket.socket() as probe:
+        probe.bind(("127.0.0.1", 0))
+        return int(probe.getsockname()[1])
+
+
+@pytest.fixture(scope="module")
+def compose_lab(docker: DockerHost) -> Iterator[ComposeLab]:
+    """The compose lab built and booted with `up --wait` (every service but Grafana), taken down after."""
+    began = time.monotonic()
+    bases = base_images(docker)
+    lab = ComposeLab(docker, f"strait-test-{uuid.uuid4().hex[:6]}",
+                     {**bases, "PROMETHEUS_PORT": str(_free_port()), "LOADGEN_RATE": "100"})
+    lab.timings["base images"] = time.monotonic() - began
+    try:
+        lab.timed("build", "build")
+        lab.timed("boot", "up", "--detach", "--wait", "--wait-timeout", "600", *lab.services())
+        yield lab
+    except Exception:
+        print(lab.logs())
+        raise
+    finally:
+        lab.down()
+        print("compose lab timings: " + ", ".join(f"{k} {v:.0f}s" for k, v in lab.timings.items()))

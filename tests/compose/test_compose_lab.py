@@ -1,0 +1,129 @@
+"""`make test-compose`: the compose lab booted on a real Docker engine and checked end to end.
+
+In order, on one lab: every service healthy; the load generator's group checkpointed on B;
+Prometheus scraping every strait service and both brokers with the rules loaded; the load's records
+byte-identical in A.orders on B (`strait verify` inside a strait container); checkpoint scaled to 3
+and configsync to 2, the group shards spread over the three checkpoint containers; one of them
+SIGKILLed and its shards held by the others within one lease TTL; `down -v` leaving nothing.
+Grafana does not run here (no registry has it): the lab boots without it.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+import time
+import urllib.request
+from typing import Any
+
+import pytest
+
+from strait.replicas import ProcessOptions
+from tests.compose.lab import WITHOUT, ComposeLab, eventually
+
+pytestmark = [pytest.mark.compose, pytest.mark.slow]
+
+FLOW = "A->B"
+GROUP = "orders-app"
+STRAIT_JOBS = ("replicator", "configsync", "heartbeat", "checkpoint")
+LEASE_TTL = ProcessOptions.lease_ttl
+SHARD_LEASES = "strait:lease:checkpoint:*"
+# A dead holder's lease expires at most one TTL after its last renewal; the others then take it at
+# their next tick (0.5 s), seen by this test's poll (every 0.5 s, each a `docker compose exec`).
+TAKEOVER_SLACK = 2.0
+
+
+def test_every_service_is_healthy(compose_lab: ComposeLab) -> None:
+    print(compose_lab.compose("ps", "-a").stdout)
+    records = compose_lab.ps()
+    by_service = {r["Service"]: r for r in records}
+    assert set(by_service) == set(compose_lab.services()), f"not every service started: {sorted(by_service)}"
+    for record in records:
+        if record["Service"] == "config-init":
+            assert record["State"] == "exited" and record["ExitCode"] == 0, record
+        else:
+            assert record["State"] == "running" and record["Health"] == "healthy", record
+    print(f"booted without {', '.join(WITHOUT)} (not on any registry here)")
+
+
+def test_the_load_generators_group_is_checkpointed_on_b(compose_lab: ComposeLab) -> None:
+    def checkpoints() -> list[dict[str, Any]] | None:
+        done = compose_lab.exec("checkpoint", "strait", "offsets", "translate", "--flow", FLOW, "--group", GROUP,
+                                "--source-down", "--json")
+        rows = json.loads(done.stdout)["partitions"] if done.returncode == 0 and done.stdout.strip() else []
+        return rows or None
+    rows = eventually(checkpoints, 180, f"checkpoints of {GROUP} on B")
+    print(f"{len(rows)} partitions of {GROUP} checkpointed on B")
+
+
+def test_prometheus_scrapes_every_strait_service_and_the_brokers_with_rules_loaded(compose_lab: ComposeLab) -> None:
+    base = f"http://127.0.0.1:{compose_lab.env['PROMETHEUS_PORT']}/api/v1"
+
+    def healthy_jobs() -> set[str] | None:
+        targets = _get(f"{base}/targets")["data"]["activeTargets"]
+        up = {t["labels"]["job"] for t in targets if t["health"] == "up"}
+        wanted = {*STRAIT_JOBS, "kafka"}
+        return up if wanted <= up else None
+    eventually(healthy_jobs, 120, "every strait service and the brokers scraped")
+    brokers = {t["labels"].get("cluster") for t in _get(f"{base}/targets")["data"]["activeTargets"]
+               if t["labels"]["job"] == "kafka" and t["health"] == "up"}
+    assert brokers == {"a", "b"}, brokers
+    groups = _get(f"{base}/rules")["data"]["groups"]
+    assert groups and any(rule["name"] == "StraitSourceUnreachable" for g in groups for rule in g["rules"])
+
+
+def test_the_load_arrives_byte_identical_on_b(compose_lab: ComposeLab) -> None:
+    compose_lab.compose("stop", "loadgen", timeout=120)  # a still topic: verify compares all of it
+
+    def verified() -> dict[str, Any] | None:
+        done = compose_lab.exec("configsync", "strait", "verify", "--flow", FLOW, "--topic", "orders", "--json",
+                                timeout=300)
+        return json.loads(done.stdout) if done.returncode == 0 else None
+    report = eventually(verified, 240, "strait verify of A.orders with exit code 0", every=10)
+    print(json.dumps(report)[:1000])
+
+
+def test_checkpoint_shards_spread_over_three_replicas_and_move_off_a_killed_one(compose_lab: ComposeLab) -> None:
+    scale = ("--scale", "checkpoint=3", "--scale", "configsync=2")
+    compose_lab.compose("up", "--detach", "--wait", "--wait-timeout", "300", *scale, *compose_lab.services())
+    hosts = {c["ID"][:12]: c["Name"] for c in compose_lab.containers("checkpoint")}
+    assert len(hosts) == 3 and len(compose_lab.containers("configsync")) == 2
+
+    def spread() -> dict[str, str] | None:
+        held = _shard_holders(compose_lab)
+        holders = {holder.split("-", 1)[0] for holder in held.values()}
+        return held if holders == set(hosts) else None
+    held = eventually(spread, 120, "the checkpoint shards spread over three containers", every=2)
+    print("shards: " + ", ".join(f"{shard} -> {hosts[h.split('-', 1)[0]]}" for shard, h in sorted(held.items())))
+
+    victim = next(iter(hosts))
+    compose_lab.host.run("kill", "--signal", "KILL", hosts[victim], timeout=60)
+    killed = time.monotonic()
+
+    def moved() -> dict[str, str] | None:
+        now = _shard_holders(compose_lab)
+        return now if len(now) == len(held) and all(not h.startswith(victim) for h in now.values()) else None
+    eventually(moved, LEASE_TTL * 3, "the killed container's shards taken by the others", every=0.5)
+    took = time.monotonic() - killed
+    print(f"shards of the SIGKILLed checkpoint container held by the others {took:.1f}s after the kill "
+          f"(lease TTL {LEASE_TTL:.0f}s)")
+    assert took <= LEASE_TTL + TAKEOVER_SLACK, f"the shards moved {took:.1f}s after the kill, more than one lease TTL"
+
+
+def test_down_leaves_no_container_network_or_volume(compose_lab: ComposeLab) -> None:
+    compose_lab.down()
+    assert compose_lab.leftovers() == {}
+
+
+def _shard_holders(lab: ComposeLab) -> dict[str, str]:
+    """Checkpoint shard lease -> holder (``<hostname>-<pid>-<nonce>``), read from the lab's Redis."""
+    script = (f'for key in $(redis-cli -a "$REDIS_PASSWORD" --no-auth-warning --scan --pattern "{SHARD_LEASES}"); '
+              'do echo "$key $(redis-cli -a "$REDIS_PASSWORD" --no-auth-warning hget "$key" holder)"; done')
+    done = lab.exec("redis", "sh", "-c", script, check=True)
+    pairs = (line.split(" ", 1) for line in done.stdout.splitlines() if " " in line)
+    return {key: holder for key, holder in pairs if re.search(r"#\d+/\d+$", key) and holder}  # not the fences
+
+
+def _get(url: str) -> dict[str, Any]:
+    with urllib.request.urlopen(url, timeout=10) as response:
+        return dict(json.load(response))
