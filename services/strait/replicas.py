@@ -270,7 +270,7 @@ def run_supervised(options: SupervisorOptions, redis_url: str | None, config_fil
             return make_worker(supervisor, keeper, config, name)
 
         supervisor = FlowSupervisor(options, client, port, wanted, factory)
-        watcher = follow_config(supervisor.feed, config_file, client, options.namespace)
+        watcher = follow_config(supervisor.feed, config_file, client, options.namespace, options.service)
         try:
             supervisor.run(stop)
         finally:

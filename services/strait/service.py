@@ -19,8 +19,8 @@ import redis
 
 from strait.config import load_config
 from strait.config.model import StraitConfig
-from strait.config.store import load_stored_config, watch_config
-from strait.metrics import SERVICE_UP, serve_metrics
+from strait.config.store import ConfigStoreError, load_stored_config, watch_config
+from strait.metrics import CONFIG_LOADED, SERVICE_UP, serve_metrics
 
 log = logging.getLogger(__name__)
 
@@ -46,16 +46,30 @@ class ConfigFeed:
 
 
 def follow_config(feed: ConfigFeed, config_file: Path | None, client: redis.Redis | None,
-                  namespace: str = "strait") -> Any:
+                  namespace: str = "strait", service: str = "strait") -> Any:
     """Feed the file's configuration, or the stored one and every later version; returns the watcher
-    (``stop()`` it at the end) or None for a file."""
+    (``stop()`` it at the end) or None for a file.
+
+    With nothing stored yet (a new Redis, or one that lost its data) the process waits for the
+    first `strait config apply`, says so in its log and in ``strait_config_loaded``, and goes on
+    serving metrics: a supervisor restarting it would only turn the wait into a crash loop.
+    """
+    def adopt(config: StraitConfig) -> None:
+        feed.set(config)
+        CONFIG_LOADED.labels(service).set(1)
+
+    CONFIG_LOADED.labels(service).set(0)
     if config_file is not None:
-        feed.set(load_config(config_file))
+        adopt(load_config(config_file))
         return None
     assert client is not None, "a Redis client is needed without a config file"
-    version, config = load_stored_config(client, None, namespace)
-    feed.set(config)
-    return watch_config(client, feed.set, poll_interval=2.0, namespace=namespace, after_version=version)
+    try:
+        version, config = load_stored_config(client, None, namespace)
+    except ConfigStoreError as exc:
+        log.warning("service=%s waiting for a configuration: %s", service, exc)
+        return watch_config(client, adopt, poll_interval=2.0, namespace=namespace)
+    adopt(config)
+    return watch_config(client, adopt, poll_interval=2.0, namespace=namespace, after_version=version)
 
 
 STOP_GRACE_SECONDS = 9.0  # under Docker's and the lab's 10 s: the process ends by itself before it is killed

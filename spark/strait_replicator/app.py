@@ -87,7 +87,7 @@ class Replicator:
         client = None
         if self.options.config_file is None:
             client = connect(self.options.redis_url or os.environ.get("STRAIT_REDIS_URL", DEFAULT_REDIS_URL))
-        watcher = follow_config(self.feed, self.options.config_file, client)
+        watcher = follow_config(self.feed, self.options.config_file, client, service=metrics.SERVICE)
         try:
             while not stop.is_set():
                 self.step(stop)

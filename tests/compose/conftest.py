@@ -12,12 +12,16 @@ import pytest
 from tests.compose.engine import DockerHost, EngineUnavailable, base_images, docker_host
 from tests.compose.lab import ComposeLab
 
+_report = pytest.StashKey[list[str]]()
+
 
 @pytest.fixture(scope="session")
 def docker() -> Iterator[DockerHost]:
     """An engine and the Compose v2 CLI; skipped, with the reason printed, when neither runs nor can be started."""
+    began = time.monotonic()
     try:
         host = docker_host()
+        host.setup_seconds = time.monotonic() - began
     except EngineUnavailable as exc:
         print(f"compose lab not started: {exc}")
         pytest.skip(str(exc))
@@ -34,20 +38,38 @@ def _free_port() -> int:
 
 
 @pytest.fixture(scope="module")
-def compose_lab(docker: DockerHost) -> Iterator[ComposeLab]:
+def compose_lab(docker: DockerHost, request: pytest.FixtureRequest) -> Iterator[ComposeLab]:
     """The compose lab built and booted with `up --wait` (every service but Grafana), taken down after."""
     began = time.monotonic()
     bases = base_images(docker)
     lab = ComposeLab(docker, f"strait-test-{uuid.uuid4().hex[:6]}",
                      {**bases, "PROMETHEUS_PORT": str(_free_port()), "LOADGEN_RATE": "100"})
+    lab.timings["engine and compose CLI"] = docker.setup_seconds
     lab.timings["base images"] = time.monotonic() - began
     try:
         lab.timed("build", "build")
         lab.timed("boot", "up", "--detach", "--wait", "--wait-timeout", "600", *lab.services())
+        request.config.stash[_report] = _describe(lab)
         yield lab
     except Exception:
         print(lab.logs())
         raise
     finally:
         lab.down()
-        print("compose lab timings: " + ", ".join(f"{k} {v:.0f}s" for k, v in lab.timings.items()))
+
+
+def _describe(lab: ComposeLab) -> list[str]:
+    """What the closing note and README quote: timings, `docker compose ps`, the images' sizes."""
+    images = lab.host.run("images", "--format", "{{.Repository}}:{{.Tag}} {{.Size}}", timeout=60).stdout
+    return ["timings: " + ", ".join(f"{k} {v:.0f}s" for k, v in lab.timings.items()),
+            lab.compose("ps", "-a", "--format", "table {{.Service}}\t{{.Image}}\t{{.Status}}", timeout=60).stdout,
+            "images:", *sorted(line for line in images.splitlines() if line.startswith("strait"))]
+
+
+def pytest_terminal_summary(terminalreporter: pytest.TerminalReporter, config: pytest.Config) -> None:
+    """Print how the compose lab booted in this run."""
+    lines = config.stash.get(_report, [])
+    if lines:
+        terminalreporter.section("strait compose lab")
+        for line in lines:
+            terminalreporter.write_line(line)

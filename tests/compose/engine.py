@@ -64,6 +64,7 @@ class DockerHost:
     workdir: Path
     env: dict[str, str] = field(default_factory=dict)
     started: subprocess.Popen[bytes] | None = None
+    setup_seconds: float = 0.0  # installing, starting and building what was missing
 
     def run(self, *args: str, timeout: float = 600.0, check: bool = True,
             input_bytes: bytes | None = None) -> subprocess.CompletedProcess[str]:
@@ -123,9 +124,12 @@ def _start_engine(host: DockerHost) -> subprocess.Popen[bytes]:
 def _apt_install(*packages: str) -> None:
     log.info("installing %s from Debian's packages", " ".join(packages))
     env = {**os.environ, "DEBIAN_FRONTEND": "noninteractive"}
-    subprocess.run(["apt-get", "update", "-q"], env=env, check=True, capture_output=True, timeout=600)
-    subprocess.run(["apt-get", "install", "-y", "-q", "--no-install-recommends", *packages], env=env, check=True,
-                   capture_output=True, timeout=900)
+    for command in (["apt-get", "update", "-q"],
+                    ["apt-get", "install", "-y", "-q", "--no-install-recommends", *packages]):
+        done = subprocess.run(command, env=env, capture_output=True, text=True, timeout=900)
+        if done.returncode != 0:
+            raise EngineUnavailable(f"`{' '.join(command)}` failed ({done.returncode}): "
+                                    f"{(done.stderr or done.stdout).strip().splitlines()[-1:]}")
 
 
 def _ensure_compose(host: DockerHost) -> None:

@@ -21,7 +21,8 @@ import pytest
 from strait.replicas import ProcessOptions
 from tests.compose.lab import WITHOUT, ComposeLab, eventually
 
-pytestmark = [pytest.mark.compose, pytest.mark.slow]
+# the first test's set-up builds the engine's tools, the base images and the lab's images
+pytestmark = [pytest.mark.compose, pytest.mark.slow, pytest.mark.timeout(2400)]
 
 FLOW = "A->B"
 GROUP = "orders-app"
