@@ -55,7 +55,8 @@ def lab_root(request: pytest.FixtureRequest) -> Iterator[Path]:
     root.mkdir(parents=True)
     request.config.stash[_log_dirs_key] = [root]
     yield root
-    if not request.config.stash.get(_failed_key, False) and request.session.testsfailed == 0:
+    keep = os.environ.get("STRAIT_KEEP_TEST_LABS") == "1"  # to read a passing run's logs
+    if not keep and not request.config.stash.get(_failed_key, False) and request.session.testsfailed == 0:
         shutil.rmtree(root, ignore_errors=True)
 
 
