@@ -236,15 +236,7 @@ def list_offsets(admin: AdminClient, alias: str, partitions: Sequence[TopicParti
     spec = OffsetSpec.earliest() if which == "earliest" else OffsetSpec.latest()
     futures = admin.list_offsets({TopicPartition(tp.topic, tp.partition): spec for tp in partitions},
                                  isolation_level=isolation, request_timeout=timeout)
-    offsets: dict[PartitionKey, int] = {}
-    for tp, future in futures.items():
-        try:
-            offsets[(tp.topic, tp.partition)] = future.result(timeout=timeout).offset
-        except (KafkaException, TimeoutError) as exc:
-            if skip_unknown and _is_unknown_partition(exc):
-                continue
-            raise explain_error(exc, alias, f"listing {which} offsets of {tp.topic}[{tp.partition}]") from None
-    return offsets
+    return _results(futures, alias, which, timeout, skip_unknown)
 
 
 def list_offsets_per_leader(admin: AdminClient, alias: str, partitions: Sequence[TopicPartition], which: str,
@@ -275,7 +267,7 @@ def list_offsets_per_leader(admin: AdminClient, alias: str, partitions: Sequence
     failures: list[KafkaAdminError] = []
     for leader in (first[future] for future in done):
         try:
-            offsets.update(_results(calls[leader], alias, which))
+            offsets.update(_results(calls[leader], alias, which, timeout=0.0, skip_unknown=True))
         except KafkaAdminError as exc:
             failures.append(exc)
             offsets.update({(tp.topic, tp.partition): -1 for tp in calls[leader]})
@@ -308,13 +300,15 @@ def _partitions_by_leader(admin: AdminClient, alias: str, partitions: Sequence[T
     return groups
 
 
-def _results(futures: Mapping[TopicPartition, Any], alias: str, which: str) -> dict[PartitionKey, int]:
+def _results(futures: Mapping[TopicPartition, Any], alias: str, which: str, timeout: float,
+             skip_unknown: bool) -> dict[PartitionKey, int]:
+    """Each listed partition's offset from a ListOffsets call's futures (see :func:`list_offsets`)."""
     offsets: dict[PartitionKey, int] = {}
     for tp, future in futures.items():
         try:
-            offsets[(tp.topic, tp.partition)] = future.result(timeout=0).offset
-        except KafkaException as exc:
-            if _is_unknown_partition(exc):
+            offsets[(tp.topic, tp.partition)] = future.result(timeout=timeout).offset
+        except (KafkaException, TimeoutError) as exc:
+            if skip_unknown and _is_unknown_partition(exc):
                 continue
             raise explain_error(exc, alias, f"listing {which} offsets of {tp.topic}[{tp.partition}]") from None
     return offsets
