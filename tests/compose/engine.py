@@ -67,10 +67,11 @@ class DockerHost:
     setup_seconds: float = 0.0  # installing, starting and building what was missing
 
     def run(self, *args: str, timeout: float = 600.0, check: bool = True,
-            input_bytes: bytes | None = None) -> subprocess.CompletedProcess[str]:
-        """Run ``docker ARGS``; a failure with ``check`` raises with the command's output."""
-        proc = subprocess.run(["docker", *args], env=self.env, capture_output=True, timeout=timeout,
-                              input=input_bytes)
+            env: dict[str, str] | None = None) -> subprocess.CompletedProcess[str]:
+        """Run ``docker ARGS`` (with ``env`` added to the host's); a failure with ``check`` raises with
+        the command's output."""
+        proc = subprocess.run(["docker", *args], env={**self.env, **(env or {})}, capture_output=True,
+                              timeout=timeout)
         result = subprocess.CompletedProcess(proc.args, proc.returncode, proc.stdout.decode(errors="replace"),
                                              proc.stderr.decode(errors="replace"))
         if check and result.returncode != 0:

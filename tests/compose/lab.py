@@ -32,13 +32,8 @@ class ComposeLab:
 
     def compose(self, *args: str, timeout: float = 900.0, check: bool = True) -> subprocess.CompletedProcess[str]:
         """``docker compose -f compose/compose.yml -p PROJECT ARGS`` with the lab's variables."""
-        saved = self.host.env
-        self.host.env = {**saved, **self.env}
-        try:
-            return self.host.run("compose", "-f", str(compose_file()), "-p", self.project, *args, timeout=timeout,
-                                 check=check)
-        finally:
-            self.host.env = saved
+        return self.host.run("compose", "-f", str(compose_file()), "-p", self.project, *args, timeout=timeout,
+                             check=check, env=self.env)
 
     def services(self) -> list[str]:
         """Every service of the default profile but those that cannot run here."""
