@@ -204,6 +204,11 @@ class FlowSide:
     """A flow's clients and syncs, for draining and translating (close() when done)."""
 
     def __init__(self, config: StraitConfig, flow: FlowConfig, timeout: float, syncs_wait: float = 0.0) -> None:
+        if not flow.writes_offset_syncs:
+            why = (f"it repartitions (target_partitions {flow.target_partitions})" if flow.repartitions
+                   else "emit_offset_syncs is off")
+            raise FailoverError(f"flow {flow.name} writes no offset syncs ({why}), so its consumer groups' offsets "
+                                "cannot be translated; move consumers with their own reset policy instead")
         self.config, self.flow = config, flow
         self.source_settings = read_committed(config.cluster(flow.source).librdkafka_config("consumer"))
         self.target_settings = read_committed(config.cluster(flow.target).librdkafka_config("consumer"))
@@ -304,7 +309,7 @@ def emit_checkpoints(side: FlowSide, group: str, translations: Sequence[Partitio
     """Write the group's final checkpoints to ``<source>.checkpoints.internal`` on the target."""
     flow = side.flow
     topic = flow.policy().checkpoints_topic(flow.source)
-    create_topics(side.target_admin, flow.target, [internal_topic(topic, flow.replication_factor)])
+    create_topics(side.target_admin, flow.target, [internal_topic(topic, flow.internal_topic_replication_factor("checkpoints"))])
     producer = Producer({**side.config.cluster(flow.target).librdkafka_config("producer"),
                          "enable.idempotence": True, "logger": librdkafka_log})
     errors: list[KafkaError] = []

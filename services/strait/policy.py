@@ -26,6 +26,13 @@ HEARTBEATS_TOPIC = "heartbeats"
 SEPARATOR_DEFAULT = "."
 DEFAULT_POLICY_CLASS = "org.apache.kafka.connect.mirror.DefaultReplicationPolicy"
 IDENTITY_POLICY_CLASS = "org.apache.kafka.connect.mirror.IdentityReplicationPolicy"
+# Other class names guides write for the identity behaviour: KIP-382's "legacy mode" for MM1 users
+# (under two package names) and Strimzi's own identity policy from before Kafka 3.0.
+IDENTITY_ALIASES = (
+    "org.apache.kafka.connect.mirror.LegacyReplicationPolicy",
+    "org.apache.kafka.mirror.LegacyReplicationPolicy",
+    "io.strimzi.kafka.connect.mirror.IdentityReplicationPolicy",
+)
 
 # Kafka's interface defaults hard-code "." regardless of any separator.
 _INTERFACE_SEPARATOR = "."
@@ -135,12 +142,14 @@ class DefaultReplicationPolicy(ReplicationPolicy):
     def topic_source(self, topic: str) -> str | None:
         """The longest known alias the name starts with (followed by the separator and more); else the
         first piece of the name split on the separator, or None when there are fewer than two pieces.
+        With an empty separator MM2 takes the first character as the source; a known alias is
+        still matched whole here, so ``us-eastorders`` comes from ``us-east`` and cycles are caught.
 
         Java ``String.split`` rules: trailing empty pieces are dropped, a leading one is kept, so
         ``a.`` -> None, ``.b`` -> ``""`` and ``a..b`` -> ``a``.
         """
         known = [alias for alias in self.known_aliases
-                 if self.separator and topic.startswith(alias + self.separator)
+                 if topic.startswith(alias + self.separator)
                  and len(topic) > len(alias) + len(self.separator)]
         if known:
             return max(known, key=len)
@@ -290,6 +299,9 @@ _POLICY_NAMES = {
     "identity": IdentityReplicationPolicy,
     "identityreplicationpolicy": IdentityReplicationPolicy,
     IDENTITY_POLICY_CLASS.lower(): IdentityReplicationPolicy,
+    "legacy": IdentityReplicationPolicy,
+    "legacyreplicationpolicy": IdentityReplicationPolicy,
+    **{name.lower(): IdentityReplicationPolicy for name in IDENTITY_ALIASES},
 }
 
 
@@ -302,6 +314,8 @@ def policy_from_name(
 ) -> ReplicationPolicy:
     """The policy for MM2's ``replication.policy.class`` value or a short name (``default``, ``identity``).
 
+    The legacy-mode and Strimzi class names (:data:`IDENTITY_ALIASES`) mean the identity policy.
+
     ``source_cluster_alias`` only matters for the identity policy; ``known_aliases`` (the
     configuration's cluster aliases) only for the default one. Raises :class:`ConfigError`
     naming the value when it is not a known policy.
@@ -310,7 +324,7 @@ def policy_from_name(
     if policy_class is None:
         raise ConfigError(
             f"unknown replication policy {name!r}: use 'default', 'identity', "
-            f"{DEFAULT_POLICY_CLASS} or {IDENTITY_POLICY_CLASS}"
+            f"{DEFAULT_POLICY_CLASS}, {IDENTITY_POLICY_CLASS} or {IDENTITY_ALIASES[0]}"
         )
     if policy_class is IdentityReplicationPolicy:
         return IdentityReplicationPolicy(separator, internal_separator_enabled, source_cluster_alias)

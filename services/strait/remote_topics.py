@@ -21,11 +21,17 @@ log = logging.getLogger(__name__)
 
 @dataclass(frozen=True)
 class RemoteTopic:
-    """A replicated topic: its source name, its name on the target, and the source's partitions."""
+    """A replicated topic: its source name, its name on the target, the source's partitions and the
+    partitions its remote topic should have (the same, unless the flow repartitions)."""
 
     source: str
     remote: str
     partitions: int
+    remote_partitions: int = 0
+
+    def __post_init__(self) -> None:
+        if not self.remote_partitions:
+            object.__setattr__(self, "remote_partitions", self.partitions)
 
 
 @dataclass(frozen=True)
@@ -43,7 +49,7 @@ def replicated_topics(flow: FlowConfig, source_partitions: Mapping[str, int]) ->
     """The source topics the flow replicates (MM2's filter, internal-topic and cycle rules), sorted."""
     policy, topic_filter = flow.policy(), flow.topic_filter()
     return [
-        RemoteTopic(topic, policy.format_remote_topic(flow.source, topic), count)
+        RemoteTopic(topic, policy.format_remote_topic(flow.source, topic), count, flow.target_partitions or count)
         for topic, count in sorted(source_partitions.items())
         if should_replicate_topic(policy, topic_filter, topic, flow.target, flow.heartbeats_replication_enabled)
     ]
@@ -55,6 +61,8 @@ def reconcile_remote_topics(
 ) -> ReconcileReport:
     """Create missing remote topics like their source (partitions, configs) and grow the ones behind.
 
+    A repartitioning flow's remote topics get its own partition count instead of the source's.
+
     New remote topics get the source topic's explicitly set configs that the flow's property filter
     lets through: retention above all, or records with old timestamps would be deleted on arrival.
     """
@@ -62,15 +70,15 @@ def reconcile_remote_topics(
     configs = topic_configs(source_admin, flow.source, [t.source for t in missing])
     allowed = flow.config_property_filter()
     created = create_topics(target_admin, flow.target, [
-        TopicSpec(t.remote, t.partitions, flow.replication_factor,
+        TopicSpec(t.remote, t.remote_partitions, flow.replication_factor,
                   {k: v for k, v in configs.get(t.source, {}).items() if allowed.should_replicate_config_property(k)})
         for t in missing
     ])
-    behind = {t.remote: t.partitions for t in topics
-              if t.remote in target_partitions and target_partitions[t.remote] < t.partitions}
+    behind = {t.remote: t.remote_partitions for t in topics
+              if t.remote in target_partitions and target_partitions[t.remote] < t.remote_partitions}
     grow_partitions(target_admin, flow.target, behind)
     ahead = tuple(t.remote for t in topics
-                  if t.remote in target_partitions and target_partitions[t.remote] > t.partitions)
+                  if t.remote in target_partitions and target_partitions[t.remote] > t.remote_partitions)
     for remote in ahead:
         log.warning("flow=%s topic=%s has more partitions on %s than on %s; extra partitions stay empty",
                     flow.name, remote, flow.target, flow.source)

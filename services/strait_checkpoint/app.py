@@ -15,9 +15,10 @@ from strait_checkpoint.worker import Checkpointers, ShardWorker
 
 
 def checkpoint_items(config: StraitConfig) -> set[str]:
-    """The shards of every flow that gets checkpoints: enabled, with checkpoints or group offset sync on."""
+    """The shards of every flow that gets checkpoints: enabled, writing offset syncs, and with
+    checkpoints or group offset sync on."""
     return {shard.name for flow in config.enabled_flows
-            if flow.emit_checkpoints.enabled or flow.sync_group_offsets.enabled
+            if flow.writes_offset_syncs and (flow.emit_checkpoints.enabled or flow.sync_group_offsets.enabled)
             for shard in ShardItem.all_of(flow.name, flow.checkpoint_shards)}
 
 

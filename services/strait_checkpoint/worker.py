@@ -310,7 +310,7 @@ class FlowCheckpointer:
         source, target = self.config.cluster(flow.source), self.config.cluster(flow.target)
         target_admin = RenewableAdmin(target.librdkafka_config("admin"))
         topic = flow.policy().checkpoints_topic(flow.source)
-        create_topics(target_admin.get(), flow.target, [internal_topic(topic, flow.replication_factor)])
+        create_topics(target_admin.get(), flow.target, [internal_topic(topic, flow.internal_topic_replication_factor("checkpoints"))])
         location = offset_syncs_location(flow)
         follower = SyncsFollower(self.config.cluster(location.alias).librdkafka_config("consumer"), location)
         self._corrupt_syncs = 0

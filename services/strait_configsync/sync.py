@@ -32,6 +32,7 @@ from strait.kafka.admin import (
 from strait.kafka.configs import ConfigChange, alter_topic_configs, describe_topic_configs
 from strait.retry import KeyedBackoff, error_kind, is_transient
 from strait.remote_topics import RemoteTopic, reconcile_remote_topics, replicated_topics
+from strait.translation import offset_syncs_location
 from strait_configsync import metrics
 from strait_configsync.acls import desired_acls
 from strait_configsync.configs import drifted_keys, plan_configs, wanted_configs
@@ -164,10 +165,10 @@ class FlowSync:
 
     def _sync_topics(self, state: _Pass) -> None:
         source_admin, target_admin = self._clients()
-        work = [t for t in state.topics if state.target_partitions.get(t.remote, t.partitions) < t.partitions
+        work = [t for t in state.topics if state.target_partitions.get(t.remote, t.remote_partitions) < t.remote_partitions
                 or t.remote not in state.target_partitions]
         for topic in work:
-            key, sig = f"topic:{topic.remote}", signature(topic.partitions)
+            key, sig = f"topic:{topic.remote}", signature(topic.remote_partitions)
             if not self.backoff.ready(key, sig):
                 continue
             self.fence.check()
@@ -183,18 +184,19 @@ class FlowSync:
 
     def _internal_specs(self) -> dict[str, list[TopicSpec]]:
         flow, policy = self.flow, self.flow.policy()
-        rf = flow.replication_factor
         specs: dict[str, list[TopicSpec]] = {flow.source: [], flow.target: []}
         if flow.emit_heartbeats.enabled:
             # MM2 keeps heartbeats on the target; strait's heartbeat service writes the source's copy
+            rf = flow.internal_topic_replication_factor("heartbeats")
             specs[flow.target].append(internal_topic(policy.heartbeats_topic(), rf))
             specs[flow.source].append(internal_topic(policy.heartbeats_topic(), rf))
-        if flow.emit_checkpoints.enabled:
+        if flow.emits_checkpoints:
+            rf = flow.internal_topic_replication_factor("checkpoints")
             specs[flow.target].append(internal_topic(policy.checkpoints_topic(flow.source), rf))
-        if flow.offset_syncs_topic_location == "target":
-            specs[flow.target].append(internal_topic(policy.offset_syncs_topic(flow.source), rf))
-        else:
-            specs[flow.source].append(internal_topic(policy.offset_syncs_topic(flow.target), rf))
+        if flow.writes_offset_syncs:
+            syncs = offset_syncs_location(flow)
+            rf = flow.internal_topic_replication_factor("offset_syncs")
+            specs[syncs.alias].append(internal_topic(syncs.topic, rf))
         return specs
 
     def _sync_internal_topics(self, state: _Pass) -> None:
@@ -234,9 +236,10 @@ class FlowSync:
 
     def _topic_drift(self, report: FlowReport, state: _Pass) -> FlowReport:
         missing = [t.remote for t in state.topics if t.remote not in state.target_partitions]
-        mismatched = [PartitionMismatch(t.remote, t.partitions, state.target_partitions[t.remote])
+        mismatched = [PartitionMismatch(t.remote, t.remote_partitions, state.target_partitions[t.remote])
                       for t in state.topics
-                      if t.remote in state.target_partitions and state.target_partitions[t.remote] != t.partitions]
+                      if t.remote in state.target_partitions
+                      and state.target_partitions[t.remote] != t.remote_partitions]
         internal = sorted(f"{alias}:{spec.name}" for alias, specs in self._internal_specs().items()
                           for spec in specs
                           if spec.name in (state.source_partitions if alias == self.flow.source
@@ -249,7 +252,7 @@ class FlowSync:
     def _in_sync(report: FlowReport, state: _Pass) -> int:
         drifted = {d.topic for d in report.config_drift}
         return sum(1 for t in state.topics
-                   if state.target_partitions.get(t.remote) == t.partitions and t.remote not in drifted)
+                   if state.target_partitions.get(t.remote) == t.remote_partitions and t.remote not in drifted)
 
     # -- configs ------------------------------------------------------------------------------------
 

@@ -109,7 +109,7 @@ class HeartbeatWorker(FlowWorker):
         source = self.config.cluster(flow.source)
         topic = flow.policy().heartbeats_topic()
         create_topics(admin_client(source.librdkafka_config("admin")), flow.source,
-                      [internal_topic(topic, flow.replication_factor)])
+                      [internal_topic(topic, flow.internal_topic_replication_factor("heartbeats"))])
         self._producer = Producer({**source.librdkafka_config("producer"), "linger.ms": "0",
                                    "logger": librdkafka_log})
         set_flow_state(metrics.SERVICE, self.name, "running")

@@ -31,6 +31,7 @@ from strait.kafka.admin import (
 from strait.metrics import set_flow_state
 from strait.retry import Backoff
 from strait.remote_topics import RemoteTopic, reconcile_remote_topics, replicated_topics
+from strait.translation import offset_syncs_location
 from strait_replicator import metrics
 from strait_replicator.live import LIVE_DIR, PartitionReport, read_reports, remove_reports
 from strait_replicator.source import (
@@ -108,16 +109,19 @@ class FlowRunner:
         check_distinct_clusters(flow.name, (flow.source, source_id), (flow.target, target_id))
         topics = replicated_topics(flow, source_topics)
         reconcile_remote_topics(flow, topics, target_topics, source_admin, target_admin)
-        syncs_alias = flow.source if flow.offset_syncs_topic_location == "source" else flow.target
-        policy = flow.policy()
-        syncs_topic = policy.offset_syncs_topic(flow.target if syncs_alias == flow.source else flow.source)
-        syncs_admin = source_admin if syncs_alias == flow.source else target_admin
-        create_topics(syncs_admin, syncs_alias, [internal_topic(syncs_topic, flow.replication_factor)])
+        syncs = offset_syncs_location(flow)
+        if flow.writes_offset_syncs:
+            create_topics(source_admin if syncs.alias == flow.source else target_admin, syncs.alias,
+                          [internal_topic(syncs.topic, flow.internal_topic_replication_factor("offset_syncs"))])
+        target_producer = target.librdkafka_config("producer")
+        if flow.repartitions:  # Kafka's default partitioner for keys, keyless records spread at random
+            target_producer = {**target_producer, "partitioner": "murmur2_random"}
         writer = WriterSettings(
-            flow=flow.name, source_alias=flow.source, target_alias=flow.target, policy=policy,
-            target_producer=target.librdkafka_config("producer"),
-            syncs_producer=config.cluster(syncs_alias).librdkafka_config("producer"),
-            syncs_topic=syncs_topic, syncs_alias=syncs_alias,
+            flow=flow.name, source_alias=flow.source, target_alias=flow.target, policy=flow.policy(),
+            target_producer=target_producer,
+            syncs_producer=config.cluster(syncs.alias).librdkafka_config("producer"),
+            syncs_topic=syncs.topic if flow.writes_offset_syncs else "", syncs_alias=syncs.alias,
+            repartition=flow.repartitions,
             remote_names={t.source: t.remote for t in topics},
             source_consumer=source.librdkafka_config("consumer"),
         )
@@ -144,7 +148,10 @@ class FlowRunner:
             self._on_query_ended()
         if now < self._retry_at:
             return
-        self._next_refresh = now + flow.refresh_topics.interval_seconds
+        # MM2's refresh.topics.enabled=false: the topics found at start (or at a config change) are
+        # the ones copied; a failed query still re-plans.
+        self._next_refresh = now + flow.refresh_topics.interval_seconds if flow.refresh_topics.enabled \
+            else float("inf")
         try:
             plan = self._plan_unless_stopped(config, flow, stop)
         except Exception as exc:  # an unreachable cluster must not stop the other flows

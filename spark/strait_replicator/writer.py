@@ -19,6 +19,7 @@ import time
 import zipimport
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
+from functools import partial
 from typing import Any
 
 import numpy as np
@@ -141,9 +142,10 @@ class WriterSettings:
     policy: ReplicationPolicy
     target_producer: Mapping[str, str]
     syncs_producer: Mapping[str, str]
-    syncs_topic: str
+    syncs_topic: str  # "": the flow writes no offset syncs
     syncs_alias: str
     source_consumer: Mapping[str, str] = field(default_factory=dict)
+    repartition: bool = False  # the target places records by key hash (the flow's target_partitions)
     flush_timeout: float = 120.0
     read_timeout: float = 120.0
     remote_names: Mapping[str, str] = field(default_factory=dict)
@@ -200,9 +202,22 @@ _consumers: dict[tuple[tuple[str, str], ...], Consumer] = {}
 _kept: dict[int, dict[tuple[str, int], int]] = {}
 
 
+def producer_settings(config: Mapping[str, str]) -> dict[str, str]:
+    """The copy's producer settings: strait's defaults under the user's.
+
+    Idempotence needs ``acks=all``; a user who asks for fewer acknowledgements (MM1 setups carry
+    ``acks=1``) gets one request in flight instead, which keeps per-partition order the same way.
+    """
+    settings = {**PRODUCER_DEFAULTS, **config}
+    if str(settings["acks"]).lower() not in ("all", "-1") and "enable.idempotence" not in config:
+        settings["enable.idempotence"] = "false"
+        settings.setdefault("max.in.flight.requests.per.connection", "1")
+    return settings
+
+
 def _producer(config: Mapping[str, str]) -> Producer:
     """One producer per configuration per Python worker, reused across tasks and batches."""
-    key = tuple(sorted({**PRODUCER_DEFAULTS, **config}.items()))
+    key = tuple(sorted(producer_settings(config).items()))
     if key not in _producers:
         _producers[key] = Producer({**dict(key), "logger": logging.getLogger("strait.librdkafka")})
     return _producers[key]
@@ -247,13 +262,18 @@ class _SyncWriter:
         else:
             self.delivered += 1
 
-    def send(self, topic: str, partition: int, points: list[SyncPoint]) -> None:
-        """Produce one sync per point."""
+    def send(self, topic: str, partition: int, points: list[SyncPoint]) -> int:
+        """Produce one sync per point; how many were written (none when the flow writes no syncs)."""
+        if not self.settings.syncs_topic:
+            self.sent += len(points)
+            self.delivered += len(points)
+            return 0
         for point in points:
             record = OffsetSync(topic, partition, point.upstream, point.downstream)
             _produce(self.producer, self.settings.syncs_topic, key=record.key_bytes(), value=record.value_bytes(),
                      partition=0, on_delivery=self._on_delivery)
         self.sent += len(points)
+        return len(points)
 
     def flush(self, timeout: float | None = None) -> None:
         """Wait for every sync's acknowledgement (``timeout``, default the flush timeout); fail the task
@@ -279,11 +299,12 @@ class _Copied:
 
     __slots__ = ("topic", "partition", "remote", "start", "end", "offsets", "timestamps", "bytes", "acked",
                  "ack_times", "on_delivery", "lag", "records", "first", "last", "reached", "syncs", "counts",
-                 "latency_sum")
+                 "latency_sum", "target_partition")
 
     def __init__(self, copy: CopyRange, remote: str, errors: list[tuple[str, int, Any]]) -> None:
         self.topic, self.partition, self.remote, self.start, self.end = \
             copy.topic, copy.partition, remote, copy.start, copy.end
+        self.target_partition = copy.partition  # -1: the producer's partitioner places each record
         self.offsets: list[int] = []
         self.timestamps: list[int] = []
         self.bytes = 0
@@ -311,17 +332,24 @@ class _Copied:
             return
         offsets = np.array(self.offsets[:done], dtype=np.int64)
         points = sync_points_of(offsets, np.array(self.acked, dtype=np.int64))
-        syncs.send(self.topic, self.partition, points)
-        latencies = np.array(self.ack_times) - np.array(self.timestamps[:done], dtype=np.float64) / 1000.0
-        self.counts += np.histogram(latencies, bins=(-np.inf, *LATENCY_BUCKETS, np.inf))[0]
-        self.latency_sum += float(latencies.sum())
-        self.syncs += len(points)
-        self.records += done
-        self.first = int(offsets[0]) if self.first < 0 else self.first
-        self.last = int(offsets[-1])
-        del self.offsets[:done], self.timestamps[:done]
+        self.syncs += syncs.send(self.topic, self.partition, points)
+        self._count_settled(done, self.ack_times)
         self.acked.clear()
         self.ack_times.clear()
+
+    def _count_settled(self, done: int, ack_times: list[float]) -> None:
+        """Count the first ``done`` records sent as copied (latencies from their acknowledgement times)."""
+        latencies = np.array(ack_times) - np.array(self.timestamps[:done], dtype=np.float64) / 1000.0
+        self.counts += np.histogram(latencies, bins=(-np.inf, *LATENCY_BUCKETS, np.inf))[0]
+        self.latency_sum += float(latencies.sum())
+        self.records += done
+        self.first = self.offsets[0] if self.first < 0 else self.first
+        self.last = self.offsets[done - 1]
+        del self.offsets[:done], self.timestamps[:done]
+
+    def delivery_of(self, offset: int) -> Callable[[KafkaError | None, Any], None]:
+        """The delivery callback of one record (only partitioned copies need to know which one it was)."""
+        return self.on_delivery
 
     def position(self) -> int | None:
         """The offset of the next record the consumer hands out: past the last one sent, else the start."""
@@ -356,6 +384,42 @@ class _Copied:
                 -1 if self.start is None else self.start)
 
 
+class _Repartitioned(_Copied):
+    """A partition of a repartitioning flow: the producer's partitioner places each record by its key
+    (Kafka's murmur2, keyless ones at random), so one source partition feeds several target partitions
+    whose acknowledgements interleave. Each record's callback notes its own source offset, and only the
+    unbroken run of acknowledged records from the oldest one counts as copied. No offset syncs: target
+    offsets no longer follow source offsets."""
+
+    __slots__ = ("ack_at", "_deliver")
+
+    def __init__(self, copy: CopyRange, remote: str, errors: list[tuple[str, int, Any]]) -> None:
+        super().__init__(copy, remote, errors)
+        self.target_partition = -1
+        self.ack_at: dict[int, float] = {}
+        ack_at, now = self.ack_at, time.time
+
+        def deliver(offset: int, err: KafkaError | None, msg: Any) -> None:
+            if err is not None:
+                errors.append((msg.topic(), msg.partition(), err))
+            else:
+                ack_at[offset] = now()
+        self._deliver = deliver
+
+    def delivery_of(self, offset: int) -> Callable[[KafkaError | None, Any], None]:
+        """A callback that knows which source record it acknowledges."""
+        return partial(self._deliver, offset)
+
+    def settle(self, syncs: _SyncWriter) -> None:
+        """Count the acknowledged records up to the first one still waiting."""
+        offsets, ack_at = self.offsets, self.ack_at
+        done = 0
+        while done < len(offsets) and offsets[done] in ack_at:
+            done += 1
+        if done:
+            self._count_settled(done, [ack_at.pop(offset) for offset in offsets[:done]])
+
+
 def _produce(producer: Producer, topic: str, **kwargs: Any) -> None:
     """Produce one record, waiting while the local queue is full or the partition is not yet known."""
     deadline = time.monotonic() + UNKNOWN_PARTITION_WAIT_SECONDS
@@ -386,7 +450,8 @@ def copy_ranges(ranges: list[CopyRange], settings: WriterSettings, limits: Epoch
     producer = _producer(settings.target_producer)
     syncs = _SyncWriter(settings)
     errors: list[tuple[str, int, Any]] = []
-    copied = {(r.topic, r.partition): _Copied(r, settings.remote_topic(r.topic), errors)
+    kind = _Repartitioned if settings.repartition else _Copied
+    copied = {(r.topic, r.partition): kind(r, settings.remote_topic(r.topic), errors)
               for r in ranges if r.has_records}
     first_sent_at = 0.0
     flush_timeout = settings.flush_timeout
@@ -565,11 +630,13 @@ def _send_messages(messages: list[Any], producer: Producer, pending: dict[tuple[
             continue
         value, key, timestamp = message.value(), message.key(), message.timestamp()[1]
         headers = message.headers()
+        target = part.target_partition
+        delivered = part.on_delivery if target >= 0 else part.delivery_of(offset)
         try:
-            produce(part.remote, value, key, part.partition, part.on_delivery, timestamp=timestamp, headers=headers)
+            produce(part.remote, value, key, target, delivered, timestamp=timestamp, headers=headers)
         except (BufferError, KafkaException):  # queue full or partition not yet known: wait, then send it
-            _produce(producer, part.remote, value=value, key=key, partition=part.partition,
-                     on_delivery=part.on_delivery, timestamp=timestamp, headers=headers)
+            _produce(producer, part.remote, value=value, key=key, partition=target,
+                     on_delivery=delivered, timestamp=timestamp, headers=headers)
         part.offsets.append(offset)
         part.timestamps.append(timestamp)
         part.bytes += len(value or b"") + len(key or b"")

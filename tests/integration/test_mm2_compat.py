@@ -17,6 +17,7 @@ import pytest
 from confluent_kafka.admin import AdminClient
 from hypothesis import HealthCheck, assume, example, given, settings
 from hypothesis import strategies as st
+from strait.config.mm2_properties import parse_mm2_properties
 from strait.filters import ConfigPropertyFilter, FilterPatternError, GroupFilter, TopicFilter
 from strait.lab import deps
 from strait.lab.clients import Record, consume_all, create_topic, produce
@@ -677,3 +678,41 @@ def test_mirror_client_topology_agrees_with_strait_names(
         assert policy.topic_source(policy.upstream_topic(heartbeats) or "") == first_hop
     finally:
         _delete_topics(admin, [heartbeats, checkpoints])
+
+
+# --- whole guide configurations, as MM2 4.x reads them -----------------------------------------------
+
+GUIDE_CLUSTERS = "clusters = src, dst\nsrc.bootstrap.servers = s:9092\ndst.bootstrap.servers = d:9092\n"
+GUIDE_SHAPES = {
+    # Strimzi / IBM Event Streams: identity names written with an empty separator
+    "strimzi-identity": "replication.policy.class = org.apache.kafka.connect.mirror.IdentityReplicationPolicy\n"
+                        "replication.policy.separator =\n",
+    # an empty separator under the default policy: MM2 glues alias and name together
+    "default-empty-separator": "replication.policy.separator =\n",
+    # every guide's internal-topic factors, and MM2 3.7's switch for offset syncs
+    "internal-factors": "replication.factor = 3\ncheckpoints.topic.replication.factor = 3\n"
+                        "heartbeats.topic.replication.factor = 1\noffset-syncs.topic.replication.factor = 2\n"
+                        "emit.offset-syncs.enabled = false\n",
+    "per-flow-factors": "src->dst.checkpoints.topic.replication.factor = 1\nheartbeats.topic.replication.factor = 2\n"
+                        "offset-syncs.topic.replication.factor = 3\nreplication.factor = 1\n",
+}
+
+
+@pytest.mark.parametrize("shape", sorted(GUIDE_SHAPES))
+def test_guide_configurations_mean_what_mm2_makes_of_them(oracle: Mm2Oracle, shape: str) -> None:
+    """The same properties text, read by strait and by MM2 4.x's own config classes."""
+    text = GUIDE_CLUSTERS + "src->dst.enabled = true\n" + GUIDE_SHAPES[shape]
+    flow = parse_mm2_properties(text, f"{shape}.properties").config.flow("src->dst")
+    answer = oracle.ask("mm2-flow", _x(text), _x("src"), _x("dst"), _x("orders"))
+    remote = flow.policy().format_remote_topic("src", "orders")
+
+    assert remote == _str(answer[0])
+    if flow.separator or flow.replication_policy == "identity":
+        assert flow.policy().topic_source(remote) == _str(answer[1])
+    else:  # MM2 splits between characters and takes "s"; strait matches the configured alias
+        assert (flow.policy().topic_source(remote), _str(answer[1])) == ("src", "s")
+    assert flow.replication_factor == int(answer[2])
+    if "replication.factor" in GUIDE_SHAPES[shape]:  # unset, strait's fall back to replication.factor
+        assert [flow.internal_topic_replication_factor(kind) for kind in ("offset_syncs", "checkpoints", "heartbeats")] \
+            == [int(token) for token in answer[3:6]]
+    assert flow.emit_offset_syncs is _bool(answer[6])

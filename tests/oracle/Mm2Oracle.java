@@ -108,6 +108,8 @@ public final class Mm2Oracle {
             }
             case "replicate":
                 return replicate(a);
+            case "mm2-flow":
+                return mm2Flow(a);
             // Cluster commands start with BOOTSTRAP SEPARATOR ("-" for the default policy's ".").
             case "translate": {
                 Map<TopicPartition, OffsetAndMetadata> offsets = RemoteClusterUtils.translateOffsets(
@@ -185,6 +187,30 @@ public final class Mm2Oracle {
             }
             return List.of(Integer.toString(count));
         }
+    }
+
+    // mm2-flow PROPERTIES SOURCE TARGET TOPIC: what MM2 4.x makes of a whole connect-mirror-maker.properties
+    // text for one flow: the remote name of TOPIC and its parsed source, then the replication factors of
+    // remote, offset-syncs, checkpoints and heartbeats topics, then whether offset syncs are emitted.
+    private static List<String> mm2Flow(String[] a) throws java.io.IOException {
+        Properties props = new Properties();
+        props.load(new java.io.StringReader(str(a[1])));
+        Map<String, String> originals = new HashMap<>();
+        props.stringPropertyNames().forEach(name -> originals.put(name, props.getProperty(name)));
+        MirrorMakerConfig config = new MirrorMakerConfig(originals);
+        SourceAndTarget flow = new SourceAndTarget(str(a[2]), str(a[3]));
+        MirrorSourceConfig source = new MirrorSourceConfig(config.connectorBaseConfig(flow, MirrorSourceConnector.class));
+        MirrorCheckpointConfig checkpoint =
+                new MirrorCheckpointConfig(config.connectorBaseConfig(flow, MirrorCheckpointConnector.class));
+        MirrorHeartbeatConfig heartbeat =
+                new MirrorHeartbeatConfig(config.connectorBaseConfig(flow, MirrorHeartbeatConnector.class));
+        ReplicationPolicy policy = source.replicationPolicy();
+        String remote = policy.formatRemoteTopic(flow.source(), str(a[4]));
+        return List.of(enc(remote), enc(policy.topicSource(remote)), Integer.toString(source.replicationFactor()),
+                Short.toString(source.offsetSyncsTopicReplicationFactor()),
+                Short.toString(checkpoint.checkpointsTopicReplicationFactor()),
+                Short.toString(heartbeat.heartbeatsTopicReplicationFactor()),
+                Boolean.toString(source.emitOffsetSyncsEnabled()));
     }
 
     private static ReplicationPolicy newPolicy(String kind, String separator, String internalEnabled, String sourceAlias) {

@@ -134,7 +134,7 @@ def test_cluster_level_unknown_key_hints_at_client_scopes() -> None:
     ("offset-syncs.topic.location = both\n", "expected source or target, got 'both'"),
     ("emit.heartbeats.interval.seconds = soon\n", "expected a number of seconds"),
     ("replication.policy.class = com.example.MyPolicy\n", "unknown replication policy 'com.example.MyPolicy'"),
-    ("replication.policy.separator =\n", "replication.policy.separator: must not be empty"),
+    ("strait.target.partitions = 0\n", "line 5: strait.target.partitions: expected a partition count from 1"),
     ("A->B.enabled = true\nB->A.enabled = true\nreplication.policy.class = IdentityReplicationPolicy\n",
      "form a loop (A -> B -> A)"),
 ])

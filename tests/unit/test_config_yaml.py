@@ -151,7 +151,7 @@ def test_unknown_keys_are_reported_with_a_suggestion(tmp_path: Path) -> None:
      "flows[0].checkpoint_shards: expected a whole number from 1 to 256, got 0"),
     ("{source: A, target: B, offset_syncs_topic_location: middle}",
      "flows[0].offset_syncs_topic_location: expected one of source, target, got 'middle'"),
-    ("{source: A, target: B, separator: ''}", "flows[0].separator: expected a string, got an empty string"),
+    ("{source: A, target: B, separator: 7}", "flows[0].separator: expected a string, got a number (quote it)"),
     ("{source: A, target: B, replication_policy: identiy}", "did you mean 'identity'?"),
     ("{source: A}", "flows[0].target: missing"),
     ("[A, B]", "flows[0]: expected a mapping"),

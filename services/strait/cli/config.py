@@ -12,15 +12,21 @@ from pathlib import Path
 from typing import Any
 
 import yaml
+from confluent_kafka import KafkaException
 
 from strait.config import DEFAULT_REDIS_URL, StraitConfig, config_to_dict, load_config, mask_url
 from strait.config.secrets import mask_text, url_password
 from strait.config.store import apply_config, check_storable, latest_version, read_stored_config
-from strait.config.validate import describe_inline_secrets, inline_secrets
+from strait.config.mm1 import Mm1Setup, from_mm1
+from strait.config.model import FlowConfig
+from strait.config.validate import config_warnings, describe_inline_secrets, inline_secrets, repartition_warning
+from strait.kafka.admin import admin_client, cluster_topics
+from strait.remote_topics import replicated_topics
 from strait.coord.redis_client import CoordinationError, connect
 from strait.errors import StraitError
 
 REDIS_URL_ENV = "STRAIT_REDIS_URL"
+TOPIC_LIST_TIMEOUT = 5.0  # naming a repartitioning flow's topics is best effort
 
 
 def register(subparsers: argparse._SubParsersAction) -> None:
@@ -41,6 +47,30 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     apply.add_argument("--dry-run", action="store_true", help="validate and print the result; store nothing")
     apply.set_defaults(handler=_apply)
 
+    mm1 = commands.add_parser(
+        "from-mm1", help="turn a MirrorMaker 1 command line (its consumer and producer files) into a flow",
+        description="Read kafka-mirror-maker.sh's --consumer.config and --producer.config files and its "
+                    "topic list, print the strait flow they make as YAML (identity names, no internal topics "
+                    "unless asked) and, with --apply, store it. Secrets stay in the MM1 files: the flow "
+                    "refers to them with ${file:/path:key}, so every strait process must see those files.",
+    )
+    mm1.add_argument("--consumer.config", dest="consumer_config", required=True, type=Path, metavar="FILE",
+                     help="MM1's consumer properties: the source cluster")
+    mm1.add_argument("--producer.config", dest="producer_config", required=True, type=Path, metavar="FILE",
+                     help="MM1's producer properties: the target cluster")
+    mm1.add_argument("--whitelist", "--include", dest="whitelist", required=True, metavar="REGEX",
+                     help="the topics to mirror, as MM1 takes them (a Java regex; ',' also separates)")
+    mm1.add_argument("--num.streams", dest="num_streams", type=int, default=1, metavar="N",
+                     help="accepted for MM1 command lines; strait copies each partition in a task of its own")
+    mm1.add_argument("--source-alias", default="source", help="the source cluster's alias (default: source)")
+    mm1.add_argument("--target-alias", default="target", help="the target cluster's alias (default: target)")
+    mm1.add_argument("--checkpoints", action="store_true",
+                     help="also write offset syncs and checkpoints, so consumers can fail over (MM1 had neither)")
+    mm1.add_argument("--heartbeats", action="store_true", help="also emit heartbeats")
+    mm1.add_argument("--apply", action="store_true", help="store the flow in Redis as a new configuration version")
+    mm1.add_argument("--redis-url", default=None, help=redis_help)
+    mm1.set_defaults(handler=_from_mm1)
+
     show = commands.add_parser("show", help="print the stored configuration, secrets masked")
     show.add_argument("--redis-url", default=None, help=redis_help)
     show.add_argument("--json", action="store_true", help="print as JSON")
@@ -56,6 +86,7 @@ def redis_url(args: argparse.Namespace) -> str:
 
 def _apply(args: argparse.Namespace) -> int:
     config = load_config(args.file)
+    warn_about(config)
     if args.dry_run:
         print(_as_yaml(config_to_dict(config, secrets="mask")), end="")
         refused = inline_secrets(config)
@@ -73,6 +104,43 @@ def _apply(args: argparse.Namespace) -> int:
     state = "unchanged, still" if version == before else "stored as"
     print(f"configuration {state} version {version} in {mask_url(url)}: {_summary(config)}")
     return 0
+
+
+def _from_mm1(args: argparse.Namespace) -> int:
+    setup = Mm1Setup(args.consumer_config, args.producer_config, args.whitelist, args.num_streams,
+                     args.source_alias, args.target_alias, args.checkpoints, args.heartbeats)
+    made = from_mm1(setup)
+    print(f"# strait flow made from kafka-mirror-maker.sh --consumer.config {args.consumer_config} "
+          f"--producer.config {args.producer_config} --whitelist '{args.whitelist}'")
+    for setting in made.unused:
+        print(f"# not used (MM1 consumer/producer setting strait does not need): {setting}")
+    print(_as_yaml(config_to_dict(made.config, secrets="references")), end="")
+    warn_about(made.config)
+    if not args.apply:
+        return 0
+    url = redis_url(args)
+    with _redis(url) as client:
+        version = apply_config(client, made.config, f"from-mm1:{args.consumer_config},{args.producer_config}")
+    print(f"configuration stored as version {version} in {mask_url(url)}: {_summary(made.config)}", file=sys.stderr)
+    return 0
+
+
+def warn_about(config: StraitConfig) -> None:
+    """Print, on standard error, what the configuration does that its author may not expect."""
+    texts = config_warnings(config)
+    texts += [repartition_warning(flow, _remote_topics(config, flow)) for flow in config.flows if flow.repartitions]
+    for text in texts:
+        print(f"strait: warning: {text}", file=sys.stderr)
+
+
+def _remote_topics(config: StraitConfig, flow: FlowConfig) -> list[str] | None:
+    """The flow's remote topics as its source lists them now, or None when the source does not answer."""
+    try:
+        admin = admin_client(config.cluster(flow.source).librdkafka_config("admin"))
+        _cluster_id, partitions = cluster_topics(admin, flow.source, TOPIC_LIST_TIMEOUT)
+    except (StraitError, KafkaException):
+        return None
+    return [topic.remote for topic in replicated_topics(flow, partitions)]
 
 
 def _show(args: argparse.Namespace) -> int:

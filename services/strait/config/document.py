@@ -32,6 +32,7 @@ from strait.config.model import (
     DEFAULT_REDIS_URL,
     FLOW_FIELDS,
     MAX_CHECKPOINT_SHARDS,
+    MAX_TARGET_PARTITIONS,
     NESTED_FLOW_FIELDS,
     OFFSET_SYNCS_LOCATIONS,
     ClusterConfig,
@@ -182,6 +183,11 @@ def _string(value: Any, path: str, problems: Problems) -> Any:
     hint = " (quote it)" if isinstance(value, (int, float)) else ""
     problems.add(path, f"expected a string, got {got}{hint}")
     return INVALID
+
+
+def _separator(value: Any, path: str, problems: Problems) -> Any:
+    # MM2 takes an empty separator as written (Strimzi's identity examples set one), so strait does too.
+    return value if value == "" else _string(value, path, problems)
 
 
 def _bool(value: Any, path: str, problems: Problems) -> Any:
@@ -375,6 +381,20 @@ def _replication_factor(value: Any, path: str, problems: Problems) -> Any:
     return INVALID
 
 
+def _optional_replication_factor(value: Any, path: str, problems: Problems) -> Any:
+    return None if value is None else _replication_factor(value, path, problems)
+
+
+def _target_partitions(value: Any, path: str, problems: Problems) -> Any:
+    if value is None:
+        return None
+    if isinstance(value, int) and not isinstance(value, bool) and 1 <= value <= MAX_TARGET_PARTITIONS:
+        return value
+    problems.add(path, f"expected a partition count from 1 to {MAX_TARGET_PARTITIONS}, or null to keep the "
+                       f"source's partitions, got {_describe(value)}")
+    return INVALID
+
+
 def _shards(value: Any, path: str, problems: Problems) -> Any:
     if isinstance(value, int) and not isinstance(value, bool) and 1 <= value <= MAX_CHECKPOINT_SHARDS:
         return value
@@ -405,10 +425,15 @@ _SCHEDULE = _nested(SCHEDULE_KEYS, {"enabled": _bool, "interval_seconds": _posit
 _FLOW_READERS: dict[str, Callable[[Any, str, Problems], Any]] = {
     "enabled": _bool,
     "replication_policy": _policy,
-    "separator": _string,
+    "separator": _separator,
     "internal_topic_separator_enabled": _bool,
     "offset_syncs_topic_location": lambda v, p, pr: _one_of(v, OFFSET_SYNCS_LOCATIONS, p, pr),
     "replication_factor": _replication_factor,
+    "heartbeats_topic_replication_factor": _optional_replication_factor,
+    "checkpoints_topic_replication_factor": _optional_replication_factor,
+    "offset_syncs_topic_replication_factor": _optional_replication_factor,
+    "emit_offset_syncs": _bool,
+    "target_partitions": _target_partitions,
     "rate_limit_records_per_second": _rate_limit,
     "checkpoint_shards": _shards,
     "heartbeats_replication_enabled": _bool,

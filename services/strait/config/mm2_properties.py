@@ -6,7 +6,8 @@ flow and overrides the global ``x``. Top-level client security settings (``secur
 does not set its own. A flow exists when any ``A->B.`` key names it; as in MM2 it is disabled until
 ``A->B.enabled=true``. MM2 keys strait has no use for are listed in a warning; unknown keys are
 errors. strait's own extension keys: ``strait.redis.url``,
-``[A->B.]strait.rate.limit.records.per.second`` and ``[A->B.]strait.checkpoint.shards``.
+``[A->B.]strait.rate.limit.records.per.second``, ``[A->B.]strait.checkpoint.shards`` and
+``[A->B.]strait.target.partitions``.
 """
 
 from __future__ import annotations
@@ -24,6 +25,7 @@ from strait.config.model import (
     CLIENT_ROLES,
     DEFAULT_REDIS_URL,
     MAX_CHECKPOINT_SHARDS,
+    MAX_TARGET_PARTITIONS,
     OFFSET_SYNCS_LOCATIONS,
     ClusterConfig,
     FlowConfig,
@@ -40,6 +42,12 @@ log = logging.getLogger(__name__)
 REDIS_URL_KEY = "strait.redis.url"
 RATE_LIMIT_KEY = "strait.rate.limit.records.per.second"
 CHECKPOINT_SHARDS_KEY = "strait.checkpoint.shards"
+TARGET_PARTITIONS_KEY = "strait.target.partitions"
+_INTERNAL_TOPIC_FACTORS = {
+    "heartbeats.topic.replication.factor": "heartbeats_topic_replication_factor",
+    "checkpoints.topic.replication.factor": "checkpoints_topic_replication_factor",
+    "offset-syncs.topic.replication.factor": "offset_syncs_topic_replication_factor",
+}
 
 _SCHEDULES = {
     "refresh.topics": "refresh_topics",
@@ -64,14 +72,15 @@ FLOW_KEYS = (
     *_SELECTIONS, "replication.policy.class", "replication.policy.separator",
     "replication.policy.internal.topic.separator.enabled", "offset-syncs.topic.location",
     "replication.factor", "heartbeats.replication.enabled", "config.properties.exclude",
-    "config.properties.blacklist", RATE_LIMIT_KEY, CHECKPOINT_SHARDS_KEY,
+    "config.properties.blacklist", "emit.offset-syncs.enabled", *_INTERNAL_TOPIC_FACTORS,
+    RATE_LIMIT_KEY, CHECKPOINT_SHARDS_KEY, TARGET_PARTITIONS_KEY,
     *(f"{prefix}.{suffix}" for prefix in _SCHEDULES for suffix in ("enabled", "interval.seconds")),
 )
 
 # MM2 and Connect settings that mean nothing to strait (its own runtime replaces them).
 _IGNORED = re.compile(
     r"(tasks\.max|.+\.replication\.factor|(offset|config|status)\.storage\..+|offset\.flush\..+"
-    r"|(key|value|header)\.converter(\..+)?|offset\.lag\.max|emit\.offset-syncs\.enabled"
+    r"|(key|value|header)\.converter(\..+)?|offset\.lag\.max"
     r"|(topic|group|config\.property)\.filter\.class|use\.defaults\.from|use\.incremental\.alter\.configs"
     r"|admin\.timeout\.ms|consumer\.poll\.timeout\.ms|forwarding\.admin\.class|metric\.reporters|metrics\..+"
     r"|dedicated\.mode\.enable\.internal\.rest|exactly\.once\.(source\.)?support|transaction\.boundary.*"
@@ -462,8 +471,9 @@ def _policy(entry: Property, reader: _Reader) -> Any:
     return reader.invalid(entry, problem) if problem else policy_name(entry.value)
 
 
-def _separator(entry: Property, reader: _Reader) -> Any:
-    return entry.value if entry.value else reader.invalid(entry, "must not be empty")
+def _separator(entry: Property, _reader: _Reader) -> Any:
+    # MM2 takes an empty separator as written (Strimzi's identity examples set one), so strait does too.
+    return entry.value
 
 
 def _location(entry: Property, reader: _Reader) -> Any:
@@ -482,6 +492,13 @@ def _replication_factor(entry: Property, reader: _Reader) -> Any:
         return value
     return reader.invalid(entry, f"expected a whole number of at least 1 (or -1 for the broker default), "
                                  f"got {entry.value!r}")
+
+
+def _target_partitions(entry: Property, reader: _Reader) -> Any:
+    value = int(entry.value) if entry.value.isdigit() else 0
+    if 1 <= value <= MAX_TARGET_PARTITIONS:
+        return value
+    return reader.invalid(entry, f"expected a partition count from 1 to {MAX_TARGET_PARTITIONS}, got {entry.value!r}")
 
 
 def _rate_limit(entry: Property, reader: _Reader) -> Any:
@@ -511,6 +528,9 @@ _SCALAR_READERS: dict[str, tuple[str, Callable[[Property, _Reader], Any]]] = {
     "heartbeats.replication.enabled": ("heartbeats_replication_enabled", _bool),
     "config.properties.exclude": ("config_properties_exclude", _config_excludes),
     "config.properties.blacklist": ("config_properties_exclude", _config_excludes),
+    "emit.offset-syncs.enabled": ("emit_offset_syncs", _bool),
+    **{key: (name, _replication_factor) for key, name in _INTERNAL_TOPIC_FACTORS.items()},
+    TARGET_PARTITIONS_KEY: ("target_partitions", _target_partitions),
     RATE_LIMIT_KEY: ("rate_limit_records_per_second", _rate_limit),
     CHECKPOINT_SHARDS_KEY: ("checkpoint_shards", _shards),
 }

@@ -36,8 +36,10 @@ OFFSET_SYNCS_LOCATIONS = ("source", "target")
 CLIENT_ROLES = ("consumer", "producer", "admin")
 DEFAULT_CHECKPOINT_SHARDS = 6  # spreads evenly over 1, 2, 3 or 6 checkpoint replicas
 MAX_CHECKPOINT_SHARDS = 256
+MAX_TARGET_PARTITIONS = 10000
 
 Role = Literal["consumer", "producer", "admin"]
+InternalTopic = Literal["heartbeats", "checkpoints", "offset_syncs"]
 
 
 def _frozen_mapping(values: Mapping[str, Any]) -> Mapping[str, Any]:
@@ -131,9 +133,11 @@ class ClusterConfig:
         jaas = self.unresolved_settings(role).get("sasl.jaas.config")
         settings = self.settings(role, source, skip=("sasl.jaas.config",))
         try:
-            if isinstance(jaas, SecretRef):
+            # references inside the JAAS options are resolved after parsing; a reference to the whole
+            # value (``${file:/etc/mm1/consumer.properties:sasl.jaas.config}``) before
+            if isinstance(jaas, SecretRef) and not jaas.text.lstrip().startswith("${"):
                 return librdkafka_settings(settings, jaas.text, _jaas_option_resolver(source))
-            return librdkafka_settings(settings, None if jaas is None else resolve_value(jaas))
+            return librdkafka_settings(settings, None if jaas is None else resolve_value(jaas, source))
         except ConfigError as exc:
             raise ConfigError(f"cluster {self.alias}: {exc}") from None
 
@@ -157,7 +161,13 @@ class FlowConfig:
     """One replication flow from ``source`` to ``target`` (named ``"A->B"``) and how it runs.
 
     ``replication_factor`` is MM2's 2 for remote topics (``-1`` uses the target broker's default):
-    a disaster-recovery copy should never be single-replica by accident. ``rate_limit_records_per_second``
+    a disaster-recovery copy should never be single-replica by accident. The heartbeats,
+    checkpoints and offset-syncs topics take their own factor when set (MM2's
+    ``*.topic.replication.factor``), else ``replication_factor``. ``emit_offset_syncs`` off (MM2's
+    ``emit.offset-syncs.enabled=false``, MM1's legacy mode) writes no offset syncs, so the flow has
+    no checkpoints. ``target_partitions`` gives every remote topic that many partitions and places
+    records by key hash (MM1's repartitioning); offsets then no longer map 1:1, so such topics get
+    no offset syncs and no checkpoints. ``rate_limit_records_per_second``
     of None means unlimited. ``checkpoint_shards`` splits the flow's consumer groups (by a hash of
     the group id) into that many work items, which the checkpoint replicas share; use at least as
     many shards as replicas.
@@ -180,6 +190,11 @@ class FlowConfig:
     sync_group_offsets: Schedule = Schedule(False, 5.0)
     offset_syncs_topic_location: str = "source"
     replication_factor: int = 2
+    heartbeats_topic_replication_factor: int | None = None
+    checkpoints_topic_replication_factor: int | None = None
+    offset_syncs_topic_replication_factor: int | None = None
+    emit_offset_syncs: bool = True
+    target_partitions: int | None = None
     rate_limit_records_per_second: float | None = None
     heartbeats_replication_enabled: bool = True
     config_properties_exclude: tuple[str, ...] = CONFIG_PROPERTIES_EXCLUDE_DEFAULT
@@ -205,6 +220,26 @@ class FlowConfig:
         return policy_from_name(self.replication_policy, self.separator,
                                 self.internal_topic_separator_enabled, source_cluster_alias=self.source,
                                 known_aliases=self.cluster_aliases)
+
+    def internal_topic_replication_factor(self, kind: InternalTopic) -> int:
+        """Replication factor of the flow's heartbeats, checkpoints or offset-syncs topic."""
+        own = getattr(self, f"{kind}_topic_replication_factor")
+        return self.replication_factor if own is None else own
+
+    @property
+    def repartitions(self) -> bool:
+        """True when remote topics have their own partition count (records placed by key hash)."""
+        return self.target_partitions is not None
+
+    @property
+    def writes_offset_syncs(self) -> bool:
+        """True when the replicator writes offset syncs: enabled, and offsets map 1:1 (no repartitioning)."""
+        return self.emit_offset_syncs and not self.repartitions
+
+    @property
+    def emits_checkpoints(self) -> bool:
+        """True when checkpoints are wanted and possible (they are translated from the offset syncs)."""
+        return self.emit_checkpoints.enabled and self.writes_offset_syncs
 
     def topic_filter(self) -> TopicFilter:
         """The flow's topic filter."""

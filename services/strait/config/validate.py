@@ -101,6 +101,31 @@ def check_flows(config: StraitConfig, problems: Problems, label: Callable[[int, 
         problems.add(f"flows {', '.join(f.name for f in loop)}", _loop_message(loop))
 
 
+def config_warnings(config: StraitConfig) -> list[str]:
+    """What a valid configuration does that its author may not expect, one sentence per flow and topic."""
+    warnings = []
+    for flow in config.flows:
+        if not flow.separator and policy_name(flow.replication_policy) == "default":
+            example = flow.policy().format_remote_topic(flow.source, "orders")
+            warnings.append(f"flow {flow.name}: the default replication policy with an empty separator names "
+                            f"remote topics <alias><topic> ({example}), as MM2 does; a local topic whose name "
+                            "starts with a cluster alias is taken for a remote one and not replicated")
+        syncing_groups = flow.emit_checkpoints.enabled or flow.sync_group_offsets.enabled
+        if not flow.emit_offset_syncs and syncing_groups:
+            warnings.append(f"flow {flow.name}: emit_offset_syncs is off, so it emits no checkpoints and syncs "
+                            "no group offsets; consumers cannot fail over at translated offsets")
+    return warnings
+
+
+def repartition_warning(flow: FlowConfig, topics: Sequence[str] | None) -> str:
+    """The warning for a flow that repartitions, naming its topics (or saying they could not be listed)."""
+    named = ", ".join(topics) if topics else ("none yet" if topics is not None else
+                                               f"the source {flow.source} could not be listed")
+    return (f"flow {flow.name}: target_partitions {flow.target_partitions}: remote topics get "
+            f"{flow.target_partitions} partitions and records are placed by key, so offsets no longer map 1:1; "
+            f"these topics get no offset syncs and no checkpoints, and `strait verify` checks them per key: {named}")
+
+
 def _bootstrap(config: StraitConfig, alias: str) -> set[str]:
     """The cluster's bootstrap servers as lower-case ``host:port`` entries."""
     servers = config.clusters[alias].bootstrap_servers
@@ -119,7 +144,7 @@ def ambiguous_aliases(aliases: Iterable[str], flow: FlowConfig) -> tuple[str, st
     names = sorted(aliases)
     for shorter in names:
         for longer in names:
-            if longer != shorter and flow.separator and longer.startswith(shorter + flow.separator):
+            if longer != shorter and longer.startswith(shorter + flow.separator):
                 return shorter, longer
     return None
 
