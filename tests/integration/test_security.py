@@ -40,7 +40,7 @@ from strait.lab.clients import Record, create_topic, produce
 from strait.lab.kafka import KafkaCluster, KafkaClusterSpec
 from strait.lab.redis import RedisServer
 from strait.lab.services import StraitProcess
-from tests.integration.replicator_support import count, wait_for, write_config
+from tests.integration.replicator_support import count, records_by_partition, wait_for, write_config
 from tests.integration.test_checkpoint_support import commit_offsets
 from tests.integration.test_configsync_support import alter, overrides
 
@@ -494,3 +494,48 @@ def test_no_secret_in_logs_cli_output_metrics_checkpoints_or_redis(deployment: D
                                  ("redis", lab.redis.password or "")]
              if secret and secret.encode() in text]
     assert leaks == []
+
+
+def _properties_file(path: Path, settings: dict[str, str]) -> Path:
+    path.write_text("".join(f"{key}={value}\n" for key, value in settings.items()))
+    path.chmod(0o600)
+    return path
+
+
+def test_mm1_sasl_ssl_setup_replicates_through_from_mm1_apply(secure_lab: SecureLab, lab_root: Path,
+                                                               tmp_path: Path) -> None:
+    """An MM1 deployment's own consumer and producer files (SASL_SSL with SCRAM, passwords inline as MM1
+    users keep them) become a stored flow with `config from-mm1 --apply`; a replicator following Redis
+    copies the whitelisted topic with identity names, and no password reaches the output or Redis."""
+    lab = secure_lab
+    topic = f"mm1-{secrets.token_hex(3)}-orders"
+    create_topic(lab.source.admin(), topic, partitions=2)
+    produce(lab.source.client_config(), topic, [Record(f"k{i % 7}".encode(), f"v{i}".encode(), partition=i % 2)
+                                                for i in range(RECORDS)])
+    consumer = _properties_file(tmp_path / "consumer.properties", {
+        **lab.source.java_client_config("admin", tls=True), "group.id": "mm1-mirror",
+        "auto.offset.reset": "earliest", "key.deserializer": "org.apache.kafka.common.serialization.ByteArrayDeserializer"})
+    producer = _properties_file(tmp_path / "producer.properties", {
+        **lab.target.java_client_config("admin", tls=True), "acks": "1", "compression.type": "lz4",
+        "linger.ms": "20", "batch.size": "65536", "buffer.memory": "33554432"})
+
+    output = _cli(lab, "config", "from-mm1", "--consumer.config", str(consumer), "--producer.config", str(producer),
+                  "--whitelist", f"{topic},nothing-else", "--num.streams", "2", "--apply")
+    assert "${file:" in output and "configuration stored as version" in output, output
+    passwords = [lab.passwords[(alias, "admin")] for alias in ("A", "B")]
+    assert not any(p in output for p in passwords), "a password from the MM1 files was printed"
+    shown = _cli(lab, "config", "show", "--json")
+    assert '"acks": "1"' in shown and '"compression.type": "lz4"' in shown
+    assert not any(p in shown for p in passwords), "a password from the MM1 files was stored"
+
+    process = StraitProcess("replicator", ["--state-dir", str(tmp_path / "state")], lab_root / "mm1",
+                            env={**lab.env, "STRAIT_REDIS_URL": lab.redis.url}, name="replicator-mm1")
+    try:
+        process.start(timeout=180)
+        wait_for(lambda: count(lab.target, topic) == RECORDS, 180, f"{RECORDS} records of {topic} on B")
+    finally:
+        process.stop()
+    copied, original = records_by_partition(lab.target, topic), records_by_partition(lab.source, topic)
+    assert {p: [(r.key, r.value) for r in rs] for p, rs in copied.items()} == \
+        {p: [(r.key, r.value) for r in rs] for p, rs in original.items()}
+    assert "mm2-offset-syncs.target.internal" not in lab.source.admin().list_topics(timeout=30).topics

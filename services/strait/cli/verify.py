@@ -6,6 +6,9 @@ first mismatch. Duplicates (older copies left by at-least-once replays) are repo
 Target records after the last copy that equal no source record (written by someone else) are
 reported with their target offsets. Exit code 0 on parity, 1 when a record is mismatched, missing,
 unexpected (anywhere on the target) or not replicated yet.
+
+A flow with target_partitions places records by key, so its topics are checked key by key instead:
+every record in its key's partition, each key's records in their source order (see strait.verify_keys).
 """
 
 from __future__ import annotations
@@ -20,7 +23,9 @@ from dataclasses import asdict
 from rich.console import Console
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeRemainingColumn
 
+from strait.config.model import FlowConfig, StraitConfig
 from strait.verify import FlowParity, PartitionParity, PartitionPlan, verify_flow
+from strait.verify_keys import KeyParity, verify_keys
 from strait.cli.service_options import add_config_source, config_from_args
 
 EXIT_MISMATCH = 1
@@ -44,6 +49,8 @@ def register(subparsers: argparse._SubParsersAction) -> None:
 def _verify(args: argparse.Namespace) -> int:
     config = config_from_args(args)
     flow = config.flow(args.flow)
+    if flow.repartitions:
+        return _verify_keys(config, flow, args)
     with _progress(enabled=sys.stderr.isatty() and not args.json) as progress:
         def on_plan(plans: list[PartitionPlan]) -> None:
             progress.update(task, total=sum(p.source_offsets for p in plans))
@@ -63,6 +70,34 @@ def _progress(enabled: bool) -> Iterator[Progress]:
                         transient=True, disable=not enabled)
     with progress:
         yield progress
+
+
+def _verify_keys(config: StraitConfig, flow: FlowConfig, args: argparse.Namespace) -> int:
+    results = verify_keys(config, flow, args.topic, args.timeout)
+    ok = all(r.ok for r in results)
+    if args.json:
+        print(json.dumps({"flow": flow.name, "ok": ok, "per_key": True,
+                          "topics": [{**asdict(r), "ok": r.ok} for r in results]}, indent=2, sort_keys=True))
+    else:
+        print(key_report(flow.name, results))
+    return 0 if ok else EXIT_MISMATCH
+
+
+def key_report(flow: str, results: tuple[KeyParity, ...]) -> str:
+    """A human report of a per-key check: one line per topic, the first problems, the verdict."""
+    if not results:
+        return f"flow {flow}: no replicated topic to verify"
+    header = ("TOPIC", "REMOTE", "PARTITIONS", "RECORDS", "KEYS", "MISSING", "PENDING", "MISPLACED", "OTHER", "STATUS")
+    rows = [header] + [(r.topic, r.remote_topic, str(r.target_partitions), str(r.source_records), str(r.keys),
+                        str(r.missing), str(r.pending), str(r.misplaced), str(r.other_records),
+                        "ok" if r.ok else "MISMATCH") for r in results]
+    widths = [max(len(row[i]) for row in rows) for i in range(len(header))]
+    lines = ["  ".join(cell.ljust(widths[i]) for i, cell in enumerate(row)).rstrip() for row in rows]
+    lines += [f"{r.topic}: {r.first_problem}" for r in results if r.first_problem]
+    verdict = "PARITY PER KEY" if all(r.ok for r in results) else "MISMATCH"
+    records = sum(r.source_records for r in results)
+    lines.append(f"{verdict}: flow {flow}, {len(results)} topic(s), {records} source record(s) checked key by key")
+    return "\n".join(lines)
 
 
 def as_json(result: FlowParity) -> dict[str, object]:

@@ -1,0 +1,161 @@
+"""Guide setups that must run, not only load, in one MM2 properties file and one replicator:
+
+* MM1's advantage, kept: two regional clusters aggregated into one central topic with its own
+  partition count, records placed by key, per-key order kept, `strait verify` checking it per key;
+* the AMQ Streams guide's legacy mode: identity names, and its toggles honoured (no offset syncs,
+  topics discovered once at start).
+"""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+import time
+import uuid
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass
+from pathlib import Path
+
+import pytest
+
+from strait.lab.clients import Record, create_topic, produce
+from strait.lab.kafka import KafkaCluster
+from strait.lab.services import StraitProcess
+from strait.verify_keys import key_partition
+from tests.integration.replicator_support import count, records_by_partition, wait_for
+
+pytestmark = pytest.mark.slow
+
+KEYS = 12
+PER_KEY = 15
+KEYLESS = 10
+CENTRAL_PARTITIONS = 3
+LEGACY_RECORDS = 50
+KEEP = {"retention.ms": "-1"}
+
+
+@dataclass(frozen=True)
+class GuideLab:
+    """Clusters A and B (regions, and the legacy flow's ends), C (the aggregate), the running replicator."""
+
+    source: KafkaCluster
+    target: KafkaCluster
+    central: KafkaCluster
+    config: Path
+    aggregated: str  # the topic both regions have
+    legacy_prefix: str  # topics of the legacy-mode flow A->B
+    dry_run: subprocess.CompletedProcess[str]
+
+
+def _regional_records(alias: str, partitions: int) -> list[Record]:
+    """Keyed records placed on the source by key (as producers do), values naming region, key and rank."""
+    records = [Record(f"key-{k}".encode(), f"{alias}/key-{k}/{n:03d}".encode(), partition=k % partitions)
+               for n in range(PER_KEY) for k in range(KEYS)]
+    records += [Record(None, f"{alias}/none/{n:03d}".encode(), partition=n % partitions) for n in range(KEYLESS)]
+    return records
+
+
+def _properties(source: KafkaCluster, target: KafkaCluster, central: KafkaCluster, aggregated: str,
+                legacy_prefix: str) -> str:
+    """The whole setup as an MM2 file: the aggregation flows and the AMQ guide's legacy-mode flow."""
+    return f"""clusters = A, B, C
+A.bootstrap.servers = {source.bootstrap_servers}
+B.bootstrap.servers = {target.bootstrap_servers}
+C.bootstrap.servers = {central.bootstrap_servers}
+replication.factor = 1
+refresh.topics.interval.seconds = 3
+A->C.enabled = true
+B->C.enabled = true
+A->C.topics = {aggregated}
+B->C.topics = {aggregated}
+A->C.replication.policy.class = org.apache.kafka.connect.mirror.IdentityReplicationPolicy
+B->C.replication.policy.class = org.apache.kafka.connect.mirror.IdentityReplicationPolicy
+A->C.strait.target.partitions = {CENTRAL_PARTITIONS}
+B->C.strait.target.partitions = {CENTRAL_PARTITIONS}
+A->B.enabled = true
+A->B.topics = {legacy_prefix}.*
+A->B.replication.policy.class = org.apache.kafka.mirror.LegacyReplicationPolicy
+A->B.refresh.topics.enabled = false
+A->B.refresh.groups.enabled = false
+A->B.emit.checkpoints.enabled = false
+A->B.emit.heartbeats.enabled = false
+A->B.sync.topic.configs.enabled = false
+A->B.sync.group.offsets.enabled = false
+A->B.emit.offset-syncs.enabled = false
+"""
+
+
+def _strait(*args: str) -> subprocess.CompletedProcess[str]:
+    return subprocess.run([sys.executable, "-m", "strait.cli", *args], capture_output=True, text=True, timeout=180)
+
+
+@pytest.fixture(scope="module")
+def guide_lab(source_cluster: KafkaCluster, target_cluster: KafkaCluster,
+              kafka_cluster_factory: Callable[..., KafkaCluster], lab_root: Path,
+              tmp_path_factory: pytest.TempPathFactory) -> Iterator[GuideLab]:
+    """A third cluster, the topics with their records, the file checked with --dry-run, one replicator."""
+    central = kafka_cluster_factory("C")
+    run = uuid.uuid4().hex[:6]
+    aggregated, legacy_prefix = f"agg-{run}", f"legacy-{run}"
+    for alias, cluster, partitions in (("A", source_cluster, 2), ("B", target_cluster, 4)):
+        create_topic(cluster.admin(), aggregated, partitions=partitions, config=KEEP)
+        produce(cluster.client_config(), aggregated, _regional_records(alias, partitions))
+    create_topic(source_cluster.admin(), f"{legacy_prefix}-orders", partitions=2, config=KEEP)
+    produce(source_cluster.client_config(), f"{legacy_prefix}-orders",
+            [Record(b"k", f"order-{i}".encode(), partition=i % 2) for i in range(LEGACY_RECORDS)])
+    folder = tmp_path_factory.mktemp("guides")
+    config = folder / "guides.properties"
+    config.write_text(_properties(source_cluster, target_cluster, central, aggregated, legacy_prefix))
+    dry_run = _strait("config", "apply", "--dry-run", str(config))
+    process = StraitProcess("replicator", ["--config", str(config), "--state-dir", str(folder / "state")],
+                            lab_root / "guides", name=f"replicator-guides-{run}")
+    try:
+        process.start(timeout=120)
+        yield GuideLab(source_cluster, target_cluster, central, config, aggregated, legacy_prefix, dry_run)
+    finally:
+        process.stop()
+
+
+def test_two_regions_aggregate_into_one_three_partition_topic_per_key(guide_lab: GuideLab) -> None:
+    lab, topic = guide_lab, guide_lab.aggregated
+    assert lab.dry_run.returncode == 0, lab.dry_run.stderr
+    for name in ("A->C", "B->C"):  # the warning names the flow and its topics
+        assert f"flow {name}: target_partitions 3" in lab.dry_run.stderr and topic in lab.dry_run.stderr
+    total = 2 * (KEYS * PER_KEY + KEYLESS)
+    wait_for(lambda: count(lab.central, topic) == total, 180, f"{total} records on C")
+
+    by_partition = records_by_partition(lab.central, topic)
+    assert len(lab.central.admin().list_topics(topic, timeout=30).topics[topic].partitions) == CENTRAL_PARTITIONS
+    order: dict[tuple[str, bytes], list[str]] = {}
+    for partition, records in by_partition.items():
+        for record in records:
+            region, _, rank = (record.value or b"").decode().split("/")
+            if record.key is not None:  # placed where Kafka's default partitioner places the key
+                assert partition == key_partition(record.key, CENTRAL_PARTITIONS), record
+                order.setdefault((region, record.key), []).append(rank)
+    assert len(order) == 2 * KEYS
+    assert all(ranks == sorted(ranks) and len(ranks) == PER_KEY for ranks in order.values()), order
+    keyless_partitions = {p for p, records in by_partition.items() for r in records if r.key is None}
+    assert len(keyless_partitions) > 1, "keyless records must spread over the partitions"
+
+    for name in ("A->C", "B->C"):
+        verified = _strait("verify", "--flow", name, "--config", str(lab.config))
+        assert verified.returncode == 0, verified.stdout + verified.stderr
+        assert f"PARITY PER KEY: flow {name}, 1 topic(s), {KEYS * PER_KEY + KEYLESS} source record(s)" \
+            in verified.stdout
+    for cluster in (lab.source, lab.target):  # offsets do not map 1:1: no syncs
+        assert "mm2-offset-syncs.C.internal" not in cluster.admin().list_topics(timeout=30).topics
+
+
+def test_amq_legacy_mode_copies_with_identity_names_and_honours_its_toggles(guide_lab: GuideLab) -> None:
+    lab = guide_lab
+    orders, late = f"{lab.legacy_prefix}-orders", f"{lab.legacy_prefix}-late"
+    wait_for(lambda: count(lab.target, orders) == LEGACY_RECORDS, 180, f"{orders} copied to B under its own name")
+    assert {p: [r.value for r in rs] for p, rs in records_by_partition(lab.target, orders).items()} == \
+        {p: [r.value for r in rs] for p, rs in records_by_partition(lab.source, orders).items()}
+
+    create_topic(lab.source.admin(), late, partitions=1, config=KEEP)  # refresh.topics.enabled=false
+    produce(lab.source.client_config(), late, [Record(b"k", b"late")])
+    time.sleep(9)  # three refresh intervals of the other flows
+    assert late not in lab.target.admin().list_topics(timeout=30).topics, "a topic created after start was copied"
+    assert "mm2-offset-syncs.B.internal" not in lab.source.admin().list_topics(timeout=30).topics
