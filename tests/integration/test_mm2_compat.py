@@ -17,7 +17,8 @@ import pytest
 from confluent_kafka.admin import AdminClient
 from hypothesis import HealthCheck, assume, example, given, settings
 from hypothesis import strategies as st
-from strait.config.mm2_properties import parse_mm2_properties
+from strait.config.mm2_properties import CLIENT_SETTING, FLOW_KEYS, parse_mm2_properties
+from strait.errors import ConfigError
 from strait.filters import ConfigPropertyFilter, FilterPatternError, GroupFilter, TopicFilter
 from strait.lab import deps
 from strait.lab.clients import Record, consume_all, create_topic, produce
@@ -716,3 +717,33 @@ def test_guide_configurations_mean_what_mm2_makes_of_them(oracle: Mm2Oracle, sha
         assert [flow.internal_topic_replication_factor(kind) for kind in ("offset_syncs", "checkpoints", "heartbeats")] \
             == [int(token) for token in answer[3:6]]
     assert flow.emit_offset_syncs is _bool(answer[6])
+
+
+KEY_SAMPLES = {"BOOLEAN": "true", "INT": "1", "SHORT": "1", "LONG": "1", "DOUBLE": "1.0", "STRING": "x",
+               "LIST": "x", "CLASS": "com.example.Plugin", "PASSWORD": "${env:STRAIT_TEST_UNSET}"}
+
+
+def test_every_key_mm2_defines_is_honoured_or_ignored_with_a_warning(oracle: Mm2Oracle) -> None:
+    """Each key of MM2 4.x's connector ConfigDefs (Connect's own included), set globally and for a
+    flow with its default (or a value of its type): the file loads, and the key is read by strait or
+    listed among the ignored keys the warning names."""
+    answer = oracle.ask("mm2-keys")
+    keys = [(_str(answer[i]), answer[i + 1], None if answer[i + 2] == "-" else _str(answer[i + 2]))
+            for i in range(0, len(answer), 3)]
+    assert len(keys) > 100  # the three connectors' definitions, not an empty answer
+    base = GUIDE_CLUSTERS + "src->dst.enabled = true\n"
+    refused, unaccounted = [], []
+    for name, kind, default in keys:
+        value = default if default else KEY_SAMPLES[kind]
+        for key in (name, f"src->dst.{name}"):
+            try:
+                loaded = parse_mm2_properties(f"{base}{key} = {value}\n", "keys.properties")
+            except ConfigError as exc:
+                refused.append(f"{key}: {exc}")
+                continue
+            read = name in FLOW_KEYS or (key != name and name == "enabled") \
+                or (key == name and CLIENT_SETTING.fullmatch(name))
+            if not read and key not in loaded.ignored_keys:
+                unaccounted.append(key)
+    assert not refused, "\n".join(refused)
+    assert not unaccounted, unaccounted

@@ -110,6 +110,8 @@ public final class Mm2Oracle {
                 return replicate(a);
             case "mm2-flow":
                 return mm2Flow(a);
+            case "mm2-keys":
+                return mm2Keys();
             // Cluster commands start with BOOTSTRAP SEPARATOR ("-" for the default policy's ".").
             case "translate": {
                 Map<TopicPartition, OffsetAndMetadata> offsets = RemoteClusterUtils.translateOffsets(
@@ -211,6 +213,24 @@ public final class Mm2Oracle {
                 Short.toString(checkpoint.checkpointsTopicReplicationFactor()),
                 Short.toString(heartbeat.heartbeatsTopicReplicationFactor()),
                 Boolean.toString(source.emitOffsetSyncsEnabled()));
+    }
+
+    // mm2-keys: every key the three MM2 connectors' ConfigDefs define (Connect's own connector keys
+    // included), each as NAME TYPE DEFAULT ("-" when there is none).
+    private static List<String> mm2Keys() {
+        java.util.TreeMap<String, org.apache.kafka.common.config.ConfigDef.ConfigKey> keys = new java.util.TreeMap<>();
+        for (org.apache.kafka.common.config.ConfigDef def : List.of(MirrorSourceConfig.CONNECTOR_CONFIG_DEF,
+                MirrorCheckpointConfig.CONNECTOR_CONFIG_DEF, MirrorHeartbeatConfig.CONNECTOR_CONFIG_DEF)) {
+            keys.putAll(def.configKeys());
+        }
+        List<String> tokens = new ArrayList<>();
+        keys.forEach((name, key) -> {
+            tokens.add(enc(name));
+            tokens.add(key.type.name());
+            boolean none = !key.hasDefault() || key.defaultValue == null;
+            tokens.add(none ? "-" : enc(org.apache.kafka.common.config.ConfigDef.convertToString(key.defaultValue, key.type)));
+        });
+        return tokens;
     }
 
     private static ReplicationPolicy newPolicy(String kind, String separator, String internalEnabled, String sourceAlias) {

@@ -85,9 +85,12 @@ _IGNORED = re.compile(
     r"|admin\.timeout\.ms|consumer\.poll\.timeout\.ms|forwarding\.admin\.class|metric\.reporters|metrics\..+"
     r"|dedicated\.mode\.enable\.internal\.rest|exactly\.once\.(source\.)?support|transaction\.boundary.*"
     r"|add\.source\.alias\.to\.metrics|(source|target)\.cluster\.alias|checkpoints\.topic\..+"
-    r"|offset-syncs\.topic\.(?!location$).+|heartbeats\.topic\..+|config\.providers(\..+)?|listeners"
+    r"|offset-syncs\.topic\.(?!location$).+|offset\.syncs\.topic\..+|heartbeats\.topic\..+|config\.providers(\..+)?|listeners"
     r"|rest\..+|plugin\.path|scheduled\.rebalance\.max\.delay\.ms|config\.action\.reload|errors\..+"
-    r"|group\.id|(consumer|producer|admin)\.override\..+)"
+    r"|group\.id|(consumer|producer|admin)\.override\..+"
+    # Connect's own connector keys, which MM2's connector ConfigDefs carry
+    r"|name|enabled|connector\.class|connector\.plugin\.version|(predicates|transforms)(\..+)?"
+    r"|tasks\.max\.enforce|metric\.names\.formats)"
 )
 _CLIENT_SETTING = re.compile(
     r"(security\..+|sasl\..+|ssl\..+|client\.id|client\.dns\.lookup|client\.rack|request\.timeout\.ms"
@@ -110,6 +113,7 @@ _KNOWN_SECURITY = frozenset({
 })
 _OPEN_SECURITY_PREFIXES = ("sasl.oauthbearer.", "sasl.login.", "sasl.kerberos.", "sasl.server.")
 _GLOBAL_CLIENT_SETTING = re.compile(r"(bootstrap\.servers|security\..+|sasl\..+|ssl\..+)")
+CLIENT_SETTING = _GLOBAL_CLIENT_SETTING  # top-level client settings every cluster inherits
 _ROLE = re.compile(r"(consumer|producer|admin)\.(.+)")
 
 
@@ -333,10 +337,17 @@ class _Reader:
     def _other_flow_key(self, key: str, entry: Property, prefix: str) -> None:
         if not prefix:
             self._global_other(key, entry)
-        elif _IGNORED.fullmatch(key):
+        elif _IGNORED.fullmatch(key) or self._flow_client_setting(key):
             self._ignore(entry)
         else:
             self._unknown(entry, [prefix + k for k in (*FLOW_KEYS, "enabled")])
+
+    @staticmethod
+    def _flow_client_setting(key: str) -> bool:
+        """A client setting under a flow (MM2's connector ConfigDefs take them); strait's clients take
+        their settings per cluster, so it is listed as not used."""
+        client = _CLIENT_SETTING.fullmatch(key) or _GLOBAL_CLIENT_SETTING.fullmatch(key)
+        return bool(client) and not _misspelt_security_key(key)
 
     def _global_other(self, key: str, entry: Property) -> None:
         if key == REDIS_URL_KEY or _is_role_setting(key):
