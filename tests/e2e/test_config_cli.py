@@ -184,3 +184,33 @@ def test_console_script(redis_url: str) -> None:
     assert "loaded MM2 configuration" in everything and "document stored" in everything
     for password in (*INLINE_PASSWORDS, *ENV_PASSWORDS.values()):
         assert password not in everything
+
+
+def test_flow_enable_disable_and_status_without_reapplying_the_file(
+    strait: Callable[..., tuple[int, str, str]], redis_url: str,
+) -> None:
+    assert strait("config", "apply", str(DATA / "full.yaml"), "--redis-url", redis_url)[0] == 0
+
+    code, out, err = strait("flow", "disable", "primary->dr", "--redis-url", redis_url)
+    assert code == 0 and "flow primary->dr disabled: configuration version 2 (was 1)" in out, err
+    assert "already disabled (configuration version 2)" in strait("flow", "disable", "primary->dr",
+                                                                   "--redis-url", redis_url)[1]
+    code, out, err = strait("flow", "enable", "backup->primary", "--redis-url", redis_url)
+    assert code == 0 and "configuration version 3" in out, err
+
+    shown = json.loads(strait("config", "show", "--json", "--redis-url", redis_url)[1])
+    assert shown["source"] == "strait flow enable backup->primary"
+    assert {f"{f['source']}->{f['target']}": f["enabled"] for f in shown["config"]["flows"]} == \
+        {"primary->backup": True, "backup->primary": True, "primary->dr": False}
+    before = load_yaml(DATA / "full.yaml")
+    expected = [f.name for f in before.flows]
+    assert [f"{f['source']}->{f['target']}" for f in shown["config"]["flows"]] == expected
+
+    code, out, err = strait("flow", "status", "primary->dr", "--json", "--redis-url", redis_url)
+    status = json.loads(out)
+    assert code == 0 and status["enabled"] is False and status["version"] == 3
+    assert set(status["held_by"]) >= {"configsync:primary->dr", "heartbeat:primary->dr"}
+    assert not any(status["held_by"].values()), "nothing runs in this test"
+
+    code, _, err = strait("flow", "enable", "primary->nowhere", "--redis-url", redis_url)
+    assert code == 1 and "no flow 'primary->nowhere'; flows are primary->backup, backup->primary, primary->dr" in err

@@ -10,11 +10,11 @@ import argparse
 import sys
 
 from strait import __version__
-from strait.cli import config, dashboards, failover, lab, offsets, run, status, verify
+from strait.cli import config, dashboards, failover, flow, lab, offsets, run, status, verify
 from strait.errors import StraitError
 from strait.logs import setup_logging
 
-COMMAND_GROUPS = (lab, config, run, status, offsets, failover, verify, dashboards)
+COMMAND_GROUPS = (lab, config, flow, run, status, offsets, failover, verify, dashboards)
 
 
 def build_parser() -> argparse.ArgumentParser:
