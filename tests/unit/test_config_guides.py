@@ -5,6 +5,7 @@ consumer and producer files, and MM1's repartitioning (target partition control)
 from __future__ import annotations
 
 import logging
+import re
 from pathlib import Path
 
 import pytest
@@ -20,6 +21,7 @@ from strait_replicator.writer import producer_settings
 
 pytestmark = pytest.mark.unit
 
+DATA = Path(__file__).parents[1] / "data" / "config"
 CLUSTERS = "clusters = source, target\nsource.bootstrap.servers = s:9092\ntarget.bootstrap.servers = t:9092\n"
 # The AMQ Streams guide's legacy mode: MM1 behaviour from an MM2 file.
 AMQ_LEGACY = """source->target.enabled = true
@@ -206,3 +208,48 @@ def test_mm1_file_without_bootstrap_servers_is_named(mm1_files: tuple[Path, Path
     producer.write_text("acks=all\n")
     with caplog.at_level(logging.INFO), pytest.raises(ConfigError, match=f"{producer}: bootstrap.servers is missing"):
         from_mm1(Mm1Setup(consumer, producer, "orders"))
+
+
+# -- Strimzi ---------------------------------------------------------------------------------------
+
+def test_strimzi_resource_reads_as_written_with_secrets_from_their_mounts(tmp_path: Path) -> None:
+    from strait.config.strimzi import load_strimzi
+
+    secrets = tmp_path / "secrets"
+    (secrets / "mm2-user").mkdir(parents=True)
+    (secrets / "mm2-user" / "password").write_text("scram-pw")
+    loaded = load_strimzi(DATA / "strimzi-mm2.yaml", secrets)
+    config = loaded.config
+    flow = config.flow("my-source-cluster->my-target-cluster")
+    source, target = config.cluster("my-source-cluster"), config.cluster("my-target-cluster")
+
+    assert flow.enabled and (flow.replication_policy, flow.separator) == ("identity", "")
+    assert flow.policy().format_remote_topic("my-source-cluster", "orders.eu") == "orders.eu"
+    assert flow.topics.include == (r"orders\..*", "payments") and flow.topics.exclude == (r".*\.tmp",)
+    assert flow.groups.include == ("billing-.*",)
+    assert (flow.replication_factor, flow.internal_topic_replication_factor("offset_syncs"),
+            flow.internal_topic_replication_factor("checkpoints")) == (3, 3, 3)
+    assert flow.sync_group_offsets.enabled and not flow.sync_topic_acls.enabled
+    assert not flow.emit_heartbeats.enabled  # no heartbeatConnector in the resource
+    client = source.librdkafka_config("consumer")
+    assert (client["security.protocol"], client["sasl.mechanism"], client["sasl.username"], client["sasl.password"]) \
+        == ("SASL_SSL", "SCRAM-SHA-512", "mm2-user", "scram-pw")
+    assert client["ssl.ca.location"] == str(secrets / "my-source-cluster-cluster-ca-cert" / "ca.crt")
+    assert target.client["ssl.keystore.certificate.chain"] == \
+        SecretRef(f"${{file:{secrets / 'mm2-tls-user' / 'user.crt'}}}")
+    assert "my-target-cluster.config.storage.replication.factor" in loaded.ignored_keys
+
+
+@pytest.mark.parametrize(("old", "new", "expected"), [
+    ("kind: KafkaMirrorMaker2", "kind: KafkaConnect", "not a KafkaMirrorMaker2 resource (kind: KafkaConnect)"),
+    ("type: scram-sha-512", "type: oauth", "authentication.type: 'oauth' is not supported"),
+    ('targetCluster: "my-target-cluster"', 'targetCluster: "nowhere"',
+     "flow my-source-cluster->nowhere names a cluster not listed"),
+])
+def test_strimzi_mistakes_name_the_field(tmp_path: Path, old: str, new: str, expected: str) -> None:
+    from strait.config.strimzi import load_strimzi
+
+    resource = tmp_path / "mm2.yaml"
+    resource.write_text((DATA / "strimzi-mm2.yaml").read_text().replace(old, new))
+    with pytest.raises(ConfigError, match=re.escape(expected)):
+        load_strimzi(resource, tmp_path)

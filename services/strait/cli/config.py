@@ -19,6 +19,7 @@ from strait.config.secrets import mask_text, url_password
 from strait.config.store import apply_config, check_storable, latest_version, read_stored_config
 from strait.config.mm1 import Mm1Setup, from_mm1
 from strait.config.model import FlowConfig
+from strait.config.strimzi import load_strimzi
 from strait.config.validate import config_warnings, describe_inline_secrets, inline_secrets, repartition_warning
 from strait.kafka.admin import admin_client, cluster_topics
 from strait.remote_topics import replicated_topics
@@ -71,6 +72,19 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     mm1.add_argument("--redis-url", default=None, help=redis_help)
     mm1.set_defaults(handler=_from_mm1)
 
+    strimzi = commands.add_parser(
+        "from-strimzi", help="turn a Strimzi KafkaMirrorMaker2 resource into strait flows",
+        description="Read a KafkaMirrorMaker2 resource (kafka.strimzi.io/v1beta2) as written, print the "
+                    "configuration it describes as YAML and, with --apply, store it. Kubernetes secrets it "
+                    "names are read as files laid out as Kubernetes mounts them: DIR/<secretName>/<key>.",
+    )
+    strimzi.add_argument("file", metavar="FILE", type=Path, help="the KafkaMirrorMaker2 resource (YAML)")
+    strimzi.add_argument("--secrets-dir", required=True, type=Path, metavar="DIR",
+                         help="where the secrets the resource names are mounted (DIR/<secretName>/<key>)")
+    strimzi.add_argument("--apply", action="store_true", help="store it in Redis as a new configuration version")
+    strimzi.add_argument("--redis-url", default=None, help=redis_help)
+    strimzi.set_defaults(handler=_from_strimzi)
+
     show = commands.add_parser("show", help="print the stored configuration, secrets masked")
     show.add_argument("--redis-url", default=None, help=redis_help)
     show.add_argument("--json", action="store_true", help="print as JSON")
@@ -110,18 +124,31 @@ def _from_mm1(args: argparse.Namespace) -> int:
     setup = Mm1Setup(args.consumer_config, args.producer_config, args.whitelist, args.num_streams,
                      args.source_alias, args.target_alias, args.checkpoints, args.heartbeats)
     made = from_mm1(setup)
-    print(f"# strait flow made from kafka-mirror-maker.sh --consumer.config {args.consumer_config} "
-          f"--producer.config {args.producer_config} --whitelist '{args.whitelist}'")
-    for setting in made.unused:
-        print(f"# not used (MM1 consumer/producer setting strait does not need): {setting}")
-    print(_as_yaml(config_to_dict(made.config, secrets="references")), end="")
-    warn_about(made.config)
+    header = [f"strait flow made from kafka-mirror-maker.sh --consumer.config {args.consumer_config} "
+              f"--producer.config {args.producer_config} --whitelist '{args.whitelist}'"]
+    header += [f"not used (MM1 consumer/producer setting strait does not need): {s}" for s in made.unused]
+    return _convert(args, made.config, header, f"from-mm1:{args.consumer_config},{args.producer_config}")
+
+
+def _from_strimzi(args: argparse.Namespace) -> int:
+    loaded = load_strimzi(args.file, args.secrets_dir.resolve())
+    header = [f"strait configuration made from the KafkaMirrorMaker2 resource {args.file}"]
+    header += [f"not used (a Connect or MM2 setting strait does not need): {key}" for key in loaded.ignored_keys]
+    return _convert(args, loaded.config, header, f"from-strimzi:{args.file}")
+
+
+def _convert(args: argparse.Namespace, config: StraitConfig, header: list[str], source_name: str) -> int:
+    """Print a converted configuration as YAML (with ``header`` as comments), warn, and store it with --apply."""
+    for line in header:
+        print(f"# {line}")
+    print(_as_yaml(config_to_dict(config, secrets="references")), end="")
+    warn_about(config)
     if not args.apply:
         return 0
     url = redis_url(args)
     with _redis(url) as client:
-        version = apply_config(client, made.config, f"from-mm1:{args.consumer_config},{args.producer_config}")
-    print(f"configuration stored as version {version} in {mask_url(url)}: {_summary(made.config)}", file=sys.stderr)
+        version = apply_config(client, config, source_name)
+    print(f"configuration stored as version {version} in {mask_url(url)}: {_summary(config)}", file=sys.stderr)
     return 0
 
 

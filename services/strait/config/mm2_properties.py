@@ -164,7 +164,7 @@ class _Reader:
     def _last_wins(self, entries: list[Property]) -> dict[str, Property]:
         by_key: dict[str, Property] = {}
         for entry in entries:
-            if entry.key in by_key:
+            if entry.key in by_key and by_key[entry.key].value != entry.value:
                 log.warning("repeated key, the last one wins file=%s key=%s lines=%d,%d",
                             self.origin, entry.key, by_key[entry.key].line, entry.line)
             by_key[entry.key] = entry
