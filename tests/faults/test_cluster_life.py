@@ -30,7 +30,7 @@ from tests.faults.drill import (
     FLOW, CopyWatch, Drill, DrillResult, KeyedLoad, Mode, Rig, TopicTail, librdkafka_log, longest_gap, record,
     wait_copied,
 )
-from tests.integration.replicator_support import wait_for
+from tests.integration.replicator_support import count, wait_for
 
 pytestmark = [pytest.mark.faults, pytest.mark.slow]
 
@@ -85,6 +85,11 @@ def test_rolling_restart_of_source_then_target(rig: Rig, mode: Mode,
     every strait process (replicator, configsync, heartbeat, checkpoint) and the streaming query alive
     throughout."""
     services = replicas("configsync", "heartbeat", "checkpoint")
+    # The heartbeat service's first beat creates the source's heartbeats topic, and the replicator
+    # restarts its query to add it (a stall of seconds for every topic): let that happen before the
+    # measured window, which is about broker restarts.
+    heartbeats = rig.remote("heartbeats")
+    wait_for(lambda: count(rig.target, heartbeats) > 0, 120, f"heartbeats copied to {heartbeats}")
     drill = Drill.begin(rig, "rolling-restart", mode)
     try:
         failures = _query_failures(rig)
