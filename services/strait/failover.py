@@ -204,9 +204,8 @@ class FlowSide:
     """A flow's clients and syncs, for draining and translating (close() when done)."""
 
     def __init__(self, config: StraitConfig, flow: FlowConfig, timeout: float, syncs_wait: float = 0.0) -> None:
-        if not flow.writes_offset_syncs:
-            why = (f"it repartitions (target_partitions {flow.target_partitions})" if flow.repartitions
-                   else "emit_offset_syncs is off")
+        why = flow.no_offset_syncs_reason()
+        if why is not None:
             raise FailoverError(f"flow {flow.name} writes no offset syncs ({why}), so its consumer groups' offsets "
                                 "cannot be translated; move consumers with their own reset policy instead")
         self.config, self.flow = config, flow

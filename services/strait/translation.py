@@ -358,8 +358,8 @@ def translate_group(flow: FlowConfig, index: SyncIndex, offsets: Iterable[Commit
 
 def load_index(config: StraitConfig, flow: FlowConfig, timeout: float = DEFAULT_TIMEOUT) -> SyncIndex:
     """Read the flow's whole syncs topic once (for one-shot commands)."""
-    if not flow.writes_offset_syncs:
-        why = "target_partitions is set" if flow.repartitions else "emit_offset_syncs is off"
+    why = flow.no_offset_syncs_reason()
+    if why is not None:
         raise TranslationError(f"flow {flow.name} writes no offset syncs ({why}): its offsets cannot be translated "
                                "and its copies cannot be matched to source offsets")
     location = offset_syncs_location(flow)

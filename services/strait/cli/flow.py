@@ -14,7 +14,7 @@ import os
 from dataclasses import replace
 from typing import Any
 
-from strait.config.model import DEFAULT_REDIS_URL, StraitConfig
+from strait.config.model import DEFAULT_REDIS_URL
 from strait.config.store import apply_config, read_stored_config
 from strait.coord.assignment import ShardItem
 from strait.coord.leases import Leases
@@ -52,7 +52,7 @@ def _switch(args: argparse.Namespace) -> int:
         print(f"flow {flow.name} is already {word} (configuration version {stored.version})")
         return 0
     flows = tuple(replace(f, enabled=args.enable) if f.name == flow.name else f for f in stored.config.flows)
-    config = StraitConfig(clusters=stored.config.clusters, flows=flows, redis_url=stored.config.redis_url)
+    config = replace(stored.config, flows=flows)
     version = apply_config(client, config, f"strait flow {'enable' if args.enable else 'disable'} {flow.name}")
     print(f"flow {flow.name} {word}: configuration version {version} (was {stored.version})")
     return 0

@@ -91,8 +91,7 @@ def key_report(flow: str, results: tuple[KeyParity, ...]) -> str:
     rows = [header] + [(r.topic, r.remote_topic, str(r.target_partitions), str(r.source_records), str(r.keys),
                         str(r.missing), str(r.pending), str(r.misplaced), str(r.other_records),
                         "ok" if r.ok else "MISMATCH") for r in results]
-    widths = [max(len(row[i]) for row in rows) for i in range(len(header))]
-    lines = ["  ".join(cell.ljust(widths[i]) for i, cell in enumerate(row)).rstrip() for row in rows]
+    lines = _aligned(rows)
     lines += [f"{r.topic}: {r.first_problem}" for r in results if r.first_problem]
     verdict = "PARITY PER KEY" if all(r.ok for r in results) else "MISMATCH"
     records = sum(r.source_records for r in results)
@@ -127,7 +126,12 @@ def _table(partitions: tuple[PartitionParity, ...]) -> list[str]:
                         _range(p.target_start, p.target_end), str(p.source_records), str(p.missing),
                         str(p.mismatched), str(p.pending), str(p.duplicates), _checksum(p),
                         "ok" if p.ok else "MISMATCH") for p in partitions]
-    widths = [max(len(row[i]) for row in rows) for i in range(len(header))]
+    return _aligned(rows)
+
+
+def _aligned(rows: list[tuple[str, ...]]) -> list[str]:
+    """Rows of cells as lines with left-aligned columns (the first row is the header)."""
+    widths = [max(len(row[i]) for row in rows) for i in range(len(rows[0]))]
     return ["  ".join(cell.ljust(widths[i]) for i, cell in enumerate(row)).rstrip() for row in rows]
 
 

@@ -234,7 +234,13 @@ class FlowConfig:
     @property
     def writes_offset_syncs(self) -> bool:
         """True when the replicator writes offset syncs: enabled, and offsets map 1:1 (no repartitioning)."""
-        return self.emit_offset_syncs and not self.repartitions
+        return self.no_offset_syncs_reason() is None
+
+    def no_offset_syncs_reason(self) -> str | None:
+        """Why the flow writes no offset syncs (``target_partitions`` or ``emit_offset_syncs`` off), or None."""
+        if self.repartitions:
+            return f"target_partitions is {self.target_partitions}"
+        return None if self.emit_offset_syncs else "emit_offset_syncs is off"
 
     @property
     def emits_checkpoints(self) -> bool:
