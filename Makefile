@@ -14,14 +14,14 @@ PYTEST_ARGS ?=
 help: ## list the targets
 	@grep -E '^[a-z-]+:.*## ' $(MAKEFILE_LIST) | awk -F ':.*## ' '{printf "  %-18s %s\n", $$1, $$2}'
 
-$(INSTALLED): pyproject.toml
+$(INSTALLED): pyproject.toml tools/pyproject.toml
 	@$(PYTHON) -c 'import sys; sys.exit(0 if sys.version_info >= (3, 11) else "strait needs Python 3.11 or newer; set PYTHON=python3.11")'
 	$(PYTHON) -m venv $(VENV)
-	$(PY) -m pip install --quiet --disable-pip-version-check -e '.[dev]'
+	$(PY) -m pip install --quiet --disable-pip-version-check -e '.[dev]' -e ./tools
 	touch $@
 
 deps: $(INSTALLED) ## virtualenv, Python packages, Kafka jars, redis-server, prometheus (only what is missing)
-	$(PY) -m strait.lab.deps system kafka mm2 spark-kafka
+	$(PY) -m strait_lab.deps system kafka mm2
 
 lab: deps ## run the embedded lab (clusters A and B, Redis, Prometheus) until Ctrl-C
 	$(VENV)/bin/strait lab up
@@ -54,10 +54,10 @@ clean: ## remove the virtualenv and every cache (jars, lab data, test logs)
 	rm -rf $(VENV) .cache .pytest_cache .hypothesis
 
 bench: deps ## strait vs MirrorMaker 2 vs the broker limit, one machine, one run (BENCH_ARGS=... to change sizes)
-	$(PY) -m strait.bench $(BENCH_ARGS)
+	$(PY) -m strait_bench $(BENCH_ARGS)
 
 bench-quick: deps ## the same benchmark at a size that finishes in under 5 minutes
-	$(PY) -m strait.bench --quick $(BENCH_ARGS)
+	$(PY) -m strait_bench --quick $(BENCH_ARGS)
 
 bench-paths: deps ## measure Spark's Kafka sink against strait's writer (records/s, MB/s)
-	$(PY) -m strait_replicator.bench_paths
+	$(PY) -m strait_bench.paths

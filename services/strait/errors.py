@@ -14,19 +14,3 @@ class StraitError(Exception):
 
 class ConfigError(StraitError):
     """A configuration file or value is invalid; the message names the file and key."""
-
-
-class SetupError(StraitError):
-    """Something strait needs on this machine is missing or unusable (Java, jars, a binary)."""
-
-
-class LabError(StraitError):
-    """The embedded lab could not start, stop or report on one of its processes."""
-
-
-class PortInUseError(LabError):
-    """A port the lab wants to listen on is already taken by another process."""
-
-
-class ProcessStartError(LabError):
-    """A lab process exited or never became ready; the message quotes its log."""

@@ -16,19 +16,8 @@ def repo_root() -> Path:
 
 
 def cache_dir() -> Path:
-    """The cache folder for jars and lab state; created on first use."""
+    """The cache folder (jars, state, the lab's data); created on first use."""
     configured = os.environ.get("STRAIT_CACHE_DIR")
     path = Path(configured) if configured else repo_root() / ".cache"
     path.mkdir(parents=True, exist_ok=True)
     return path
-
-
-def jars_dir(name: str) -> Path:
-    """The folder of one resolved jar set, e.g. ``kafka`` or ``mm2``."""
-    return cache_dir() / "jars" / name
-
-
-def lab_dir() -> Path:
-    """Working folder of the embedded lab started by `strait lab up` (logs, data, state file)."""
-    configured = os.environ.get("STRAIT_LAB_DIR")
-    return Path(configured) if configured else cache_dir() / "lab"

@@ -14,7 +14,7 @@ import pytest
 import redis
 
 from strait.config import config_to_dict, load_yaml
-from strait.lab.redis import RedisServer
+from strait_lab.redis import RedisServer
 
 DATA = Path(__file__).parents[1] / "data" / "config"
 INLINE_PASSWORDS = ("Inline-Jaas-Pw-4711", "Inline-Librdkafka-Pw-0815", "Inline-Key-Pw-2342")

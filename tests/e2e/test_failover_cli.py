@@ -17,8 +17,8 @@ from confluent_kafka import TopicPartition
 from strait.config import load_config
 from strait.config.store import apply_config, load_stored_config
 from strait.kafka.admin import create_topics, internal_topic
-from strait.lab.clients import Record, consume_all, create_topic, produce
-from strait.lab.kafka import KafkaCluster
+from strait_lab.clients import Record, consume_all, create_topic, produce
+from strait_lab.kafka import KafkaCluster
 from strait.records import Checkpoint, OffsetSync
 from strait.translation import committed_offsets
 from tests.integration.replicator_support import flow_config, write_config

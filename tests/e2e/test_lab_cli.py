@@ -16,8 +16,8 @@ from pathlib import Path
 
 import pytest
 
-from strait.lab.ports import port_is_free
-from strait.lab.runtime import pid_alive
+from strait_lab.ports import port_is_free
+from strait_lab.runtime import pid_alive
 
 pytestmark = pytest.mark.slow
 
@@ -137,7 +137,7 @@ def test_unreachable_maven_gives_one_clear_line(tmp_path: Path) -> None:
   <mirrors><mirror><id>nowhere</id><mirrorOf>*</mirrorOf><url>http://127.0.0.1:9/maven2</url></mirror></mirrors>
 </settings>""")
     env = {**os.environ, "STRAIT_CACHE_DIR": str(tmp_path / "cache"), "STRAIT_MAVEN_SETTINGS": str(settings)}
-    result = subprocess.run([sys.executable, "-m", "strait.lab.deps", "kafka"], env=env, capture_output=True,
+    result = subprocess.run([sys.executable, "-m", "strait_lab.deps", "kafka"], env=env, capture_output=True,
                             text=True, timeout=300)
     assert result.returncode == 1
     errors = [line for line in result.stderr.splitlines() if line.startswith("strait: error:")]

@@ -13,8 +13,8 @@ from pathlib import Path
 
 import pytest
 
-from strait.lab.health import flow_health
-from strait.lab.runtime import pid_alive
+from strait_lab.health import flow_health
+from strait_lab.runtime import pid_alive
 from tests.e2e.test_lab_cli import _free_base_port
 
 pytestmark = pytest.mark.slow

@@ -11,8 +11,8 @@ from pathlib import Path
 from confluent_kafka import TopicPartition
 
 from strait.kafka.admin import create_topics, internal_topic
-from strait.lab.clients import Record, create_topic, produce
-from strait.lab.kafka import KafkaCluster
+from strait_lab.clients import Record, create_topic, produce
+from strait_lab.kafka import KafkaCluster
 from strait.records import OffsetSync
 from tests.integration.replicator_support import flow_config, write_config
 from tests.integration.test_checkpoint_support import commit_offsets

@@ -15,8 +15,8 @@ import yaml
 
 from strait import cli
 from strait.cli import status
-from strait.lab.clients import create_topic
-from strait.lab.kafka import KafkaCluster
+from strait_lab.clients import create_topic
+from strait_lab.kafka import KafkaCluster
 from tests.integration.replicator_support import wait_for
 from tests.integration.test_configsync_support import (  # noqa: F401  (fixture)
     ConfigSyncProcess,

@@ -10,8 +10,8 @@ from dataclasses import replace
 from pathlib import Path
 
 from strait.kafka.admin import create_topics, internal_topic
-from strait.lab.clients import Record, create_topic, produce
-from strait.lab.kafka import KafkaCluster
+from strait_lab.clients import Record, create_topic, produce
+from strait_lab.kafka import KafkaCluster
 from strait.records import OffsetSync
 from tests.integration.replicator_support import flow_config, write_config
 

@@ -10,9 +10,9 @@ from pathlib import Path
 
 import pytest
 
-from strait.lab.kafka import KafkaCluster, KafkaClusterSpec
-from strait.lab.redis import RedisServer
-from strait.lab.services import StraitProcess
+from strait_lab.kafka import KafkaCluster, KafkaClusterSpec
+from strait_lab.redis import RedisServer
+from strait_lab.services import StraitProcess
 from tests.faults.drill import (
     DRILL_TOPICS,
     REPORT_PATH,

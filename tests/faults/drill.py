@@ -40,10 +40,10 @@ from confluent_kafka import Consumer, Producer, TopicPartition
 from confluent_kafka.admin import OffsetSpec
 
 from strait.config import load_config
-from strait.lab.clients import create_topic
-from strait.lab.kafka import KafkaCluster
-from strait.lab.redis import RedisServer
-from strait.lab.services import StraitProcess
+from strait_lab.clients import create_topic
+from strait_lab.kafka import KafkaCluster
+from strait_lab.redis import RedisServer
+from strait_lab.services import StraitProcess
 from strait.paths import cache_dir
 from strait.verify import FlowParity, verify_flow
 from tests.integration.replicator_support import last_values, wait_for, write_config

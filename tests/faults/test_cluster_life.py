@@ -20,12 +20,12 @@ from dataclasses import replace
 import pytest
 from confluent_kafka import OFFSET_END, Consumer, TopicPartition
 
-from strait.lab.clients import consume_all
-from strait.lab.kafka import KafkaCluster
-from strait.lab.services import StraitProcess
+from strait_lab.clients import consume_all
+from strait_lab.kafka import KafkaCluster
+from strait_lab.services import StraitProcess
 from strait.records import Checkpoint
-from strait.bench.options import BenchOptions
-from strait.bench.systems import start_mm2
+from strait_bench.options import BenchOptions
+from strait_bench.systems import start_mm2
 from tests.faults.drill import (
     FLOW, CopyWatch, Drill, DrillResult, KeyedLoad, Mode, Rig, TopicTail, librdkafka_log, longest_gap, record,
     wait_copied,

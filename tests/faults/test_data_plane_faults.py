@@ -13,7 +13,7 @@ import pytest
 from confluent_kafka import Producer, TopicPartition
 
 from strait.kafka.admin import list_offsets_per_leader
-from strait.lab.kafka import KafkaCluster
+from strait_lab.kafka import KafkaCluster
 from tests.faults.drill import PARTITIONS, Drill, Mode, Rig, wait_copied
 
 pytestmark = [pytest.mark.faults, pytest.mark.slow]

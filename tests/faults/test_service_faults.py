@@ -17,8 +17,8 @@ from strait.config.model import DEFAULT_CHECKPOINT_SHARDS
 from strait.coord.assignment import ShardItem, shard_of
 from strait.coord.leases import Leases
 from strait.coord.membership import Membership
-from strait.lab.clients import consume_all
-from strait.lab.services import StraitProcess
+from strait_lab.clients import consume_all
+from strait_lab.services import StraitProcess
 from strait.records import Checkpoint, Heartbeat, RecordFormatError
 from tests.faults.drill import FLOW, LEASE_TTL, PARTITIONS, Drill, DrillResult, Mode, Rig, record
 from tests.integration.replicator_support import last_values, wait_for

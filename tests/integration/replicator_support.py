@@ -9,8 +9,8 @@ from typing import Any
 
 import yaml
 
-from strait.lab.clients import Record, consume_all
-from strait.lab.kafka import KafkaCluster
+from strait_lab.clients import Record, consume_all
+from strait_lab.kafka import KafkaCluster
 
 
 def flow_config(source: KafkaCluster, target: KafkaCluster, include: list[str], **flow: Any) -> dict[str, Any]:

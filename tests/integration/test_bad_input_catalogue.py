@@ -19,9 +19,9 @@ import pytest
 from confluent_kafka import Producer, TopicPartition
 
 from strait.kafka.admin import create_topics, internal_topic
-from strait.lab.clients import Record, consume_all, create_topic, produce
-from strait.lab.kafka import KafkaCluster
-from strait.lab.services import StraitProcess
+from strait_lab.clients import Record, consume_all, create_topic, produce
+from strait_lab.kafka import KafkaCluster
+from strait_lab.services import StraitProcess
 from strait.records import Checkpoint, RecordFormatError
 from tests.integration.replicator_support import count, flow_config, wait_for, write_config
 from tests.integration.test_checkpoint_support import commit_offsets, services  # noqa: F401  (fixture)

@@ -8,8 +8,8 @@ from pathlib import Path
 
 import pytest
 
-from strait.bench.cli import run
-from strait.bench.options import BenchOptions
+from strait_bench.cli import run
+from strait_bench.options import BenchOptions
 
 pytestmark = pytest.mark.slow
 

@@ -23,9 +23,9 @@ from confluent_kafka import Consumer, Producer, TopicPartition
 from confluent_kafka.admin import AlterConfigOpType, ConfigEntry, ConfigResource, ResourceType
 
 from strait.config import load_config
-from strait.lab.clients import Record, consume_all, create_topic, produce
-from strait.lab.kafka import KafkaCluster
-from strait.lab.services import StraitProcess
+from strait_lab.clients import Record, consume_all, create_topic, produce
+from strait_lab.kafka import KafkaCluster
+from strait_lab.services import StraitProcess
 from strait.records import Checkpoint, RecordFormatError
 from strait.translation import committed_offsets, translate_source_group
 from tests.integration.replicator_support import flow_config, wait_for, write_config

@@ -9,8 +9,8 @@ from pathlib import Path
 import pytest
 from confluent_kafka import ConsumerGroupTopicPartitions, TopicPartition
 
-from strait.lab.kafka import KafkaCluster
-from strait.lab.services import StraitProcess
+from strait_lab.kafka import KafkaCluster
+from strait_lab.services import StraitProcess
 
 @pytest.fixture
 def services(tmp_path: Path, lab_root: Path) -> Iterator[Callable[..., StraitProcess]]:

@@ -23,7 +23,7 @@ from strait.config.store import (
 )
 from strait.coord.documents import VersionedDocuments
 from strait.errors import ConfigError
-from strait.lab.kafka import KafkaCluster
+from strait_lab.kafka import KafkaCluster
 
 DATA = Path(__file__).parents[1] / "data" / "config"
 

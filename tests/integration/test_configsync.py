@@ -15,8 +15,8 @@ from confluent_kafka.admin import (
     ResourceType,
 )
 
-from strait.lab.clients import create_topic
-from strait.lab.kafka import KafkaCluster
+from strait_lab.clients import create_topic
+from strait_lab.kafka import KafkaCluster
 from tests.integration.replicator_support import wait_for, write_config
 from tests.integration.test_configsync_support import (  # noqa: F401  (fixtures)
     INTERVAL,

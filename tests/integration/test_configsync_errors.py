@@ -10,9 +10,9 @@ from pathlib import Path
 
 from confluent_kafka.admin import AclBinding, AclOperation, AclPermissionType, ResourcePatternType, ResourceType
 
-from strait.lab.clients import create_topic
-from strait.lab.kafka import KafkaCluster
-from strait.lab.ports import free_port
+from strait_lab.clients import create_topic
+from strait_lab.kafka import KafkaCluster
+from strait_lab.ports import free_port
 from tests.integration.replicator_support import wait_for, write_config
 from tests.integration.test_configsync_support import (  # noqa: F401  (fixtures)
     STRAIT_USER,

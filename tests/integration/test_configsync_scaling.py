@@ -11,8 +11,8 @@ from pathlib import Path
 import redis
 
 from strait.coord.leases import Leases
-from strait.lab.clients import create_topic
-from strait.lab.kafka import KafkaCluster
+from strait_lab.clients import create_topic
+from strait_lab.kafka import KafkaCluster
 from tests.integration.replicator_support import wait_for, write_config
 from tests.integration.test_configsync_support import (  # noqa: F401  (fixture)
     ConfigSyncProcess,

@@ -22,8 +22,8 @@ from confluent_kafka.admin import (
 )
 
 from strait.kafka.acls import ALL_ACLS, exact_filter
-from strait.lab.kafka import KafkaCluster
-from strait.lab.services import StraitProcess
+from strait_lab.kafka import KafkaCluster
+from strait_lab.services import StraitProcess
 
 INTERVAL = 2.0
 STRAIT_USER, STRAIT_PASSWORD = "strait", "strait-secret"

@@ -10,7 +10,7 @@ import pytest
 import redis
 from strait.coord.documents import Document, VersionedDocuments
 from strait.coord.redis_client import CoordinationUnavailableError, connect
-from strait.lab.redis import RedisServer
+from strait_lab.redis import RedisServer
 
 
 class Seen:

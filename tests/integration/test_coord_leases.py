@@ -17,7 +17,7 @@ import pytest
 import redis
 from strait.coord.leases import Lease, LeaseKeeper, LeaseLostError, Leases
 from strait.coord.redis_client import CoordinationUnavailableError, connect
-from strait.lab.redis import RedisServer
+from strait_lab.redis import RedisServer
 
 HELPER = Path(__file__).with_name("coord_member_proc.py")
 

@@ -9,7 +9,7 @@ import pytest
 from strait.coord.assignment import Share, ShareTracker, assign
 from strait.coord.membership import MemberKeeper, Membership
 from strait.coord.redis_client import connect
-from strait.lab.redis import RedisServer
+from strait_lab.redis import RedisServer
 
 ITEMS = [f"topic-{i}" for i in range(30)]
 

@@ -7,8 +7,8 @@ from collections.abc import Callable
 import pytest
 from strait.coord.documents import VersionedDocuments
 from strait.coord.redis_client import CoordinationUnavailableError, connect
-from strait.lab.ports import free_port
-from strait.lab.redis import RedisServer
+from strait_lab.ports import free_port
+from strait_lab.redis import RedisServer
 
 
 def test_connect_answers_with_short_timeouts(redis_url: str) -> None:

@@ -16,8 +16,8 @@ from pathlib import Path
 
 import pytest
 
-from strait.lab.clients import Record, create_topic, produce
-from strait.lab.kafka import KafkaCluster
+from strait_lab.clients import Record, create_topic, produce
+from strait_lab.kafka import KafkaCluster
 from strait.policy import DefaultReplicationPolicy
 from strait_replicator import handover, writer
 from strait_replicator.live import LIVE_DIR, read_reports

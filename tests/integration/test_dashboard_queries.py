@@ -23,11 +23,11 @@ from strait.cli import build_parser
 from strait.config import load_config
 from strait.config.store import apply_config
 from strait.dashboards import METRIC_COMPONENT, metric_names, rendered_panels
-from strait.lab.clients import Record, create_topic, produce
-from strait.lab.kafka import KafkaCluster
-from strait.lab.prometheus import PrometheusServer
-from strait.lab.redis import RedisServer
-from strait.lab.services import StraitProcess
+from strait_lab.clients import Record, create_topic, produce
+from strait_lab.kafka import KafkaCluster
+from strait_lab.prometheus import PrometheusServer
+from strait_lab.redis import RedisServer
+from strait_lab.services import StraitProcess
 from strait.paths import repo_root
 from tests.integration.replicator_support import count, flow_config, wait_for, write_config
 

@@ -20,11 +20,11 @@ from pathlib import Path
 
 import pytest
 
-from strait.lab.clients import Record, create_topic, produce
-from strait.lab.prometheus import PrometheusServer
-from strait.lab.runtime import Lab
-from strait.lab.services import StraitProcess
-from strait.lab.topology import LAB_SERVICES, LabSpec
+from strait_lab.clients import Record, create_topic, produce
+from strait_lab.prometheus import PrometheusServer
+from strait_lab.runtime import Lab
+from strait_lab.services import StraitProcess
+from strait_lab.topology import LAB_SERVICES, LabSpec
 from tests.integration.replicator_support import count, wait_for
 
 pytestmark = [pytest.mark.integration, pytest.mark.slow]

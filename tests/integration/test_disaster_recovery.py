@@ -39,9 +39,9 @@ from confluent_kafka import Consumer, Producer
 from strait.config import load_config
 from strait.config.store import apply_config, load_stored_config
 from strait.errors import StraitError
-from strait.lab.clients import create_topic
-from strait.lab.kafka import KafkaCluster
-from strait.lab.services import StraitProcess
+from strait_lab.clients import create_topic
+from strait_lab.kafka import KafkaCluster
+from strait_lab.services import StraitProcess
 from tests.integration.replicator_support import flow_config, records_by_partition, wait_for, write_config
 from tests.integration.test_checkpoint_support import services  # noqa: F401  (fixture)
 

@@ -18,9 +18,9 @@ from pathlib import Path
 
 import pytest
 
-from strait.lab.clients import Record, consume_all, create_topic, produce
-from strait.lab.kafka import KafkaCluster
-from strait.lab.services import StraitProcess
+from strait_lab.clients import Record, consume_all, create_topic, produce
+from strait_lab.kafka import KafkaCluster
+from strait_lab.services import StraitProcess
 from strait.records import OffsetSync
 from strait.verify_keys import key_partition
 from tests.integration.replicator_support import count, records_by_partition, wait_for

@@ -11,9 +11,9 @@ from pathlib import Path
 
 import pytest
 
-from strait.lab.clients import consume_all
-from strait.lab.kafka import KafkaCluster
-from strait.lab.services import StraitProcess
+from strait_lab.clients import consume_all
+from strait_lab.kafka import KafkaCluster
+from strait_lab.services import StraitProcess
 from strait.records import Heartbeat, RecordFormatError
 from tests.integration.replicator_support import flow_config, wait_for, write_config
 from tests.integration.test_checkpoint_support import services  # noqa: F401  (fixture)

@@ -16,8 +16,8 @@ from confluent_kafka.admin import (
     ResourceType,
 )
 
-from strait.lab.clients import Record, consume_all, create_topic, produce
-from strait.lab.kafka import KafkaCluster
+from strait_lab.clients import Record, consume_all, create_topic, produce
+from strait_lab.kafka import KafkaCluster
 from tests.integration.replicator_support import wait_for
 
 pytestmark = pytest.mark.slow

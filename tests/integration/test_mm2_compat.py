@@ -20,9 +20,9 @@ from hypothesis import strategies as st
 from strait.config.mm2_properties import CLIENT_SETTING, FLOW_KEYS, parse_mm2_properties
 from strait.errors import ConfigError
 from strait.filters import ConfigPropertyFilter, FilterPatternError, GroupFilter, TopicFilter
-from strait.lab import deps
-from strait.lab.clients import Record, consume_all, create_topic, produce
-from strait.lab.kafka import KafkaCluster
+from strait_lab import deps
+from strait_lab.clients import Record, consume_all, create_topic, produce
+from strait_lab.kafka import KafkaCluster
 from strait.policy import (
     DefaultReplicationPolicy,
     IdentityReplicationPolicy,

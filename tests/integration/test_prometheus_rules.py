@@ -11,8 +11,8 @@ import pytest
 import yaml
 
 from strait.dashboards import METRIC_COMPONENT, metric_names
-from strait.lab import deps
-from strait.lab.prometheus import RULES_ENV, PrometheusServer, lab_rule_files
+from strait_lab import deps
+from strait_lab.prometheus import RULES_ENV, PrometheusServer, lab_rule_files
 from strait.paths import repo_root
 
 PROMETHEUS = repo_root() / "prometheus"
@@ -92,7 +92,7 @@ def test_the_embedded_lab_loads_the_checkout_rules(monkeypatch: pytest.MonkeyPat
     monkeypatch.setenv(RULES_ENV, str(own))
     assert lab_rule_files() == [own.resolve()]
     monkeypatch.setenv(RULES_ENV, str(tmp_path / "absent.yml"))
-    with caplog.at_level(logging.WARNING, logger="strait.lab.prometheus"):
+    with caplog.at_level(logging.WARNING, logger="strait_lab.prometheus"):
         assert lab_rule_files() == []
     assert "starts without recording or alert rules" in caplog.text and "absent.yml" in caplog.text
 

@@ -13,11 +13,11 @@ from confluent_kafka.admin import AlterConfigOpType, ConfigEntry, ConfigResource
 
 from strait.config import load_config
 from strait.config.store import apply_config
-from strait.lab.clients import Record, consume_all, create_topic, produce
-from strait.lab.kafka import KafkaCluster
-from strait.lab.ports import free_port
-from strait.lab.redis import RedisServer
-from strait.lab.services import StraitProcess
+from strait_lab.clients import Record, consume_all, create_topic, produce
+from strait_lab.kafka import KafkaCluster
+from strait_lab.ports import free_port
+from strait_lab.redis import RedisServer
+from strait_lab.services import StraitProcess
 from strait.offsets import PartitionTranslator, SyncPoint
 from strait.records import OffsetSync
 from tests.integration.replicator_support import (

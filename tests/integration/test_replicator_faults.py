@@ -13,9 +13,9 @@ from pathlib import Path
 import pytest
 from confluent_kafka import Producer
 
-from strait.lab.clients import create_topic
-from strait.lab.kafka import KafkaCluster
-from strait.lab.services import StraitProcess
+from strait_lab.clients import create_topic
+from strait_lab.kafka import KafkaCluster
+from strait_lab.services import StraitProcess
 from strait_replicator.source import batch_ids, epoch_of_log_file
 from tests.integration.replicator_support import count, flow_config, last_values, records_by_partition, wait_for, write_config
 

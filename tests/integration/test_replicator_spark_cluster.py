@@ -10,11 +10,10 @@ from pathlib import Path
 import pyspark
 import pytest
 
-from strait.lab.clients import Record, create_topic, produce
-from strait.lab.kafka import KafkaCluster
-from strait.lab.ports import free_port
-from strait.lab.process import ManagedProcess
-from strait_replicator.session import connector_jars
+from strait_lab.clients import Record, create_topic, produce
+from strait_lab.kafka import KafkaCluster
+from strait_lab.ports import free_port
+from strait_lab.process import ManagedProcess
 from tests.integration.replicator_support import count, flow_config, wait_for, write_config
 
 pytestmark = pytest.mark.slow
@@ -74,7 +73,7 @@ def test_spark_submit_to_a_standalone_master(
     topic = unique_name("submit")
     config = write_config(tmp_path / "s.yaml", flow_config(source_cluster, target_cluster, [topic]))
     main = Path(__import__("strait_replicator").__file__).parent / "__main__.py"
-    command = [str(SPARK_BIN / "spark-submit"), "--master", spark_master, "--jars", ",".join(connector_jars()),
+    command = [str(SPARK_BIN / "spark-submit"), "--master", spark_master,
                "--conf", f"spark.pyspark.python={sys.executable}", "--conf", "spark.driver.host=127.0.0.1",
                str(main), "--config", str(config), "--state-dir", str(tmp_path / "state")]
     _replicate_through(command, f"submit-{topic}", source_cluster, target_cluster, topic, lab_root)

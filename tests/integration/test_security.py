@@ -36,10 +36,10 @@ from confluent_kafka.admin import (
     ResourceType,
 )
 
-from strait.lab.clients import Record, create_topic, produce
-from strait.lab.kafka import KafkaCluster, KafkaClusterSpec
-from strait.lab.redis import RedisServer
-from strait.lab.services import StraitProcess
+from strait_lab.clients import Record, create_topic, produce
+from strait_lab.kafka import KafkaCluster, KafkaClusterSpec
+from strait_lab.redis import RedisServer
+from strait_lab.services import StraitProcess
 from tests.integration.replicator_support import count, records_by_partition, wait_for, write_config
 from tests.integration.test_checkpoint_support import commit_offsets
 from tests.integration.test_configsync_support import alter, overrides

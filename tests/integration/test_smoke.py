@@ -8,11 +8,11 @@ from collections.abc import Callable
 import pytest
 from prometheus_client import CollectorRegistry, Counter, start_http_server
 
-from strait.lab.clients import Record, consume_all, create_topic, produce
-from strait.lab.kafka import KafkaCluster
-from strait.lab.ports import free_port
-from strait.lab.prometheus import PrometheusServer
-from strait.lab.redis import RedisServer
+from strait_lab.clients import Record, consume_all, create_topic, produce
+from strait_lab.kafka import KafkaCluster
+from strait_lab.ports import free_port
+from strait_lab.prometheus import PrometheusServer
+from strait_lab.redis import RedisServer
 
 PARTITIONS = 6
 COUNT = 10_000

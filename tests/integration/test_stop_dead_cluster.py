@@ -26,11 +26,11 @@ from pathlib import Path
 import pytest
 from confluent_kafka import Consumer, Producer, TopicPartition
 
-from strait.lab.clients import Record, create_topic, produce
-from strait.lab.kafka import KafkaCluster
-from strait.lab.runtime import Lab
-from strait.lab.services import StraitProcess
-from strait.lab.topology import LAB_SERVICES, LabSpec
+from strait_lab.clients import Record, create_topic, produce
+from strait_lab.kafka import KafkaCluster
+from strait_lab.runtime import Lab
+from strait_lab.services import StraitProcess
+from strait_lab.topology import LAB_SERVICES, LabSpec
 from tests.integration.replicator_support import count, flow_config, wait_for, write_config
 
 pytestmark = [pytest.mark.integration, pytest.mark.slow]

@@ -15,9 +15,9 @@ from confluent_kafka import Producer, TopicPartition
 
 from strait.cli import verify as verify_cli
 from strait.config import load_config
-from strait.lab.clients import Record, create_topic, produce
-from strait.lab.kafka import KafkaCluster
-from strait.lab.services import StraitProcess
+from strait_lab.clients import Record, create_topic, produce
+from strait_lab.kafka import KafkaCluster
+from strait_lab.services import StraitProcess
 from strait.verify import FlowParity, verify_flow
 from tests.integration.replicator_support import count, flow_config, wait_for, write_config
 

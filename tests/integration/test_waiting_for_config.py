@@ -12,8 +12,8 @@ from pathlib import Path
 import pytest
 import redis
 
-from strait.lab.kafka import KafkaCluster
-from strait.lab.services import StraitProcess
+from strait_lab.kafka import KafkaCluster
+from strait_lab.services import StraitProcess
 from tests.integration.replicator_support import flow_config, wait_for, write_config
 from tests.integration.test_checkpoint_support import services  # noqa: F401  (fixture)
 

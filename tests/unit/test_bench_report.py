@@ -9,9 +9,9 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from strait.bench import report
-from strait.bench.options import parse_args
-from strait.bench.stats import latency_summary, medians, percentile, ratios
+from strait_bench import report
+from strait_bench.options import parse_args
+from strait_bench.stats import latency_summary, medians, percentile, ratios
 
 
 @given(st.lists(st.floats(-1e6, 1e6), min_size=1, max_size=50), st.floats(0, 100))

@@ -23,7 +23,7 @@ import pytest
 import yaml
 
 from strait.cli import build_parser
-from strait.lab.topology import default_lab_spec
+from strait_lab.topology import default_lab_spec
 from strait.paths import cache_dir, repo_root
 
 ROOT = repo_root()
@@ -210,7 +210,7 @@ def test_base_images_are_pinned_variables_and_kafka_matches_the_lab() -> None:
         for arg in re.findall(r"^ARG (\w+_IMAGE)=(\S+)$", text, re.M):
             assert f"${{{arg[0]}:-{arg[1]}}}" == compose["x-build-args"][arg[0]], f"{dockerfile.name}: {arg}"
     # the broker image resolves its jars from the embedded lab's pom: one Kafka version for both
-    assert "COPY services/strait/lab/java/kafka-pom.xml" in (COMPOSE_DIR / "Dockerfile.kafka").read_text()
+    assert "COPY tools/strait_lab/java/kafka-pom.xml" in (COMPOSE_DIR / "Dockerfile.kafka").read_text()
 
 
 @pytest.mark.parametrize("brokers", [1, 3])

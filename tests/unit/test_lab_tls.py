@@ -9,9 +9,9 @@ import pytest
 from cryptography import x509
 from cryptography.hazmat.primitives.serialization import load_pem_private_key
 
-from strait.errors import LabError
-from strait.lab.kafka import KafkaCluster, KafkaClusterSpec
-from strait.lab.tls import make_tls_files
+from strait_lab.errors import LabError
+from strait_lab.kafka import KafkaCluster, KafkaClusterSpec
+from strait_lab.tls import make_tls_files
 
 
 def test_ca_signs_a_loopback_server_certificate(tmp_path: Path) -> None:

@@ -7,14 +7,23 @@ wires them together and turns strait's errors into one clear line and exit code 
 from __future__ import annotations
 
 import argparse
+import importlib
 import sys
+from importlib.metadata import entry_points
+from types import ModuleType
 
 from strait import __version__
-from strait.cli import config, dashboards, failover, flow, lab, offsets, run, status, verify
+from strait.cli import config, dashboards, failover, flow, offsets, run, status, verify
 from strait.errors import StraitError
 from strait.logs import setup_logging
 
-COMMAND_GROUPS = (lab, config, flow, run, status, offsets, failover, verify, dashboards)
+COMMAND_GROUPS = (config, flow, run, status, offsets, failover, verify, dashboards)
+PLUGIN_GROUP = "strait.commands"  # installed tools add command groups here (tools/: `strait lab`)
+
+
+def plugin_groups() -> list[ModuleType]:
+    """Command groups other installed distributions add (the lab, in a source checkout)."""
+    return [importlib.import_module(point.value) for point in entry_points(group=PLUGIN_GROUP)]
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -26,7 +35,7 @@ def build_parser() -> argparse.ArgumentParser:
     parser.add_argument("--version", action="version", version=f"strait {__version__}")
     parser.add_argument("--log-level", default=None, help="DEBUG, INFO (default), WARNING or ERROR")
     subparsers = parser.add_subparsers(dest="command", metavar="COMMAND", required=True)
-    for group in COMMAND_GROUPS:
+    for group in (*plugin_groups(), *COMMAND_GROUPS):
         group.register(subparsers)
     return parser
 

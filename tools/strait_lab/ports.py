@@ -5,7 +5,7 @@ from __future__ import annotations
 import socket
 import threading
 
-from strait.errors import PortInUseError
+from strait_lab.errors import PortInUseError
 
 _lock = threading.Lock()
 _handed_out: set[int] = set()

@@ -10,14 +10,14 @@ from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
 
-from strait.bench import systems
-from strait.bench.monitor import TreeMonitor
-from strait.bench.options import BenchOptions
-from strait.bench.stats import latency_summary
-from strait.bench.traffic import KEEP_FOREVER, BenchError, LatencyProbe, Progress, end_offsets, load_topic
-from strait.lab.clients import create_topic
-from strait.lab.kafka import KafkaCluster, KafkaClusterSpec
-from strait.lab.process import ManagedProcess, tail
+from strait_bench import systems
+from strait_bench.monitor import TreeMonitor
+from strait_bench.options import BenchOptions
+from strait_bench.stats import latency_summary
+from strait_bench.traffic import KEEP_FOREVER, BenchError, LatencyProbe, Progress, end_offsets, load_topic
+from strait_lab.clients import create_topic
+from strait_lab.kafka import KafkaCluster, KafkaClusterSpec
+from strait_lab.process import ManagedProcess, tail
 
 log = logging.getLogger(__name__)
 

@@ -65,7 +65,7 @@ QUICK = dict(partitions=6, records=100_000, repeats=1, latency_seconds=5.0, scal
 
 def parse_args(argv: Sequence[str] | None = None) -> BenchOptions:
     """Options from the command line; ``--quick`` sets small defaults that explicit options override."""
-    parser = argparse.ArgumentParser(prog="python -m strait.bench", description=__doc__)
+    parser = argparse.ArgumentParser(prog="python -m strait_bench", description=__doc__)
     parser.add_argument("--quick", action="store_true",
                         help="a small run that finishes in about 5 minutes: " +
                         ", ".join(f"{k}={v}" for k, v in QUICK.items()))

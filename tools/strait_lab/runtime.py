@@ -22,14 +22,14 @@ from typing import Any
 from prometheus_client import CollectorRegistry, start_http_server
 from prometheus_client.core import GaugeMetricFamily
 
-from strait.errors import LabError
-from strait.lab.kafka import KafkaCluster
-from strait.lab.ports import claim_port, free_port
-from strait.lab.process import ManagedProcess
-from strait.lab.prometheus import PrometheusServer, lab_rule_files
-from strait.lab.redis import RedisServer
-from strait.lab.services import StraitProcess
-from strait.lab.topology import LabSpec, lab_config
+from strait_lab.errors import LabError
+from strait_lab.kafka import KafkaCluster
+from strait_lab.ports import claim_port, free_port
+from strait_lab.process import ManagedProcess
+from strait_lab.prometheus import PrometheusServer, lab_rule_files
+from strait_lab.redis import RedisServer
+from strait_lab.services import StraitProcess
+from strait_lab.topology import LabSpec, lab_config
 
 log = logging.getLogger(__name__)
 

@@ -7,9 +7,9 @@ from pathlib import Path
 
 import redis
 
-from strait.lab import deps
-from strait.lab.ports import claim_port, free_port
-from strait.lab.process import ManagedProcess
+from strait_lab import deps
+from strait_lab.ports import claim_port, free_port
+from strait_lab.process import ManagedProcess
 
 log = logging.getLogger(__name__)
 

@@ -9,8 +9,8 @@ from pathlib import Path
 
 from prometheus_client.parser import text_string_to_metric_families
 
-from strait.lab.ports import free_port
-from strait.lab.process import ManagedProcess
+from strait_lab.ports import free_port
+from strait_lab.process import ManagedProcess
 from strait.service import stop_grace_seconds
 
 KILL_AFTER_GRACE_SECONDS = 5.0  # SIGKILL this long after the grace in which a process exits by itself

@@ -12,8 +12,8 @@ from dataclasses import dataclass
 from confluent_kafka import Consumer, KafkaException, Producer, TopicPartition
 
 from strait.errors import StraitError
-from strait.lab.clients import create_topic, librdkafka_log
-from strait.lab.kafka import KafkaCluster
+from strait_lab.clients import create_topic, librdkafka_log
+from strait_lab.kafka import KafkaCluster
 
 log = logging.getLogger(__name__)
 

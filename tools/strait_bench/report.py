@@ -7,7 +7,7 @@ from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
-from strait.bench import stats
+from strait_bench import stats
 
 NAMES = {"strait": "strait", "mm2": "MirrorMaker 2", "limit": "limit (ProducerPerformance)"}
 SHORT = {"strait": "strait", "mm2": "MM2", "limit": "limit"}

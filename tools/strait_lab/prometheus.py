@@ -17,10 +17,10 @@ from collections.abc import Iterable, Mapping
 from pathlib import Path
 from typing import Any
 
-from strait.errors import LabError
-from strait.lab import deps
-from strait.lab.ports import claim_port, free_port
-from strait.lab.process import ManagedProcess
+from strait_lab.errors import LabError
+from strait_lab import deps
+from strait_lab.ports import claim_port, free_port
+from strait_lab.process import ManagedProcess
 from strait.paths import repo_root
 
 log = logging.getLogger(__name__)

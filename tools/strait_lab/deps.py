@@ -1,7 +1,7 @@
 """Installs and checks what the lab needs outside Python: Java, Kafka jars, redis-server, prometheus.
 
 Jar sets are resolved by Maven from Maven Central into the git-ignored cache, once per pom change;
-binaries come from the OS packages when missing. Run as ``python -m strait.lab.deps`` (the
+binaries come from the OS packages when missing. Run as ``python -m strait_lab.deps`` (the
 Makefile does) or call the ``ensure_*`` functions. Each failure is one line naming cause and fix.
 """
 
@@ -18,8 +18,9 @@ import sys
 from importlib import resources
 from pathlib import Path
 
-from strait.errors import SetupError, StraitError
-from strait.paths import jars_dir
+from strait.errors import StraitError
+from strait.paths import cache_dir
+from strait_lab.errors import SetupError
 
 log = logging.getLogger(__name__)
 
@@ -37,10 +38,15 @@ SYSTEM_PACKAGES = {
 }
 
 
+def jars_dir(name: str) -> Path:
+    """The folder of one resolved jar set, e.g. ``kafka`` or ``mm2``."""
+    return cache_dir() / "jars" / name
+
+
 def _pom_path(name: str) -> Path:
     if name not in JAR_SETS:
         raise SetupError(f"unknown jar set {name!r}; known: {', '.join(sorted(JAR_SETS))}")
-    return Path(str(resources.files("strait.lab") / "java" / JAR_SETS[name]))
+    return Path(str(resources.files("strait_lab") / "java" / JAR_SETS[name]))
 
 
 def _pom_digest(pom: Path) -> str:
@@ -94,6 +100,23 @@ def classpath(name: str) -> str:
     if not jars_ready(name):
         raise SetupError(f"the {name} jars are not resolved yet: run `make deps` (or `make test`) first")
     return str(jars_dir(name) / "*")
+
+
+_VERSIONED_JAR = re.compile(r"^(?P<artifact>.+?)-\d[\w.]*\.jar$")
+
+
+def _artifact(jar: Path) -> str:
+    match = _VERSIONED_JAR.match(jar.name)
+    return match.group("artifact") if match else jar.stem
+
+
+def spark_kafka_jars() -> list[str]:
+    """Spark's Kafka connector jars beyond those pyspark ships (one copy of each library on the class path)."""
+    import pyspark
+
+    folder = ensure_jars("spark-kafka")
+    shipped = {_artifact(jar) for jar in (Path(pyspark.__file__).parent / "jars").glob("*.jar")}
+    return sorted(str(jar) for jar in folder.glob("*.jar") if _artifact(jar) not in shipped)
 
 
 def java_major_version() -> int:
@@ -161,8 +184,8 @@ def _apt_install(packages: list[str]) -> None:
 
 
 def main(argv: list[str] | None = None) -> int:
-    """Command line: ``python -m strait.lab.deps [system] [jars NAME ...]``."""
-    parser = argparse.ArgumentParser(prog="python -m strait.lab.deps", description=__doc__)
+    """Command line: ``python -m strait_lab.deps [system] [jars NAME ...]``."""
+    parser = argparse.ArgumentParser(prog="python -m strait_lab.deps", description=__doc__)
     parser.add_argument("what", nargs="*", default=["system", "kafka"],
                         help="`system` for OS packages, or a jar set name (kafka, mm2)")
     args = parser.parse_args(argv)

@@ -16,7 +16,7 @@ import time
 from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
 
-from strait.errors import ProcessStartError
+from strait_lab.errors import ProcessStartError
 
 log = logging.getLogger(__name__)
 

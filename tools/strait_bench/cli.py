@@ -13,9 +13,9 @@ from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any
 
-from strait.bench import report
-from strait.bench.options import BenchOptions, parse_args
-from strait.bench.runner import Bench
+from strait_bench import report
+from strait_bench.options import BenchOptions, parse_args
+from strait_bench.runner import Bench
 from strait.errors import StraitError
 
 log = logging.getLogger(__name__)
@@ -77,7 +77,7 @@ def _options_dict(options: BenchOptions) -> dict[str, Any]:
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    """`python -m strait.bench`: run, write the report, print the Markdown table."""
+    """`python -m strait_bench`: run, write the report, print the Markdown table."""
     logging.basicConfig(level=os.environ.get("STRAIT_LOG_LEVEL", "INFO"),
                         format="%(asctime)s %(levelname)s %(name)s %(message)s")
     try:

@@ -6,7 +6,7 @@ import os
 from dataclasses import dataclass, field
 
 from strait.errors import ConfigError
-from strait.lab.kafka import KafkaClusterSpec
+from strait_lab.kafka import KafkaClusterSpec
 
 DEFAULT_BASE_PORT = 19000
 # The strait components the standard lab runs, in start order (each as `strait run <name>`).

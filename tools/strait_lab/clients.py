@@ -15,7 +15,7 @@ from strait.errors import StraitError
 Headers = tuple[tuple[str, bytes | None], ...]
 
 # librdkafka logs through Python logging (captured by pytest), not straight to stderr.
-librdkafka_log = logging.getLogger("strait.lab.librdkafka")
+librdkafka_log = logging.getLogger("strait_lab.librdkafka")
 
 
 @dataclass(frozen=True)

@@ -3,7 +3,7 @@
 Each node is both broker and controller (static quorum), listening on loopback. Optional extras:
 StandardAuthorizer with the right super users, a SASL_PLAINTEXT listener with SCRAM users
 created at format time, and TLS: SSL and (with SASL) SASL_SSL listeners whose certificates are made
-at start by the lab's own CA (:mod:`strait.lab.tls`). The PLAINTEXT listener is the lab's admin
+at start by the lab's own CA (:mod:`strait_lab.tls`). The PLAINTEXT listener is the lab's admin
 door: its principal (``User:ANONYMOUS``) is a super user so fixtures can set things up; ACL tests
 connect through SASL. Controllers and brokers talk PLAINTEXT among themselves in every case.
 """
@@ -22,15 +22,15 @@ from pathlib import Path
 
 from confluent_kafka.admin import AdminClient
 
-from strait.errors import LabError, ProcessStartError
-from strait.lab import deps
-from strait.lab.ports import claim_port, free_port
-from strait.lab.process import ManagedProcess, tail
-from strait.lab.tls import TlsFiles, make_tls_files
+from strait_lab.errors import LabError, ProcessStartError
+from strait_lab import deps
+from strait_lab.ports import claim_port, free_port
+from strait_lab.process import ManagedProcess, tail
+from strait_lab.tls import TlsFiles, make_tls_files
 
 log = logging.getLogger(__name__)
 # librdkafka reports "connection refused" while a broker starts; the probe expects that, so mute it.
-_quiet_librdkafka = logging.getLogger("strait.lab.librdkafka")
+_quiet_librdkafka = logging.getLogger("strait_lab.librdkafka")
 _quiet_librdkafka.setLevel(logging.CRITICAL)
 
 BROKER_MAIN = "kafka.Kafka"

@@ -12,12 +12,12 @@ from pathlib import Path
 import yaml
 from prometheus_client.parser import text_string_to_metric_families
 
-from strait.bench.options import BenchOptions
-from strait.bench.traffic import BenchError
-from strait.lab import deps
-from strait.lab.kafka import KafkaCluster
-from strait.lab.ports import free_port
-from strait.lab.process import ManagedProcess, tail
+from strait_bench.options import BenchOptions
+from strait_bench.traffic import BenchError
+from strait_lab import deps
+from strait_lab.kafka import KafkaCluster
+from strait_lab.ports import free_port
+from strait_lab.process import ManagedProcess, tail
 
 METRICS_URL_ENV = "STRAIT_BENCH_METRICS_URL"  # where the bench finds the replicator's /metrics again
 MM2_MAIN = "org.apache.kafka.connect.mirror.MirrorMaker"

@@ -20,10 +20,10 @@ import time
 from functools import partial
 from pathlib import Path
 
-
-from strait.lab.clients import Record, consume_all, create_topic, produce
-from strait.lab.kafka import KafkaCluster, KafkaClusterSpec
 from strait.policy import DefaultReplicationPolicy
+from strait_lab.clients import Record, consume_all, create_topic, produce
+from strait_lab.deps import spark_kafka_jars
+from strait_lab.kafka import KafkaCluster, KafkaClusterSpec
 from strait_replicator.session import build_session
 from strait_replicator.source import assign_partitions
 from strait_replicator.writer import CopyRange, WriterSettings, copy_ranges
@@ -47,7 +47,7 @@ def run(records: int, size: int, partitions: int, repeats: int) -> dict[str, obj
     try:
         _load(source, "bench", records, size, partitions)
         create_topic(source.admin(), "bench-syncs", 1, config={"cleanup.policy": "compact"})
-        spark = build_session("local[2]")
+        spark = build_session("local[2]", jars=spark_kafka_jars())
         frame = (spark.read.format("kafka").option("kafka.bootstrap.servers", source.bootstrap_servers)
                  .option("subscribe", "bench").option("includeHeaders", "true").load())
         results: dict[str, list[float]] = {"spark_kafka_sink": [], "strait_copier": []}

@@ -1,6 +1,6 @@
 """`strait lab up|down|status`: the embedded lab as local processes.
 
-The lab (strait.lab) is a development tool with dev-only dependencies: it is imported when a lab
+The lab (strait_lab) is a development tool with dev-only dependencies: it is imported when a lab
 command runs, never by the rest of the command line, which containers run without them.
 """
 
@@ -17,8 +17,8 @@ from typing import Any
 
 from rich.live import Live
 
-from strait.errors import LabError
-from strait.paths import lab_dir
+from strait_lab.errors import LabError
+from strait_lab import lab_dir
 
 
 def register(subparsers: argparse._SubParsersAction) -> None:
@@ -44,9 +44,9 @@ def register(subparsers: argparse._SubParsersAction) -> None:
 
 
 def _up(args: argparse.Namespace) -> int:
-    from strait.lab.health import HealthView
-    from strait.lab.runtime import run_foreground
-    from strait.lab.topology import default_lab_spec
+    from strait_lab.health import HealthView
+    from strait_lab.runtime import run_foreground
+    from strait_lab.topology import default_lab_spec
     workdir = lab_dir()
     if args.detach:
         return _up_detached(args, workdir)
@@ -78,7 +78,7 @@ def _up(args: argparse.Namespace) -> int:
 
 
 def _up_detached(args: argparse.Namespace, workdir: Any) -> int:
-    from strait.lab.runtime import STATE_FILE, LabState, running_lab
+    from strait_lab.runtime import STATE_FILE, LabState, running_lab
     if running_lab(workdir):
         raise LabError(f"a lab already runs from {workdir}: run `strait lab down` first")
     workdir.mkdir(parents=True, exist_ok=True)
@@ -106,7 +106,7 @@ def _up_detached(args: argparse.Namespace, workdir: Any) -> int:
 
 
 def _down(args: argparse.Namespace) -> int:
-    from strait.lab.runtime import STATE_FILE, LabState, pid_alive
+    from strait_lab.runtime import STATE_FILE, LabState, pid_alive
     workdir = lab_dir()
     state = LabState(workdir / STATE_FILE).read()
     if not state:
@@ -127,7 +127,7 @@ def _down(args: argparse.Namespace) -> int:
 
 
 def _status(args: argparse.Namespace) -> int:
-    from strait.lab.runtime import running_lab
+    from strait_lab.runtime import running_lab
     state = running_lab(lab_dir())
     if not state:
         if args.json:

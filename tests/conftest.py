@@ -1,6 +1,6 @@
 """pytest fixtures on the real lab: Kafka clusters, Redis, Prometheus, unique names.
 
-Loaded by strait's own test suite (``-p strait.lab.pytest_plugin``). Session fixtures start the
+Loaded by strait's own test suite (``-p tests.conftest``). Session fixtures start the
 processes once; every test gets unique topic and group names instead of a fresh cluster. Component
 logs live under ``.cache/test-labs/<run>``: kept when a test failed (their paths are added to the
 failure report), removed after an all-green run.
@@ -18,9 +18,9 @@ from pathlib import Path
 
 import pytest
 
-from strait.lab.kafka import KafkaCluster, KafkaClusterSpec
-from strait.lab.prometheus import PrometheusServer
-from strait.lab.redis import RedisServer
+from strait_lab.kafka import KafkaCluster, KafkaClusterSpec
+from strait_lab.prometheus import PrometheusServer
+from strait_lab.redis import RedisServer
 from strait.paths import cache_dir
 
 _MARKER_BY_FOLDER = {"unit": "unit", "integration": "integration", "e2e": "e2e"}

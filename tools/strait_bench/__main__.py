@@ -1,0 +1,7 @@
+"""Entry point of ``python -m strait_bench``."""
+
+import sys
+
+from strait_bench.cli import main
+
+sys.exit(main())
