@@ -7,15 +7,21 @@ pairs (``topic=orders partition=3``); this module only configures the root handl
 from __future__ import annotations
 
 import logging
-import os
+
+from strait.settings import Settings
 
 _FORMAT = "%(asctime)s %(levelname)s %(name)s %(message)s"
 
 
 def setup_logging(level: str | None = None) -> None:
-    """Configure the root logger unless the host application already did."""
+    """Configure the root logger unless the host application already did.
+
+    A process gives its settings' level; a Spark Python worker, started by Spark, none: it reads
+    the same settings from its environment.
+    """
     root = logging.getLogger()
     if root.handlers:
         return
-    chosen = (level or os.environ.get("STRAIT_LOG_LEVEL") or "INFO").upper()
-    logging.basicConfig(level=chosen, format=_FORMAT)
+    if level is None:
+        level = Settings.read().log_level
+    logging.basicConfig(level=level.upper(), format=_FORMAT)

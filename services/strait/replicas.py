@@ -20,19 +20,17 @@ import time
 import uuid
 from collections.abc import Callable
 from dataclasses import dataclass
-from pathlib import Path
 
 import redis
 
-from strait.config import load_config
-from strait.config.model import DEFAULT_REDIS_URL, StraitConfig
-from strait.config.secrets import resolve_value
+from strait.config.model import StraitConfig
 from strait.coord.assignment import ShareTracker, item_flow
 from strait.coord.leases import LeaseKeeper, LeaseLostError, Leases
 from strait.coord.membership import MemberKeeper, Membership
 from strait.coord.redis_client import CoordinationError, connect
 from strait.metrics import ERRORS
 from strait.service import ConfigFeed, follow_config, run_service, stop_time_left
+from strait.settings import DEFAULT_LEASE_TTL, Settings
 
 log = logging.getLogger(__name__)
 
@@ -47,25 +45,14 @@ class SupervisorOptions:
 
     service: str
     flows: tuple[str, ...] = ()  # only work items of these flows (all wanted ones when empty)
-    lease_ttl: float = 15.0
+    lease_ttl: float = DEFAULT_LEASE_TTL
     tick_seconds: float = 0.5
     namespace: str = "strait"
 
-
-@dataclass(frozen=True)
-class ProcessOptions:
-    """How one replica process of a supervised service runs (`strait run heartbeat|checkpoint`)."""
-
-    redis_url: str | None = None
-    config_file: Path | None = None
-    flows: tuple[str, ...] = ()
-    metrics_port: int = 0
-    lease_ttl: float = 15.0
-    namespace: str = "strait"
-
-    def supervisor(self, service: str) -> SupervisorOptions:
-        """The supervisor settings of this process for ``service``."""
-        return SupervisorOptions(service, self.flows, self.lease_ttl, namespace=self.namespace)
+    @classmethod
+    def of(cls, service: str, settings: Settings) -> SupervisorOptions:
+        """A replica of ``service`` as the process's settings say."""
+        return cls(service, settings.flows, settings.lease_ttl, namespace=settings.namespace)
 
 
 class FlowWorker(abc.ABC):
@@ -248,33 +235,23 @@ class FlowSupervisor:
                         ",".join(stuck), self.options.lease_ttl)
 
 
-def redis_url_for(explicit: str | None, config_file: Path | None) -> str:
-    """The coordination Redis: the explicit URL, the file's ``redis_url``, or $STRAIT_REDIS_URL."""
-    if explicit:
-        return explicit
-    if config_file is not None:
-        return resolve_value(load_config(config_file).redis_url)
-    return os.environ.get("STRAIT_REDIS_URL", DEFAULT_REDIS_URL)
-
-
-def run_supervised(options: SupervisorOptions, redis_url: str | None, config_file: Path | None,
-                   metrics_port: int, wanted: Callable[[StraitConfig], set[str]],
+def run_supervised(settings: Settings, options: SupervisorOptions, wanted: Callable[[StraitConfig], set[str]],
                    make_worker: Callable[[FlowSupervisor, LeaseKeeper, StraitConfig, str], FlowWorker]) -> int:
     """Run a supervised service process until SIGINT or SIGTERM."""
 
     def body(stop: threading.Event, port: int) -> None:
-        client = connect(redis_url_for(redis_url, config_file))  # coordination needs Redis either way
+        client = connect(settings.coordination_url())  # coordination needs Redis either way
         supervisor: FlowSupervisor
 
         def factory(keeper: LeaseKeeper, config: StraitConfig, name: str) -> FlowWorker:
             return make_worker(supervisor, keeper, config, name)
 
         supervisor = FlowSupervisor(options, client, port, wanted, factory)
-        watcher = follow_config(supervisor.feed, config_file, client, options.namespace, options.service)
+        watcher = follow_config(supervisor.feed, settings.config_file, client, options.namespace, options.service)
         try:
             supervisor.run(stop)
         finally:
             if watcher is not None:
                 watcher.stop()
 
-    return run_service(options.service, metrics_port, body)
+    return run_service(options.service, settings, body)

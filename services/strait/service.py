@@ -21,6 +21,7 @@ from strait.config import load_config
 from strait.config.model import StraitConfig
 from strait.config.store import ConfigStoreError, load_stored_config, watch_config
 from strait.metrics import CONFIG_LOADED, SERVICE_UP, serve_metrics
+from strait.settings import STOP_GRACE_SECONDS, Settings
 
 log = logging.getLogger(__name__)
 
@@ -72,14 +73,8 @@ def follow_config(feed: ConfigFeed, config_file: Path | None, client: redis.Redi
     return watch_config(client, adopt, poll_interval=2.0, namespace=namespace, after_version=version)
 
 
-STOP_GRACE_SECONDS = 9.0  # under Docker's and the lab's 10 s: the process ends by itself before it is killed
 STOP_MARGIN_SECONDS = 2.0  # of the grace, kept for the interpreter's own exit once the body's stop path ended
 END_GRACE_SECONDS = 5.0  # for threads left running once the body ended
-
-
-def stop_grace_seconds() -> float:
-    """Seconds from a stop signal until the process exits by itself (``STRAIT_STOP_GRACE_SECONDS``)."""
-    return float(os.environ.get("STRAIT_STOP_GRACE_SECONDS", STOP_GRACE_SECONDS))
 
 
 class StopEvent(threading.Event):
@@ -101,18 +96,19 @@ def stop_time_left(stop: threading.Event) -> float:
     """Seconds a body that saw ``stop`` may still spend ending its work (waiting for threads, committing).
 
     That is until :data:`STOP_MARGIN_SECONDS` before the process exits by itself; for a plain event
-    (a test's), the whole grace less the margin.
+    (a test's), the default grace less the margin.
     """
     exit_at = stop.exit_at if isinstance(stop, StopEvent) else None
     if exit_at is None:
-        return max(0.0, stop_grace_seconds() - STOP_MARGIN_SECONDS)
+        grace = stop.grace if isinstance(stop, StopEvent) else STOP_GRACE_SECONDS
+        return max(0.0, grace - STOP_MARGIN_SECONDS)
     return max(0.0, exit_at - STOP_MARGIN_SECONDS - time.monotonic())
 
 
-def run_service(service: str, metrics_port: int, body: Callable[[threading.Event, int], None]) -> int:
+def run_service(service: str, settings: Settings, body: Callable[[threading.Event, int], None]) -> int:
     """Serve /metrics, then run ``body(stop, metrics_port)`` until SIGINT or SIGTERM sets ``stop``.
 
-    The process always ends: a stop signal gives it ``STRAIT_STOP_GRACE_SECONDS`` (default 9, under
+    The process always ends: a stop signal gives it the settings' stop grace (default 9 s, under
     the 10 s Docker and the lab give a process before SIGKILL) to finish its work, whatever state
     the clusters are in; a body bounds its stop path with :func:`stop_time_left` to end by itself
     before that. Once the body returned or failed the interpreter gets a few seconds to shut down.
@@ -120,7 +116,7 @@ def run_service(service: str, metrics_port: int, body: Callable[[threading.Event
     to a dead cluster) cannot keep a stopped or dead service running, where no supervisor would
     restart it.
     """
-    grace = stop_grace_seconds()
+    grace = settings.stop_grace
     stop = StopEvent(grace)
 
     def on_signal(signum: int, _frame: object) -> None:
@@ -131,7 +127,7 @@ def run_service(service: str, metrics_port: int, body: Callable[[threading.Event
     for sig in (signal.SIGINT, signal.SIGTERM):
         signal.signal(sig, on_signal)
     # In containers Prometheus scrapes from another host: STRAIT_METRICS_ADDR=0.0.0.0 there.
-    port = serve_metrics(metrics_port, addr=os.environ.get("STRAIT_METRICS_ADDR", "127.0.0.1"))
+    port = serve_metrics(settings.metrics_port, addr=settings.metrics_addr)
     print(f"{service} metrics on http://127.0.0.1:{port}/metrics", flush=True)
     SERVICE_UP.labels(service=service).set(1)
     failed = True

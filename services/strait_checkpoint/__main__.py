@@ -2,6 +2,6 @@
 
 import sys
 
-from strait.cli import main
+from strait.launch import main
 
-sys.exit(main(["run", "checkpoint", *sys.argv[1:]]))
+sys.exit(main("checkpoint"))

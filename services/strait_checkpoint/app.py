@@ -9,7 +9,8 @@ from __future__ import annotations
 from strait.config.model import StraitConfig
 from strait.coord.assignment import ShardItem
 from strait.coord.leases import LeaseKeeper
-from strait.replicas import FlowSupervisor, ProcessOptions, run_supervised
+from strait.replicas import FlowSupervisor, SupervisorOptions, run_supervised
+from strait.settings import Settings
 from strait_checkpoint import metrics
 from strait_checkpoint.worker import Checkpointers, ShardWorker
 
@@ -22,12 +23,11 @@ def checkpoint_items(config: StraitConfig) -> set[str]:
             for shard in ShardItem.all_of(flow.name, flow.checkpoint_shards)}
 
 
-def main(options: ProcessOptions) -> int:
+def main(settings: Settings) -> int:
     """Run the checkpoint service until SIGINT or SIGTERM."""
     checkpointers = Checkpointers()
 
     def make_worker(_supervisor: FlowSupervisor, keeper: LeaseKeeper, config: StraitConfig, item: str) -> ShardWorker:
         return ShardWorker(checkpointers, keeper, config, item)
 
-    return run_supervised(options.supervisor(metrics.SERVICE), options.redis_url, options.config_file,
-                          options.metrics_port, checkpoint_items, make_worker)
+    return run_supervised(settings, SupervisorOptions.of(metrics.SERVICE, settings), checkpoint_items, make_worker)

@@ -14,11 +14,11 @@ coordination always goes through Redis (the file's ``redis_url`` with ``--config
 from __future__ import annotations
 
 from dataclasses import dataclass
-from pathlib import Path
 
 from strait.config.model import StraitConfig
 from strait.coord.leases import LeaseKeeper
 from strait.replicas import FlowSupervisor, SupervisorOptions, run_supervised
+from strait.settings import Settings
 from strait_configsync import metrics
 from strait_configsync.sync import SyncOptions
 from strait_configsync.worker import FlowWorker, WorkerContext
@@ -26,17 +26,10 @@ from strait_configsync.worker import FlowWorker, WorkerContext
 
 @dataclass(frozen=True)
 class ConfigSyncOptions:
-    """How the configsync process runs."""
+    """What only the configsync process takes (the rest is the process's :class:`Settings`)."""
 
-    redis_url: str | None = None
-    config_file: Path | None = None
-    flows: tuple[str, ...] = ()  # only these flows (all enabled ones when empty)
-    metrics_port: int = 0
-    lease_ttl: float = 15.0
     delete_acls: bool = False
     admin_timeout: float = 15.0
-    tick_seconds: float = 0.5
-    namespace: str = "strait"
 
 
 def sync_flows(config: StraitConfig) -> set[str]:
@@ -44,15 +37,13 @@ def sync_flows(config: StraitConfig) -> set[str]:
     return {flow.name for flow in config.enabled_flows}
 
 
-def main(options: ConfigSyncOptions) -> int:
+def main(settings: Settings, options: ConfigSyncOptions = ConfigSyncOptions()) -> int:
     """Run configsync until SIGINT or SIGTERM: flows spread over the replicas by the shared frame."""
     sync = SyncOptions(options.admin_timeout, options.delete_acls)
 
     def make_worker(supervisor: FlowSupervisor, keeper: LeaseKeeper, config: StraitConfig, name: str) -> FlowWorker:
-        context = WorkerContext(supervisor.client, supervisor.leases, supervisor.member_id, options.namespace, sync)
+        context = WorkerContext(supervisor.client, supervisor.leases, supervisor.member_id, settings.namespace, sync)
         return FlowWorker(context, keeper, config, name)
 
-    supervisor = SupervisorOptions(metrics.SERVICE, options.flows, options.lease_ttl, options.tick_seconds,
-                                   options.namespace)
-    return run_supervised(supervisor, options.redis_url, options.config_file, options.metrics_port,
-                          sync_flows, make_worker)  # type: ignore[arg-type]  # same worker protocol
+    return run_supervised(settings, SupervisorOptions.of(metrics.SERVICE, settings), sync_flows,
+                          make_worker)  # type: ignore[arg-type]  # same worker protocol

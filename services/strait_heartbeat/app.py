@@ -7,7 +7,8 @@ The configuration comes from Redis (live) or from a file; coordination always go
 from __future__ import annotations
 
 from strait.config.model import StraitConfig
-from strait.replicas import ProcessOptions, run_supervised
+from strait.replicas import SupervisorOptions, run_supervised
+from strait.settings import Settings
 from strait_heartbeat import metrics
 from strait_heartbeat.worker import HeartbeatWorker
 
@@ -17,7 +18,6 @@ def heartbeat_flows(config: StraitConfig) -> set[str]:
     return {flow.name for flow in config.enabled_flows if flow.emit_heartbeats.enabled}
 
 
-def main(options: ProcessOptions) -> int:
+def main(settings: Settings) -> int:
     """Run the heartbeat service until SIGINT or SIGTERM."""
-    return run_supervised(options.supervisor(metrics.SERVICE), options.redis_url, options.config_file, options.metrics_port,
-                          heartbeat_flows, HeartbeatWorker)
+    return run_supervised(settings, SupervisorOptions.of(metrics.SERVICE, settings), heartbeat_flows, HeartbeatWorker)

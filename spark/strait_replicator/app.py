@@ -9,16 +9,14 @@ flows keep running on the last configuration.
 from __future__ import annotations
 
 import logging
-import os
 import threading
 import time
 from dataclasses import dataclass
-from pathlib import Path
 
-from strait.config.model import DEFAULT_REDIS_URL
 from strait.coord.redis_client import connect
 from strait.paths import cache_dir
 from strait.service import ConfigFeed, follow_config, run_service, stop_time_left
+from strait.settings import Settings
 from strait_replicator import metrics
 from strait_replicator.flow import FlowRunner
 from strait_replicator.session import build_session
@@ -28,24 +26,19 @@ log = logging.getLogger(__name__)
 
 @dataclass(frozen=True)
 class ReplicatorOptions:
-    """How the replicator process runs."""
+    """What only the replicator process takes (the rest is the process's :class:`Settings`)."""
 
-    redis_url: str | None = None
-    config_file: Path | None = None
-    state_dir: Path | None = None
     master: str | None = None
-    metrics_port: int = 0
     trigger_seconds: float = 0.25
     epoch_seconds: float = 60.0
-    flows: tuple[str, ...] = ()  # only these flows (all enabled ones when empty)
 
 
 class Replicator:
     """Keeps one FlowRunner per enabled flow in step with the current configuration."""
 
-    def __init__(self, options: ReplicatorOptions) -> None:
-        self.options = options
-        self.state_dir = options.state_dir or Path(os.environ.get("STRAIT_STATE_DIR", cache_dir() / "replicator"))
+    def __init__(self, settings: Settings, options: ReplicatorOptions) -> None:
+        self.settings, self.options = settings, options
+        self.state_dir = settings.state_dir or cache_dir() / "replicator"
         self.spark = build_session(options.master)
         self.runners: dict[str, FlowRunner] = {}
         self.feed = ConfigFeed()
@@ -58,7 +51,7 @@ class Replicator:
         force = self.feed.changed.is_set()
         self.feed.changed.clear()
         wanted = {f.name: f for f in config.flows
-                  if f.enabled and (not self.options.flows or f.name in self.options.flows)}
+                  if f.enabled and (not self.settings.flows or f.name in self.settings.flows)}
         for name in list(self.runners):
             if name not in wanted:
                 log.info("flow=%s disabled or removed: stopping its query", name)
@@ -85,9 +78,10 @@ class Replicator:
         left uncommitted, and so is the session: the process exits under them.
         """
         client = None
-        if self.options.config_file is None:
-            client = connect(self.options.redis_url or os.environ.get("STRAIT_REDIS_URL", DEFAULT_REDIS_URL))
-        watcher = follow_config(self.feed, self.options.config_file, client, service=metrics.SERVICE)
+        if self.settings.config_file is None:
+            client = connect(self.settings.coordination_url())
+        watcher = follow_config(self.feed, self.settings.config_file, client, self.settings.namespace,
+                                metrics.SERVICE)
         try:
             while not stop.is_set():
                 self.step(stop)
@@ -109,6 +103,6 @@ def _dirname(flow: str) -> str:
     return flow.replace("->", "_to_")
 
 
-def main(options: ReplicatorOptions) -> int:
+def main(settings: Settings, options: ReplicatorOptions = ReplicatorOptions()) -> int:
     """Run the replicator until SIGINT or SIGTERM."""
-    return run_service(metrics.SERVICE, options.metrics_port, lambda stop, _port: Replicator(options).run(stop))
+    return run_service(metrics.SERVICE, settings, lambda stop, _port: Replicator(settings, options).run(stop))

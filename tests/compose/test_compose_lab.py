@@ -18,7 +18,7 @@ from typing import Any
 
 import pytest
 
-from strait.replicas import ProcessOptions
+from strait.settings import DEFAULT_LEASE_TTL
 from tests.compose.lab import WITHOUT, ComposeLab, eventually
 
 # the first test's set-up builds the engine's tools, the base images and the lab's images
@@ -27,7 +27,7 @@ pytestmark = [pytest.mark.compose, pytest.mark.slow, pytest.mark.timeout(2400)]
 FLOW = "A->B"
 GROUP = "orders-app"
 STRAIT_JOBS = ("replicator", "configsync", "heartbeat", "checkpoint")
-LEASE_TTL = ProcessOptions.lease_ttl
+LEASE_TTL = DEFAULT_LEASE_TTL
 SHARD_LEASES = "strait:lease:checkpoint:*"
 # A dead holder's lease expires at most one TTL after its last renewal; the others then take it at
 # their next tick (0.5 s), seen by this test's poll (every 0.5 s, each a `docker compose exec`).

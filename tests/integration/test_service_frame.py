@@ -16,6 +16,7 @@ import time
 SCRIPT = textwrap.dedent("""
     import sys, threading, time
     from strait.service import run_service
+    from strait.settings import Settings
 
     def body(stop, port):
         if sys.argv[1] != "clean":
@@ -27,7 +28,7 @@ SCRIPT = textwrap.dedent("""
             time.sleep(3600)  # ignores the stop event
         stop.wait()
 
-    sys.exit(run_service("frame-test", 0, body))
+    sys.exit(run_service("frame-test", Settings.read(), body))
 """)
 
 

@@ -11,7 +11,7 @@ from prometheus_client.parser import text_string_to_metric_families
 
 from strait_lab.ports import free_port
 from strait_lab.process import ManagedProcess
-from strait.service import stop_grace_seconds
+from strait.settings import STOP_GRACE_SECONDS
 
 KILL_AFTER_GRACE_SECONDS = 5.0  # SIGKILL this long after the grace in which a process exits by itself
 
@@ -82,5 +82,5 @@ class StraitProcess:
         must outlive it until the running epoch is committed. The process ends by itself within
         ``STRAIT_STOP_GRACE_SECONDS``; SIGKILL comes a few seconds after that.
         """
-        grace = float(self.process.env.get("STRAIT_STOP_GRACE_SECONDS", stop_grace_seconds()))
+        grace = float(self.process.env.get("STRAIT_STOP_GRACE_SECONDS", STOP_GRACE_SECONDS))
         self.process.stop(timeout=grace + KILL_AFTER_GRACE_SECONDS, group=False)

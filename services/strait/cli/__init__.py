@@ -15,7 +15,9 @@ from types import ModuleType
 from strait import __version__
 from strait.cli import config, dashboards, failover, flow, offsets, run, status, verify
 from strait.errors import StraitError
+from strait.launch import report_errors
 from strait.logs import setup_logging
+from strait.settings import Settings
 
 COMMAND_GROUPS = (config, flow, run, status, offsets, failover, verify, dashboards)
 PLUGIN_GROUP = "strait.commands"  # installed tools add command groups here (tools/: `strait lab`)
@@ -41,17 +43,15 @@ def build_parser() -> argparse.ArgumentParser:
 
 
 def main(argv: list[str] | None = None) -> int:
-    """Entry point of the `strait` console script."""
+    """Entry point of the `strait` console script: the process's settings are read once, here."""
     parser = build_parser()
     args = parser.parse_args(argv)
-    setup_logging(args.log_level)
     try:
-        return int(args.handler(args) or 0)
+        args.settings = Settings.read(args)
     except StraitError as exc:
-        print(f"strait: error: {exc}", file=sys.stderr)
-        return 1
-    except KeyboardInterrupt:
-        return 130
+        parser.error(str(exc))
+    setup_logging(args.settings.log_level)
+    return report_errors(lambda: int(args.handler(args) or 0))
 
 
 if __name__ == "__main__":

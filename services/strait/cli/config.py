@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import argparse
 import json
-import os
 import sys
 from collections.abc import Iterator
 from contextlib import contextmanager
@@ -94,8 +93,8 @@ def register(subparsers: argparse._SubParsersAction) -> None:
 
 
 def redis_url(args: argparse.Namespace) -> str:
-    """The Redis URL from --redis-url, else $STRAIT_REDIS_URL, else the embedded lab's."""
-    return args.redis_url or os.environ.get(REDIS_URL_ENV) or DEFAULT_REDIS_URL
+    """The Redis URL from --redis-url, else $STRAIT_REDIS_URL, else the embedded lab's (the settings')."""
+    return args.settings.coordination_url()
 
 
 def _apply(args: argparse.Namespace) -> int:

@@ -15,12 +15,10 @@ from __future__ import annotations
 
 import argparse
 import json
-import os
 from dataclasses import asdict
 
 import time
 
-from strait.config.model import DEFAULT_REDIS_URL
 from strait.config.store import load_stored_config
 from strait.coord.redis_client import connect
 from strait.disaster import (
@@ -65,7 +63,7 @@ def register(subparsers: argparse._SubParsersAction) -> None:
 
 
 def _client(args: argparse.Namespace):  # noqa: ANN202  (a redis.Redis)
-    return connect(args.redis_url or os.environ.get("STRAIT_REDIS_URL", DEFAULT_REDIS_URL))
+    return connect(args.settings.coordination_url())
 
 
 def _failover(args: argparse.Namespace) -> int:

@@ -10,11 +10,9 @@ from __future__ import annotations
 
 import argparse
 import json
-import os
 from dataclasses import replace
 from typing import Any
 
-from strait.config.model import DEFAULT_REDIS_URL
 from strait.config.store import apply_config, read_stored_config
 from strait.coord.assignment import ShardItem
 from strait.coord.leases import Leases
@@ -40,7 +38,7 @@ def register(subparsers: argparse._SubParsersAction) -> None:
 
 
 def _client(args: argparse.Namespace) -> Any:
-    return connect(args.redis_url or os.environ.get("STRAIT_REDIS_URL", DEFAULT_REDIS_URL))
+    return connect(args.settings.coordination_url())
 
 
 def _switch(args: argparse.Namespace) -> int:

@@ -8,7 +8,6 @@ from __future__ import annotations
 
 import argparse
 import json
-import os
 import time
 from typing import Any
 
@@ -16,7 +15,6 @@ from strait.config.store import ConfigStoreError, load_stored_config
 from strait.coord.redis_client import connect
 from strait.source_watch import SourceView, read_source_view
 from strait_configsync.drift import FlowReport, age, read_reports
-from strait.config.model import DEFAULT_REDIS_URL
 
 NO_REPORT = "no report (is `strait run configsync` running?)"
 
@@ -30,7 +28,7 @@ def register(subparsers: argparse._SubParsersAction) -> None:
 
 
 def _status(args: argparse.Namespace) -> int:
-    client = connect(args.redis_url or os.environ.get("STRAIT_REDIS_URL", DEFAULT_REDIS_URL))
+    client = connect(args.settings.coordination_url())
     try:
         _version, config = load_stored_config(client)
         flows = {flow.name: flow.enabled for flow in config.flows}
