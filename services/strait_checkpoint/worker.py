@@ -43,7 +43,7 @@ from strait.coord.assignment import ShardItem
 from strait.coord.leases import LeaseKeeper, LeaseLostError
 from strait.kafka.admin import KafkaRetriableError, RenewableAdmin, create_topics, explain_error, internal_topic
 from strait.metrics import ERRORS, set_flow_state
-from strait.retry import Backoff, error_kind, is_transient
+from strait.retry import FlowTrouble, is_transient
 from strait.records import Checkpoint
 from strait.translation import (
     CheckpointKey,
@@ -108,7 +108,7 @@ class FlowCheckpointer:
         self._delivery_errors: list[KafkaError] = []
         self._sent: set[CheckpointKey] = set()  # written in the current pass
         self._resend: set[CheckpointKey] = set()  # written but not acknowledged
-        self._backoff = Backoff()
+        self._trouble = FlowTrouble(metrics.SERVICE, flow_name, "checkpoint step")
         self._corrupt_syncs = 0  # corrupt records of the syncs topic already counted
         self._next_setup = self._next_pass = self._next_sync = 0.0
 
@@ -218,8 +218,7 @@ class FlowCheckpointer:
             self._follow()  # waits up to POLL_BUDGET for syncs: it paces the loop
             if self._clients.follower.ready and self._shards and now >= self._next_pass:
                 self._passes(now)
-                self._backoff.succeeded()
-                set_flow_state(metrics.SERVICE, self.name, "running")
+                self._trouble.succeeded()
         except Exception as exc:  # a broken cluster must cost retries, never the checkpointer
             delay = self._failed(exc)
             self._next_pass = self._next_sync = now + delay
@@ -238,18 +237,10 @@ class FlowCheckpointer:
             self._next_sync = now + flow.sync_group_offsets.interval_seconds
 
     def _failed(self, exc: BaseException) -> float:
-        delay = self._backoff.failed()
-        kind = error_kind(exc)
         if is_transient(exc) and self._clients is not None:
             self._clients.source_admin.renew()
             self._clients.target_admin.renew()
-        ERRORS.labels(service=metrics.SERVICE, flow=self.name, kind=kind).inc()
-        set_flow_state(metrics.SERVICE, self.name, "error")
-        if kind == "internal":
-            log.exception("flow=%s checkpoint step failed, retry_in=%.1fs", self.name, delay)
-        else:
-            log.warning("flow=%s kind=%s checkpoint step failed, retry_in=%.1fs: %s", self.name, kind, delay, exc)
-        return delay
+        return self._trouble.failed(exc)
 
     def _close(self) -> None:
         if self._clients is not None:

@@ -21,7 +21,7 @@ from strait.replicas import FlowSupervisor, SupervisorOptions, run_supervised
 from strait.settings import Settings
 from strait_configsync import metrics
 from strait_configsync.sync import SyncOptions
-from strait_configsync.worker import FlowWorker, WorkerContext
+from strait_configsync.worker import SyncWorker, WorkerContext
 
 
 @dataclass(frozen=True)
@@ -41,9 +41,8 @@ def main(settings: Settings, options: ConfigSyncOptions = ConfigSyncOptions()) -
     """Run configsync until SIGINT or SIGTERM: flows spread over the replicas by the shared frame."""
     sync = SyncOptions(options.admin_timeout, options.delete_acls)
 
-    def make_worker(supervisor: FlowSupervisor, keeper: LeaseKeeper, config: StraitConfig, name: str) -> FlowWorker:
+    def make_worker(supervisor: FlowSupervisor, keeper: LeaseKeeper, config: StraitConfig, name: str) -> SyncWorker:
         context = WorkerContext(supervisor.client, supervisor.leases, supervisor.member_id, settings.namespace, sync)
-        return FlowWorker(context, keeper, config, name)
+        return SyncWorker(context, keeper, config, name)
 
-    return run_supervised(settings, SupervisorOptions.of(metrics.SERVICE, settings), sync_flows,
-                          make_worker)  # type: ignore[arg-type]  # same worker protocol
+    return run_supervised(settings, SupervisorOptions.of(metrics.SERVICE, settings), sync_flows, make_worker)

@@ -1,4 +1,4 @@
-"""The thread that syncs one flow while its replica holds the flow's lease.
+"""The worker that syncs one flow while its replica holds the flow's lease.
 
 Each step (topics, configs, ACLs) runs at its flow interval, and all of them at once when the
 flow's configuration changes. A pass that cannot run at all (a cluster unreachable) is retried
@@ -9,7 +9,6 @@ answers again is synced at once), never a crash loop.
 from __future__ import annotations
 
 import logging
-import threading
 import time
 from dataclasses import dataclass, replace
 
@@ -18,7 +17,8 @@ import redis
 from strait.config.model import StraitConfig
 from strait.coord.leases import LeaseKeeper, LeaseLostError, Leases
 from strait.coord.redis_client import CoordinationError, redis_errors
-from strait.retry import Backoff, error_kind
+from strait.replicas import FlowWorker
+from strait.retry import FlowTrouble
 from strait_configsync import metrics
 from strait_configsync.drift import ErrorNote, FlowReport, encode_report, report_key
 from strait_configsync.ownership import Ownership, owned_key
@@ -65,70 +65,41 @@ class RedisFence:
                                         report_key(self._context.namespace, self._flow), encode_report(report), ttl=ttl)
 
 
-class FlowWorker:
-    """Syncs one flow in a thread until stopped or until its lease is lost; then releases the lease."""
+class SyncWorker(FlowWorker):
+    """Syncs one flow while this replica holds the flow's lease (the thread and lease are the frame's)."""
 
     def __init__(self, context: WorkerContext, keeper: LeaseKeeper, config: StraitConfig, flow_name: str) -> None:
-        self.name = flow_name
-        self._context, self._keeper = context, keeper
+        super().__init__(metrics.SERVICE, keeper, config, flow_name)
+        self._context = context
         self._fence = RedisFence(context, keeper, flow_name)
         flow = config.flow(flow_name)
         self._sync = FlowSync(flow, config.cluster(flow.source), config.cluster(flow.target), context.holder,
                               self._fence, context.options)
-        self._pending: StraitConfig | None = None
-        self._lock = threading.Lock()
-        self._wake, self._stop = threading.Event(), threading.Event()
-        self._thread = threading.Thread(target=self._run, name=f"configsync-{flow_name}", daemon=True)
+        self._trouble = FlowTrouble(metrics.SERVICE, flow_name, "sync pass")
 
-    @property
-    def alive(self) -> bool:
-        """Whether the thread still runs (it may be finishing a pass after :meth:`stop`)."""
-        return self._thread.is_alive()
-
-    def start(self) -> FlowWorker:
+    def start(self) -> SyncWorker:
         """Start syncing; returns self."""
         metrics.set_leader(self.name, True)
-        self._thread.start()
+        super().start()
         return self
 
-    def update(self, config: StraitConfig) -> None:
-        """Adopt a new configuration and run every step at once."""
-        with self._lock:
-            self._pending = config
-        self._wake.set()
-
-    def stop(self) -> None:
-        """Ask the thread to finish its pass, release the lease and end (does not wait)."""
-        self._stop.set()
-        self._wake.set()
-
-    def join(self, timeout: float) -> None:
-        """Wait for the thread to end."""
-        self._thread.join(timeout)
-
-    def _run(self) -> None:
+    def work(self) -> None:
         due = dict.fromkeys(STEPS, 0.0)
-        backoff = Backoff()
-        try:
-            while not self._stop.is_set() and not self._keeper.lost:
-                if self._adopt_pending():
-                    due = dict.fromkeys(STEPS, 0.0)
-                now = time.monotonic()
-                ready = frozenset(step for step, at in due.items() if at <= now)
-                if ready:
-                    self._pass(ready, due, backoff)
-                self._wake.wait(max(0.0, min(due.values()) - time.monotonic()))
-                self._wake.clear()
-        except LeaseLostError as exc:
-            log.warning("flow=%s lease lost, stopping: %s", self.name, exc)
-        finally:
-            self._keeper.stop(release=True)
-            metrics.set_leader(self.name, False)
-            log.info("flow=%s worker stopped", self.name)
+        while self.running:
+            if self._adopt_update():
+                due = dict.fromkeys(STEPS, 0.0)
+            now = time.monotonic()
+            ready = frozenset(step for step, at in due.items() if at <= now)
+            if ready:
+                self._pass(ready, due)
+            self.wake.wait(max(0.0, min(due.values()) - time.monotonic()))
+            self.wake.clear()
 
-    def _adopt_pending(self) -> bool:
-        with self._lock:
-            config, self._pending = self._pending, None
+    def close(self) -> None:
+        metrics.set_leader(self.name, False)
+
+    def _adopt_update(self) -> bool:
+        config = self.take_update()
         if config is None:
             return False
         flow = config.flow(self.name)
@@ -136,7 +107,7 @@ class FlowWorker:
         log.info("flow=%s configuration changed: syncing now", self.name)
         return True
 
-    def _pass(self, ready: frozenset[str], due: dict[str, float], backoff: Backoff) -> None:
+    def _pass(self, ready: frozenset[str], due: dict[str, float]) -> None:
         """Run one pass, schedule the next, publish the report."""
         flow = self._sync.flow
         intervals = {"topics": flow.refresh_topics.interval_seconds,
@@ -147,27 +118,18 @@ class FlowWorker:
             report = self._sync.run(ready)
             for step in ready:
                 due[step] = started + intervals[step]
-            backoff.succeeded()
+            self._trouble.succeeded(state=None)  # the report sets the flow's state
         except LeaseLostError:
             raise
         except Exception as exc:  # the loop must outlive any failure, PassFailed and Redis trouble included
-            delay = backoff.failed()
+            cause = exc.__cause__ if isinstance(exc, PassFailed) and exc.__cause__ else exc
+            delay = self._trouble.failed(cause, message=str(exc))
             for step in due:
                 due[step] = started + delay
-            report = self._failed(exc, delay)
+            report = replace(self._sync.last, updated_at=time.time(), holder=self._context.holder,
+                             errors=(ErrorNote(self._trouble.kind or "internal", str(exc)),))
         metrics.export_report(report, time.time())
         self._publish(report, max(intervals.values()))
-
-    def _failed(self, exc: BaseException, delay: float) -> FlowReport:
-        cause = exc.__cause__ if isinstance(exc, PassFailed) and exc.__cause__ else exc
-        kind = error_kind(cause)
-        metrics.ERRORS.labels(service=metrics.SERVICE, flow=self.name, kind=kind).inc()
-        if kind == "internal":
-            log.exception("flow=%s sync pass failed, retry_in=%.1fs", self.name, delay)
-        else:
-            log.warning("flow=%s kind=%s sync pass failed, retry_in=%.1fs: %s", self.name, kind, delay, exc)
-        return replace(self._sync.last, updated_at=time.time(), holder=self._context.holder,
-                       errors=(ErrorNote(kind, str(exc)),))
 
     def _publish(self, report: FlowReport, interval: float) -> None:
         try:

@@ -25,7 +25,7 @@ from strait.config.model import StraitConfig
 from strait.coord.leases import LeaseKeeper, LeaseLostError
 from strait.kafka.admin import admin_client, create_topics, internal_topic, topic_partitions
 from strait.metrics import ERRORS, set_flow_state
-from strait.retry import Backoff, error_kind
+from strait.retry import FlowTrouble
 from strait.records import Heartbeat, RecordFormatError
 from strait.replicas import FlowSupervisor, FlowWorker
 from strait.source_watch import SourceView, SourceWatch, SourceWatchThread, source_view_key
@@ -49,7 +49,7 @@ class HeartbeatWorker(FlowWorker):
         self._watch_from = 0  # copies at or past this target offset are seen live
         self._newest_ms: int | None = None
         self._started_at = time.time()
-        self._backoff = Backoff()
+        self._trouble = FlowTrouble(metrics.SERVICE, flow_name, "heartbeat step")
         self._source_watch: SourceWatchThread | None = None
 
     # -- loop ------------------------------------------------------------------------------------
@@ -70,27 +70,19 @@ class HeartbeatWorker(FlowWorker):
                 if self._producer is not None and now >= next_emit:
                     self._emit()
                     next_emit = now + flow.emit_heartbeats.interval_seconds
-                if now >= next_topology:
+                answered = now >= next_topology
+                if answered:
                     self._publish_topology()
                     next_topology = now + flow.refresh_topics.interval_seconds
-                    set_flow_state(metrics.SERVICE, self.name, "running")  # both clusters answered again
                 self._watch()
-                self._backoff.succeeded()
+                self._trouble.succeeded("running" if answered else None)  # both clusters answered again
             except LeaseLostError:
                 raise
             except Exception as exc:  # a broken cluster must cost retries, never the worker
-                next_setup = next_topology = now + self._failed(exc)
+                next_setup = next_topology = now + self._trouble.failed(exc)
                 next_emit = max(next_emit, next_setup)
             self.wake.wait(TICK)
             self.wake.clear()
-
-    def _failed(self, exc: BaseException) -> float:
-        delay = self._backoff.failed()
-        kind = error_kind(exc)
-        ERRORS.labels(service=metrics.SERVICE, flow=self.name, kind=kind).inc()
-        set_flow_state(metrics.SERVICE, self.name, "error")
-        log.warning("flow=%s kind=%s heartbeat step failed, retry_in=%.1fs: %s", self.name, kind, delay, exc)
-        return delay
 
     def close(self) -> None:
         if self._source_watch is not None:

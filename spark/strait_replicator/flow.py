@@ -29,7 +29,7 @@ from strait.kafka.admin import (
     list_offsets,
 )
 from strait.metrics import set_flow_state
-from strait.retry import Backoff
+from strait.retry import FlowTrouble
 from strait.remote_topics import RemoteTopic, reconcile_remote_topics, replicated_topics
 from strait.translation import offset_syncs_location
 from strait_replicator import metrics
@@ -87,8 +87,7 @@ class FlowRunner:
         self.plan: FlowPlan | None = None
         self.query: StreamingQuery | None = None
         self.last_error: str | None = None
-        self._backoff = Backoff()
-        self._error_kind: str | None = None  # what failed last, until it works again
+        self._trouble = FlowTrouble(metrics.SERVICE, flow_name, "replication")
         self._records_at_fail = 0
         self._retry_at = 0.0
         self._next_refresh = 0.0
@@ -155,11 +154,11 @@ class FlowRunner:
         try:
             plan = self._plan_unless_stopped(config, flow, stop)
         except Exception as exc:  # an unreachable cluster must not stop the other flows
-            self._fail("discovery", f"{type(exc).__name__}: {exc}")  # some timeouts carry no text
+            self._fail("discovery", f"{type(exc).__name__}: {exc}", exc)  # some timeouts carry no text
             return
         if plan is None:
             return
-        if self._error_kind == "discovery" and self._query_healthy():  # both clusters answer again
+        if self._trouble.kind == "discovery" and self._query_healthy():  # both clusters answer again
             self._recovered()
         metrics.TOPICS_REPLICATED.labels(flow=self.flow_name).set(len(plan.topics))
         self._report_vanished(plan)
@@ -218,7 +217,7 @@ class FlowRunner:
             set_flow_state(metrics.SERVICE, self.flow_name, "running")
             return
         self.query = self._start_query(plan)
-        if self._error_kind != "query":  # after a failed query: running once the new one copies (observe)
+        if self._trouble.kind != "query":  # after a failed query: running once the new one copies (observe)
             set_flow_state(metrics.SERVICE, self.flow_name, "running")
         log.info("flow=%s query started topics=%d epoch_seconds=%s records_per_second=%s", self.flow_name,
                  len(plan.topics), self.epoch_seconds, plan.records_per_second or "unlimited")
@@ -252,24 +251,19 @@ class FlowRunner:
         error = self.query.exception() if self.query is not None else None
         self.query = None
         if error is not None and not self._stopping.is_set():
-            self._fail("query", _first_task_error(str(error)))
+            self._fail("query", _first_task_error(str(error)), error)
 
-    def _fail(self, kind: str, message: str) -> None:
-        delay = self._backoff.failed()
-        self._error_kind = kind
+    def _fail(self, kind: str, message: str, error: BaseException) -> None:
+        delay = self._trouble.failed(error, kind=kind, message=message)
         self._records_at_fail = self.live.records
         # the next try comes after the pause, not after the topic refresh interval
         self._retry_at = self._next_refresh = time.monotonic() + delay
         self.last_error = message
-        metrics.ERRORS.labels(service=metrics.SERVICE, flow=self.flow_name, kind=kind).inc()
-        set_flow_state(metrics.SERVICE, self.flow_name, "error")
-        log.error("flow=%s %s error (retry in %.1fs): %s", self.flow_name, kind, delay, message)
 
     def _recovered(self) -> None:
         """The cluster answers again (or the query made progress): back to ``running``, pauses reset."""
-        self._backoff.succeeded()
-        self._error_kind = self.last_error = None
-        set_flow_state(metrics.SERVICE, self.flow_name, "running")
+        self._trouble.succeeded()
+        self.last_error = None
         log.info("flow=%s recovered", self.flow_name)
 
     def stop(self, state: str | None = "stopped", deadline: float | None = None) -> bool:
@@ -326,7 +320,7 @@ class FlowRunner:
         if not self.query.isActive:
             self._on_query_ended()
             return
-        if self._error_kind == "query" and (self.query.lastProgress or self.live.records > self._records_at_fail):
+        if self._trouble.kind == "query" and (self.query.lastProgress or self.live.records > self._records_at_fail):
             self._recovered()  # the restarted query copied records or committed an epoch
         progress = self.query.lastProgress
         if progress and log.isEnabledFor(logging.DEBUG) and progress.get("batchId") != self._logged_batch:
