@@ -47,7 +47,6 @@ from strait.translation import (
     StoredCheckpoint,
     SyncsFollower,
     committed_offsets,
-    offset_syncs_location,
     read_stored_checkpoints,
 )
 
@@ -191,7 +190,7 @@ def settle_target(admin: AdminClient, alias: str, partitions: Sequence[TopicPart
 
 def _syncs_on_target(config: StraitConfig, flow: FlowConfig) -> dict[tuple[str, int], tuple[int, int]]:
     """Per source partition ``(copied_to, copied_down)`` from the offset syncs kept on the target."""
-    location = offset_syncs_location(flow)
+    location = flow.topic_names().offset_syncs
     follower = SyncsFollower(config.cluster(location.alias).librdkafka_config("consumer"), location, KAFKA_TIMEOUT)
     try:
         follower.catch_up(KAFKA_TIMEOUT)
@@ -209,13 +208,13 @@ def _syncs_on_target(config: StraitConfig, flow: FlowConfig) -> dict[tuple[str, 
 def partition_losses(flow: FlowConfig, view: SourceView | None, synced: Mapping[tuple[str, int], tuple[int, int]] | None,
                      target_ends: Mapping[tuple[str, int], int]) -> list[SourcePartitionLoss]:
     """The RPO per source partition from the source view, the syncs (when on the target) and the target's ends."""
-    policy = flow.policy()
+    names = flow.topic_names()
     topic_filter = flow.topic_filter()
     keys = sorted({(p.topic, p.partition) for p in (view.partitions if view else ())}
                   | {key for key in (synced or {}) if topic_filter.should_replicate_topic(key[0])})
     losses = []
     for topic, partition in keys:
-        remote = policy.format_remote_topic(flow.source, topic)
+        remote = names.remote(topic)
         seen: PartitionView | None = view.partition(topic, partition) if view else None
         target_end = target_ends.get((remote, partition))
         if synced is not None:
@@ -235,7 +234,7 @@ def partition_losses(flow: FlowConfig, view: SourceView | None, synced: Mapping[
         end = seen.end if seen else None
         rpo = None if end is None or copied is None else max(0, end - copied)
         losses.append(SourcePartitionLoss(topic, partition, remote, copied, end, seen.end_seen_at if seen else None,
-                                          rpo, basis, topic == policy.heartbeats_topic()))
+                                          rpo, basis, topic == names.heartbeats))
     return losses
 
 
@@ -293,7 +292,7 @@ def failover_source_down(client: redis.Redis, config: StraitConfig, flow: FlowCo
     view = read_source_view(client, flow.name, namespace)
     target_admin = admin_client(config.cluster(flow.target).librdkafka_config("admin"))
     stored = read_stored_checkpoints(config.cluster(flow.target).librdkafka_config("consumer"),
-                                     flow.policy().checkpoints_topic(flow.source), KAFKA_TIMEOUT)
+                                     flow.topic_names().checkpoints, KAFKA_TIMEOUT)
     synced = _syncs_on_target(config, flow) if flow.offset_syncs_topic_location == "target" else None
     remote = _remote_partitions(flow, view, synced, stored)
     ends = settle_target(target_admin, flow.target, remote)
@@ -330,9 +329,9 @@ def _without_checkpoint_noted(moved: MovedGroup, losses: Sequence[SourcePartitio
 
 def _remote_partitions(flow: FlowConfig, view: SourceView | None, synced: Mapping[tuple[str, int], object] | None,
                        stored: Mapping[tuple[str, str, int], StoredCheckpoint]) -> list[TopicPartition]:
-    policy = flow.policy()
-    keys = {(policy.format_remote_topic(flow.source, p.topic), p.partition) for p in (view.partitions if view else ())}
-    keys |= {(policy.format_remote_topic(flow.source, t), p) for t, p in (synced or {})
+    names = flow.topic_names()
+    keys = {(names.remote(p.topic), p.partition) for p in (view.partitions if view else ())}
+    keys |= {(names.remote(t), p) for t, p in (synced or {})
              if flow.topic_filter().should_replicate_topic(t)}
     keys |= {(topic, partition) for _group, topic, partition in stored}
     return [TopicPartition(t, p) for t, p in sorted(keys)]
@@ -412,7 +411,7 @@ def copy_stranded(client: redis.Redis, config: StraitConfig, flow: FlowConfig, r
                                     f"stopped after a failover; nothing was changed")
     config, _version = store_flows(client, config, {flow.name: True},
                                    f"strait failback {flow.name}: copy stranded records", namespace=namespace)
-    location = offset_syncs_location(flow)
+    location = flow.topic_names().offset_syncs
     follower = SyncsFollower(config.cluster(location.alias).librdkafka_config("consumer"), location, KAFKA_TIMEOUT)
     deadline = time.monotonic() + timeout
     try:

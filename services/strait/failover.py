@@ -61,7 +61,6 @@ from strait.translation import (
     TailProbe,
     TranslationError,
     committed_offsets,
-    offset_syncs_location,
     replicated_partitions,
     translate_group,
 )
@@ -224,7 +223,7 @@ class FlowSide:
     def _follower(self, wait: float) -> SyncsFollower:
         """The syncs reader; waits up to ``wait`` seconds for the replicator to create the syncs topic
         (a flow just enabled)."""
-        location = offset_syncs_location(self.flow)
+        location = self.flow.topic_names().offset_syncs
         settings = self.config.cluster(location.alias).librdkafka_config("consumer")
         deadline = time.monotonic() + wait
         while True:
@@ -307,7 +306,7 @@ def target_committed(side: FlowSide, group: str,
 def emit_checkpoints(side: FlowSide, group: str, translations: Sequence[PartitionTranslation]) -> None:
     """Write the group's final checkpoints to ``<source>.checkpoints.internal`` on the target."""
     flow = side.flow
-    topic = flow.policy().checkpoints_topic(flow.source)
+    topic = flow.topic_names().checkpoints
     create_topics(side.target_admin, flow.target, [internal_topic(topic, flow.internal_topic_replication_factor("checkpoints"))])
     producer = Producer({**side.config.cluster(flow.target).librdkafka_config("producer"),
                          "enable.idempotence": True, "logger": librdkafka_log})
@@ -485,7 +484,7 @@ def stranded_records(side: FlowSide) -> dict[str, int]:
     after failover): under the default policy the reverse flow does not carry them back."""
     flow, stranded = side.flow, {}
     for tp in replicated_partitions(side.source_admin, flow, KAFKA_TIMEOUT):
-        remote = flow.policy().format_remote_topic(flow.source, tp.topic)
+        remote = flow.topic_names().remote(tp.topic)
         if not _exists(side.target_admin, remote):
             continue
         history = side.follower.index.history(tp.topic, tp.partition)
@@ -509,11 +508,11 @@ def move_home(side: FlowSide, group: str, dry_run: bool) -> GroupOutcome:
     of ``orders`` on A whose copy is at ``d``.
     """
     flow = side.flow
-    remote = {flow.policy().format_remote_topic(flow.source, tp.topic): tp.topic
+    remote = {flow.topic_names().remote(tp.topic): tp.topic
               for tp in replicated_partitions(side.source_admin, flow, KAFKA_TIMEOUT)}
     partitions = [TopicPartition(r, tp.partition) for tp in replicated_partitions(side.source_admin, flow,
                                                                                   KAFKA_TIMEOUT)
-                  for r in [flow.policy().format_remote_topic(flow.source, tp.topic)] if _exists(side.target_admin, r)]
+                  for r in [flow.topic_names().remote(tp.topic)] if _exists(side.target_admin, r)]
     committed = committed_offsets(side.target_settings, flow.target, group, partitions, KAFKA_TIMEOUT)
     previous = {(c.topic, c.partition): c.offset for c in committed_offsets(
         side.source_settings, flow.source, group, [TopicPartition(remote[c.topic], c.partition) for c in committed],

@@ -47,9 +47,10 @@ class ReconcileReport:
 
 def replicated_topics(flow: FlowConfig, source_partitions: Mapping[str, int]) -> list[RemoteTopic]:
     """The source topics the flow replicates (MM2's filter, internal-topic and cycle rules), sorted."""
-    policy, topic_filter = flow.policy(), flow.topic_filter()
+    names, topic_filter = flow.topic_names(), flow.topic_filter()
+    policy = names.policy
     return [
-        RemoteTopic(topic, policy.format_remote_topic(flow.source, topic), count, flow.target_partitions or count)
+        RemoteTopic(topic, names.remote(topic), count, flow.target_partitions or count)
         for topic, count in sorted(source_partitions.items())
         if should_replicate_topic(policy, topic_filter, topic, flow.target, flow.heartbeats_replication_enabled)
     ]

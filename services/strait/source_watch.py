@@ -37,7 +37,7 @@ from confluent_kafka import IsolationLevel, KafkaException, TopicPartition
 from strait.config.model import FlowConfig, StraitConfig
 from strait.errors import StraitError
 from strait.kafka.admin import RenewableAdmin, list_offsets
-from strait.translation import SyncsFollower, offset_syncs_location, replicated_partitions
+from strait.translation import SyncsFollower, replicated_partitions
 
 log = logging.getLogger(__name__)
 
@@ -215,7 +215,7 @@ class SourceWatch:
     def _follow_syncs(self) -> None:
         try:
             if self._follower is None:
-                location = offset_syncs_location(self.flow)
+                location = self.flow.topic_names().offset_syncs
                 self._follower = SyncsFollower(self.config.cluster(location.alias).librdkafka_config("consumer"),
                                                location, WATCH_TIMEOUT)
             self._follower.poll(0.05 if self._follower.ready else 1.0, max_records=100_000)

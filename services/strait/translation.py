@@ -27,7 +27,7 @@ from dataclasses import dataclass
 from confluent_kafka import Consumer, KafkaError, KafkaException, TopicPartition
 from confluent_kafka.admin import AdminClient
 
-from strait.config.model import FlowConfig, StraitConfig
+from strait.config.model import FlowConfig, StraitConfig, SyncsLocation
 from strait.errors import StraitError
 from strait.kafka.admin import admin_client, explain_error, topic_partitions
 from strait.policy import should_replicate_topic
@@ -44,30 +44,6 @@ CheckpointKey = tuple[str, str, int]  # group, remote topic, partition
 
 class TranslationError(StraitError):
     """The syncs or the group's offsets could not be read; the message names cluster and topic."""
-
-
-@dataclass(frozen=True)
-class SyncsLocation:
-    """Where a flow's offset syncs live: cluster alias and topic name."""
-
-    alias: str
-    topic: str
-
-
-def offset_syncs_location(flow: FlowConfig) -> SyncsLocation:
-    """The flow's offset-syncs topic: on the source named after the target, or the other way round."""
-    policy = flow.policy()
-    if flow.offset_syncs_topic_location == "target":
-        return SyncsLocation(flow.target, policy.offset_syncs_topic(flow.source))
-    return SyncsLocation(flow.source, policy.offset_syncs_topic(flow.target))
-
-
-def checkpoint_topic_name(flow: FlowConfig, topic: str) -> str:
-    """The target-side name a checkpoint of source ``topic`` carries (MM2's renaming rule)."""
-    policy = flow.policy()
-    if policy.topic_source(topic) == flow.target:
-        return policy.original_topic(topic)  # a topic that came from the target goes home unprefixed
-    return policy.format_remote_topic(flow.source, topic)
 
 
 class PartitionHistory:
@@ -325,7 +301,7 @@ def committed_offsets(settings: Mapping[str, str], alias: str, group: str, parti
 def translate_offset(flow: FlowConfig, index: SyncIndex, committed: CommittedOffset,
                      probe: TailProbe | None = None) -> PartitionTranslation:
     """Translate one committed offset exactly, or say why it cannot be yet."""
-    remote = checkpoint_topic_name(flow, committed.topic)
+    remote = flow.topic_names().checkpointed(committed.topic)
     history = index.history(committed.topic, committed.partition)
 
     def result(downstream: int | None, lag: int, reason: str = "") -> PartitionTranslation:
@@ -362,7 +338,7 @@ def load_index(config: StraitConfig, flow: FlowConfig, timeout: float = DEFAULT_
     if why is not None:
         raise TranslationError(f"flow {flow.name} writes no offset syncs ({why}): its offsets cannot be translated "
                                "and its copies cannot be matched to source offsets")
-    location = offset_syncs_location(flow)
+    location = flow.topic_names().offset_syncs
     follower = SyncsFollower(config.cluster(location.alias).librdkafka_config("consumer"), location, timeout)
     try:
         follower.catch_up(timeout)

@@ -52,7 +52,6 @@ from strait.translation import (
     TailProbe,
     TranslationError,
     committed_offsets,
-    offset_syncs_location,
     read_checkpoints,
     replicated_partitions,
     translate_group,
@@ -300,9 +299,9 @@ class FlowCheckpointer:
         flow = self.flow
         source, target = self.config.cluster(flow.source), self.config.cluster(flow.target)
         target_admin = RenewableAdmin(target.librdkafka_config("admin"))
-        topic = flow.policy().checkpoints_topic(flow.source)
+        topic = flow.topic_names().checkpoints
         create_topics(target_admin.get(), flow.target, [internal_topic(topic, flow.internal_topic_replication_factor("checkpoints"))])
-        location = offset_syncs_location(flow)
+        location = flow.topic_names().offset_syncs
         follower = SyncsFollower(self.config.cluster(location.alias).librdkafka_config("consumer"), location)
         self._corrupt_syncs = 0
         self._clients = _Clients(RenewableAdmin(source.librdkafka_config("admin")), target_admin,
@@ -315,7 +314,7 @@ class FlowCheckpointer:
     def _read_checkpoints(self) -> dict[CheckpointKey, Checkpoint]:
         flow = self.flow
         return read_checkpoints(self.config.cluster(flow.target).librdkafka_config("consumer"),
-                                flow.policy().checkpoints_topic(flow.source), on_corrupt=self._count_corrupt)
+                                flow.topic_names().checkpoints, on_corrupt=self._count_corrupt)
 
     def _follow(self) -> None:
         assert self._clients is not None
@@ -428,7 +427,7 @@ class FlowCheckpointer:
 
     def _emit(self, group: str, translations: list[PartitionTranslation], keeper: LeaseKeeper) -> int:
         assert self._clients is not None
-        topic = self.flow.policy().checkpoints_topic(self.flow.source)
+        topic = self.flow.topic_names().checkpoints
         emitted = 0
         for t in translations:
             if t.downstream is None:

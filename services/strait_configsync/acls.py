@@ -59,7 +59,7 @@ def target_topic_acl(flow: FlowConfig, binding: AclBinding, replicated: Collecti
     else:
         return None
     adjusted = _adjusted(binding)
-    return None if adjusted is None else _with(adjusted, name=policy.format_remote_topic(flow.source, binding.name))
+    return None if adjusted is None else _with(adjusted, name=flow.topic_names().remote(binding.name))
 
 
 def target_group_acl(flow: FlowConfig, binding: AclBinding) -> AclBinding | None:

@@ -32,7 +32,6 @@ from strait.kafka.admin import (
 from strait.kafka.configs import ConfigChange, alter_topic_configs, describe_topic_configs
 from strait.retry import KeyedBackoff, error_kind, is_transient
 from strait.remote_topics import RemoteTopic, reconcile_remote_topics, replicated_topics
-from strait.translation import offset_syncs_location
 from strait_configsync import metrics
 from strait_configsync.acls import desired_acls
 from strait_configsync.configs import drifted_keys, plan_configs, wanted_configs
@@ -183,18 +182,18 @@ class FlowSync:
             self._action("partitions_grown", len(done.grown))
 
     def _internal_specs(self) -> dict[str, list[TopicSpec]]:
-        flow, policy = self.flow, self.flow.policy()
+        flow, names = self.flow, self.flow.topic_names()
         specs: dict[str, list[TopicSpec]] = {flow.source: [], flow.target: []}
         if flow.emit_heartbeats.enabled:
             # MM2 keeps heartbeats on the target; strait's heartbeat service writes the source's copy
             rf = flow.internal_topic_replication_factor("heartbeats")
-            specs[flow.target].append(internal_topic(policy.heartbeats_topic(), rf))
-            specs[flow.source].append(internal_topic(policy.heartbeats_topic(), rf))
+            specs[flow.target].append(internal_topic(names.heartbeats, rf))
+            specs[flow.source].append(internal_topic(names.heartbeats, rf))
         if flow.emits_checkpoints:
             rf = flow.internal_topic_replication_factor("checkpoints")
-            specs[flow.target].append(internal_topic(policy.checkpoints_topic(flow.source), rf))
+            specs[flow.target].append(internal_topic(names.checkpoints, rf))
         if flow.writes_offset_syncs:
-            syncs = offset_syncs_location(flow)
+            syncs = names.offset_syncs
             rf = flow.internal_topic_replication_factor("offset_syncs")
             specs[syncs.alias].append(internal_topic(syncs.topic, rf))
         return specs

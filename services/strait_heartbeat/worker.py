@@ -99,7 +99,7 @@ class HeartbeatWorker(FlowWorker):
     def _setup(self) -> None:
         flow = self.config.flow(self.name)
         source = self.config.cluster(flow.source)
-        topic = flow.policy().heartbeats_topic()
+        topic = flow.topic_names().heartbeats
         create_topics(admin_client(source.librdkafka_config("admin")), flow.source,
                       [internal_topic(topic, flow.internal_topic_replication_factor("heartbeats"))])
         self._producer = Producer({**source.librdkafka_config("producer"), "linger.ms": "0",
@@ -112,7 +112,7 @@ class HeartbeatWorker(FlowWorker):
         self.keeper.ensure_valid()  # only the lease holder emits
         now_ms = int(time.time() * 1000)
         heartbeat = Heartbeat(flow.source, flow.target, now_ms)
-        self._producer.produce(flow.policy().heartbeats_topic(), key=heartbeat.key_bytes(),
+        self._producer.produce(flow.topic_names().heartbeats, key=heartbeat.key_bytes(),
                                value=heartbeat.value_bytes(), partition=0, timestamp=now_ms,
                                on_delivery=self._delivered)
         self._producer.poll(0)
@@ -127,9 +127,7 @@ class HeartbeatWorker(FlowWorker):
     # -- watching --------------------------------------------------------------------------------
 
     def _remote_topic(self) -> str:
-        flow = self.config.flow(self.name)
-        policy = flow.policy()
-        return policy.format_remote_topic(flow.source, policy.heartbeats_topic())
+        return self.config.flow(self.name).topic_names().remote_heartbeats
 
     def _watch(self) -> None:
         if self._watcher is None:

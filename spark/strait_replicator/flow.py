@@ -31,7 +31,6 @@ from strait.kafka.admin import (
 from strait.metrics import set_flow_state
 from strait.retry import FlowTrouble
 from strait.remote_topics import RemoteTopic, reconcile_remote_topics, replicated_topics
-from strait.translation import offset_syncs_location
 from strait_replicator import metrics
 from strait_replicator.live import LIVE_DIR, PartitionReport, read_reports, remove_reports
 from strait_replicator.source import (
@@ -108,7 +107,7 @@ class FlowRunner:
         check_distinct_clusters(flow.name, (flow.source, source_id), (flow.target, target_id))
         topics = replicated_topics(flow, source_topics)
         reconcile_remote_topics(flow, topics, target_topics, source_admin, target_admin)
-        syncs = offset_syncs_location(flow)
+        syncs = flow.topic_names().offset_syncs
         if flow.writes_offset_syncs:
             create_topics(source_admin if syncs.alias == flow.source else target_admin, syncs.alias,
                           [internal_topic(syncs.topic, flow.internal_topic_replication_factor("offset_syncs"))])

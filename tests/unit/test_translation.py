@@ -9,8 +9,6 @@ from strait.records import OffsetSync
 from strait.translation import (
     CommittedOffset,
     SyncIndex,
-    checkpoint_topic_name,
-    offset_syncs_location,
     translate_group,
     translate_offset,
 )
@@ -96,10 +94,10 @@ def test_group_translation_skips_other_topics_and_reports_missing_syncs() -> Non
 @pytest.mark.parametrize(("topic", "expected"), [("orders", "A.orders"), ("B.orders", "orders"),
                                                  ("C.orders", "A.C.orders")])
 def test_checkpoint_topic_names_follow_mm2(topic: str, expected: str) -> None:
-    assert checkpoint_topic_name(FLOW, topic) == expected
+    assert FLOW.topic_names().checkpointed(topic) == expected
 
 
 def test_offset_syncs_topic_location() -> None:
-    assert offset_syncs_location(FLOW).__dict__ == {"alias": "A", "topic": "mm2-offset-syncs.B.internal"}
+    assert FLOW.topic_names().offset_syncs.__dict__ == {"alias": "A", "topic": "mm2-offset-syncs.B.internal"}
     target = FlowConfig("A", "B", offset_syncs_topic_location="target")
-    assert offset_syncs_location(target).__dict__ == {"alias": "B", "topic": "mm2-offset-syncs.A.internal"}
+    assert target.topic_names().offset_syncs.__dict__ == {"alias": "B", "topic": "mm2-offset-syncs.A.internal"}

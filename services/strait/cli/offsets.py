@@ -24,7 +24,6 @@ from strait.translation import (
     CommittedOffset,
     PartitionTranslation,
     load_index,
-    offset_syncs_location,
     read_stored_checkpoints,
     translate_offset,
     translate_source_group,
@@ -94,7 +93,7 @@ def _table(flow: str, group: str, rows: list[PartitionTranslation]) -> str:
 def _translate_one(config: StraitConfig, flow: FlowConfig, topic: str, partition: int, offset: int, as_json: bool,
                    source_down: bool, timeout: float) -> int:
     """One source offset through the offset syncs (on the target when the source is down)."""
-    location = offset_syncs_location(flow)
+    location = flow.topic_names().offset_syncs
     if source_down and location.alias == flow.source:
         raise OffsetsArgumentError(f"flow {flow.name}: the offset syncs live on {flow.source}, which does not answer; "
                                    f"set offset_syncs_topic_location: target to translate without the source")
@@ -109,7 +108,7 @@ def _translate_one(config: StraitConfig, flow: FlowConfig, topic: str, partition
 def _from_checkpoints(config: StraitConfig, flow: FlowConfig, group: str, timeout: float) -> list[dict[str, object]]:
     """The group's newest checkpoints on the target, per remote partition, with their age."""
     stored = read_stored_checkpoints(config.cluster(flow.target).librdkafka_config("consumer"),
-                                     flow.policy().checkpoints_topic(flow.source), timeout)
+                                     flow.topic_names().checkpoints, timeout)
     now = time.time()
     return [{"remote_topic": c.checkpoint.topic, "partition": c.checkpoint.partition,
              "upstream": c.checkpoint.upstream_offset, "downstream": c.checkpoint.downstream_offset,

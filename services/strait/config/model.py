@@ -221,6 +221,10 @@ class FlowConfig:
                                 self.internal_topic_separator_enabled, source_cluster_alias=self.source,
                                 known_aliases=self.cluster_aliases)
 
+    def topic_names(self) -> FlowTopics:
+        """Every topic name of the flow: remote names, heartbeats, checkpoints, offset syncs and where they live."""
+        return FlowTopics(self.source, self.target, self.policy(), self.offset_syncs_topic_location == "target")
+
     def internal_topic_replication_factor(self, kind: InternalTopic) -> int:
         """Replication factor of the flow's heartbeats, checkpoints or offset-syncs topic."""
         own = getattr(self, f"{kind}_topic_replication_factor")
@@ -279,6 +283,57 @@ FLOW_FIELDS = tuple(f.name for f in fields(FlowConfig) if not f.metadata.get("de
 NESTED_FLOW_FIELDS: Mapping[str, type] = MappingProxyType({
     f.name: type(f.default) for f in fields(FlowConfig) if isinstance(f.default, (Selection, Schedule))
 })
+
+
+@dataclass(frozen=True)
+class SyncsLocation:
+    """Where a flow's offset syncs live: cluster alias and topic name."""
+
+    alias: str
+    topic: str
+
+
+@dataclass(frozen=True)
+class FlowTopics:
+    """The one home of a flow's topic names, all from its replication policy (MM2's naming rules)."""
+
+    source: str
+    target: str
+    policy: ReplicationPolicy
+    syncs_on_target: bool = False
+
+    def remote(self, topic: str) -> str:
+        """The name of source ``topic``'s copy on the target (``A.orders``)."""
+        return self.policy.format_remote_topic(self.source, topic)
+
+    def checkpointed(self, topic: str) -> str:
+        """The target-side name a checkpoint of source ``topic`` carries: a topic that came from the
+        target goes home unprefixed (MM2's rule), any other is its remote name."""
+        if self.policy.topic_source(topic) == self.target:
+            return self.policy.original_topic(topic)
+        return self.remote(topic)
+
+    @property
+    def heartbeats(self) -> str:
+        """The heartbeats topic, on the source (emitted) and on the target."""
+        return self.policy.heartbeats_topic()
+
+    @property
+    def remote_heartbeats(self) -> str:
+        """The source's heartbeats as copied to the target (``A.heartbeats``)."""
+        return self.remote(self.heartbeats)
+
+    @property
+    def checkpoints(self) -> str:
+        """The flow's checkpoints topic, on the target (``A.checkpoints.internal``)."""
+        return self.policy.checkpoints_topic(self.source)
+
+    @property
+    def offset_syncs(self) -> SyncsLocation:
+        """The offset-syncs topic: on the source named after the target, or (``target``) the other way round."""
+        if self.syncs_on_target:
+            return SyncsLocation(self.target, self.policy.offset_syncs_topic(self.source))
+        return SyncsLocation(self.source, self.policy.offset_syncs_topic(self.target))
 
 
 def merge_layers(*layers: Mapping[str, Any]) -> dict[str, Any]:

@@ -106,7 +106,7 @@ def config_warnings(config: StraitConfig) -> list[str]:
     warnings = []
     for flow in config.flows:
         if not flow.separator and policy_name(flow.replication_policy) == "default":
-            example = flow.policy().format_remote_topic(flow.source, "orders")
+            example = flow.topic_names().remote("orders")
             warnings.append(f"flow {flow.name}: the default replication policy with an empty separator names "
                             f"remote topics <alias><topic> ({example}), as MM2 does; a local topic whose name "
                             "starts with a cluster alias is taken for a remote one and not replicated")
