@@ -25,14 +25,9 @@ from __future__ import annotations
 import logging
 import threading
 import time
-from collections.abc import Callable
 from dataclasses import dataclass
-from typing import TypeVar
 
 from confluent_kafka import (
-    ConsumerGroupState,
-    ConsumerGroupTopicPartitions,
-    KafkaError,
     KafkaException,
     Producer,
     TopicPartition,
@@ -40,7 +35,7 @@ from confluent_kafka import (
 
 from strait.config.model import FlowConfig, StraitConfig
 from strait.coord.assignment import ShardItem
-from strait.coord.leases import LeaseKeeper, LeaseLostError
+from strait.coord.leases import LeaseKeeper
 from strait.kafka.admin import KafkaRetriableError, RenewableAdmin, create_topics, explain_error, internal_topic
 from strait.metrics import ERRORS, set_flow_state
 from strait.retry import FlowTrouble, is_transient
@@ -50,21 +45,21 @@ from strait.translation import (
     PartitionTranslation,
     SyncsFollower,
     TailProbe,
-    TranslationError,
     committed_offsets,
     read_checkpoints,
     replicated_partitions,
     translate_group,
 )
-from strait.kafka.groups import ACTIVE_STATES, group_states
-from strait_checkpoint import metrics
 from strait.replicas import FlowWorker
+from strait_checkpoint import metrics
+from strait_checkpoint.group_sync import GroupOffsetSync
+from strait_checkpoint.shards import HeldShards
+from strait_checkpoint.writer import CheckpointWriter
 
 log = logging.getLogger(__name__)
 librdkafka_log = logging.getLogger("strait.librdkafka")
 
 POLL_BUDGET = 0.2
-DETACH_POLL_SECONDS = 0.1  # how often a detach waiting for its step looks whether the thread still runs
 ADMIN_TIMEOUT = 15.0
 # A broker that died is asked until its request times out, and ListGroups asks every broker: while
 # the controllers have not fenced it yet (about 9 s) each listing waits this long, then answers
@@ -72,9 +67,6 @@ ADMIN_TIMEOUT = 15.0
 GROUP_LIST_TIMEOUT = 3.0
 GROUP_READ_TIMEOUT = 5.0
 CORRUPT_RECORD = "corrupt_record"  # strait_errors_total kind of a skipped undecodable record
-
-T = TypeVar("T")
-
 
 @dataclass
 class _Clients:
@@ -92,21 +84,15 @@ class FlowCheckpointer:
         self.name = flow_name
         self.config = config
         self._pending: StraitConfig | None = None
-        self._shards: dict[str, tuple[ShardItem, LeaseKeeper]] = {}  # held, checkpoints loaded
-        self._joining: dict[str, tuple[ShardItem, LeaseKeeper]] = {}  # attached, not loaded yet
-        self._leaving: dict[str, threading.Event] = {}  # detached, set once no step uses the shard
-        self._lock = threading.Lock()  # guards _pending, _joining and _leaving
-        self._step_lock = threading.Lock()  # held through a step: a detached shard is never used after
+        self._lock = threading.Lock()  # guards _pending
         self.wake, self.stopping = threading.Event(), threading.Event()
         self._thread = threading.Thread(target=self._run, name=f"checkpoint-{flow_name}", daemon=True)
+        self.shards = HeldShards(flow_name, self.wake, lambda: self.alive, self._forget_unowned)
         self._clients: _Clients | None = None
-        self._last: dict[CheckpointKey, Checkpoint] = {}
-        self._synced_upstream: dict[CheckpointKey, int] = {}
+        self._writer = CheckpointWriter(flow_name)
+        self._group_sync = GroupOffsetSync(flow_name)
         self._translations: dict[str, list[PartitionTranslation]] = {}
         self._current_at: dict[str, float] = {}  # group -> when its checkpoints last matched its commits
-        self._delivery_errors: list[KafkaError] = []
-        self._sent: set[CheckpointKey] = set()  # written in the current pass
-        self._resend: set[CheckpointKey] = set()  # written but not acknowledged
         self._trouble = FlowTrouble(metrics.SERVICE, flow_name, "checkpoint step")
         self._corrupt_syncs = 0  # corrupt records of the syncs topic already counted
         self._next_setup = self._next_pass = self._next_sync = 0.0
@@ -143,53 +129,21 @@ class FlowCheckpointer:
 
     def attach(self, shard: ShardItem, keeper: LeaseKeeper) -> None:
         """Serve ``shard`` (its lease held by ``keeper``) from the next step on."""
-        with self._lock:
-            self._joining[shard.name] = (shard, keeper)
-        self.wake.set()
+        self.shards.attach(shard, keeper)
 
     def detach(self, shard: ShardItem) -> int:
-        """Stop serving ``shard``; returns once no step uses its lease any more. Returns the shards left.
-
-        The thread drops the shard between two steps, with every other shard detached meanwhile: a
-        process stopping detaches all its shards at once, and each waits for one step at most
-        (taking the step lock instead, each would wait for its own turn, one step after another).
-        """
-        released = threading.Event()
-        with self._lock:
-            self._joining.pop(shard.name, None)
-            self._leaving[shard.name] = released
-        self.wake.set()
-        while not released.wait(DETACH_POLL_SECONDS):
-            if not self.alive:  # the thread ended: no step runs any more
-                with self._step_lock:
-                    self._drop_leaving()
-        with self._lock:
-            return len(self._joining) + len(self._shards)
-
-    def _drop_leaving(self) -> None:
-        """Stop serving the shards detached since the last call (between steps) and release their detach."""
-        with self._lock:
-            leaving, self._leaving = self._leaving, {}
-            for name in leaving:
-                self._joining.pop(name, None)  # put back by an admission that failed meanwhile
-        if not leaving:
-            return
-        for name in sorted(leaving):
-            if self._shards.pop(name, None) is not None:
-                log.info("flow=%s shard=%s detached shards_left=%d", self.name, name, len(self._shards))
-        self._forget_unowned()
-        for released in leaving.values():
-            released.set()
+        """Stop serving ``shard``; returns once no step uses its lease any more, with the shards left."""
+        return self.shards.detach(shard)
 
     # -- loop ------------------------------------------------------------------------------------
 
     def _run(self) -> None:
         try:
             while not self.stopping.is_set():
-                with self._step_lock:
-                    self._drop_leaving()
+                with self.shards.step_lock:
+                    self.shards.drop_leaving()
                     pause = self._step()
-                    self._drop_leaving()
+                    self.shards.drop_leaving()
                 if pause > 0:
                     self.wake.wait(pause)
                 self.wake.clear()
@@ -215,7 +169,7 @@ class FlowCheckpointer:
                 self._setup()
             self._admit_joining()
             self._follow()  # waits up to POLL_BUDGET for syncs: it paces the loop
-            if self._clients.follower.ready and self._shards and now >= self._next_pass:
+            if self._clients.follower.ready and len(self.shards) and now >= self._next_pass:
                 self._passes(now)
                 self._trouble.succeeded()
         except Exception as exc:  # a broken cluster must cost retries, never the checkpointer
@@ -232,7 +186,9 @@ class FlowCheckpointer:
         self._next_pass = now + (flow.emit_checkpoints.interval_seconds if flow.emit_checkpoints.enabled
                                  else flow.sync_group_offsets.interval_seconds)
         if flow.sync_group_offsets.enabled and now >= self._next_sync:
-            self._sync_pass()
+            assert self._clients is not None
+            self._group_sync.sync_pass(flow, self.config.cluster(flow.target).librdkafka_config("consumer"),
+                                       self._clients.target_admin.get(), self._translations, self.shards)
             self._next_sync = now + flow.sync_group_offsets.interval_seconds
 
     def _failed(self, exc: BaseException) -> float:
@@ -251,45 +207,34 @@ class FlowCheckpointer:
 
     # -- shards ----------------------------------------------------------------------------------
 
-    def _keeper_for(self, group: str) -> LeaseKeeper | None:
-        """The lease of the held shard ``group`` falls in; None when this process does not hold it."""
-        for shard, keeper in self._shards.values():
-            if shard.owns(group):
-                return keeper
-        return None
-
     def _admit_joining(self) -> None:
         """Load the newest checkpoints of newly attached shards' groups, then serve those shards."""
-        with self._lock:
-            joining, self._joining = self._joining, {}
+        joining = self.shards.take_joining()
         if not joining:
             return
         try:
             loaded = self._read_checkpoints()
         except Exception:
-            with self._lock:
-                self._joining = {**joining, **self._joining}
+            self.shards.put_back(joining)
             raise
         group_filter = self.flow.group_filter()
         for key, checkpoint in loaded.items():
             if group_filter.should_replicate_group(checkpoint.group) \
                     and any(shard.owns(checkpoint.group) for shard, _ in joining.values()):
-                self._last[key] = checkpoint
-                self._synced_upstream[key] = checkpoint.upstream_offset
-        self._shards.update(joining)
+                self._writer.last[key] = checkpoint
+                self._group_sync.synced_upstream[key] = checkpoint.upstream_offset
+        self.shards.admit(joining)
         self._next_pass = 0.0
-        log.info("flow=%s shards attached=%s held=%d", self.name, ",".join(sorted(joining)), len(self._shards))
 
     def _forget_unowned(self) -> None:
         """Drop the state and metric series of groups whose shard this process no longer holds."""
         def owned(key: CheckpointKey) -> bool:
-            return self._keeper_for(key[0]) is not None
+            return self.shards.owns(key[0])
 
-        self._last = {k: v for k, v in self._last.items() if owned(k)}
-        self._synced_upstream = {k: v for k, v in self._synced_upstream.items() if owned(k)}
-        self._resend = {k for k in self._resend if owned(k)}
-        self._translations = {g: t for g, t in self._translations.items() if self._keeper_for(g) is not None}
-        for group in [g for g in self._current_at if self._keeper_for(g) is None]:
+        self._writer.keep_only(owned)
+        self._group_sync.keep_only(owned)
+        self._translations = {g: t for g, t in self._translations.items() if self.shards.owns(g)}
+        for group in [g for g in self._current_at if not self.shards.owns(g)]:
             del self._current_at[group]
             metrics.forget_group(self.name, group)
 
@@ -352,7 +297,7 @@ class FlowCheckpointer:
                      "kept", self.name, self.flow.source, len(listing.errors), listing.errors[0])
             listed |= set(self._current_at)
         group_filter = self.flow.group_filter()
-        return sorted(g for g in listed if group_filter.should_replicate_group(g) and self._keeper_for(g) is not None)
+        return sorted(g for g in listed if group_filter.should_replicate_group(g) and self.shards.owns(g))
 
     def _checkpoint_pass(self) -> None:
         assert self._clients is not None
@@ -360,11 +305,11 @@ class FlowCheckpointer:
         groups = self._source_groups()
         partitions = replicated_partitions(clients.source_admin.get(), flow, ADMIN_TIMEOUT)
         translations, waiting = self._translate(groups, partitions)
-        self._sent = set()
+        self._writer.begin_pass()
         emitted = sum(self._emit_fenced(group, result) for group, result in translations.items()) \
             if flow.emit_checkpoints.enabled else 0
         if emitted:
-            self._flush()
+            self._writer.flush(clients.producer, flow.target)
         now = time.time()
         for group, result in translations.items():
             self._current_at.setdefault(group, now)
@@ -410,127 +355,12 @@ class FlowCheckpointer:
                                       f"({len(waiting)} waiting for their coordinator)")
         return translations, waiting
 
-    def _as_shard_holder(self, group: str, doing: str, write: Callable[[LeaseKeeper], T]) -> T | None:
-        """``write(keeper)`` under the lease of the group's shard; None when that lease is not held (any more)."""
-        keeper = self._keeper_for(group)
-        if keeper is None:
-            return None
-        try:
-            return write(keeper)
-        except LeaseLostError as exc:
-            log.warning("flow=%s group=%s not %s, its shard's lease is lost: %s", self.name, group, doing, exc)
-            return None
-
     def _emit_fenced(self, group: str, translations: list[PartitionTranslation]) -> int:
         """Emit the group's changed checkpoints while its shard's lease holds; 0 when it was lost."""
-        return self._as_shard_holder(group, "checkpointed", lambda keeper: self._emit(group, translations, keeper)) or 0
-
-    def _emit(self, group: str, translations: list[PartitionTranslation], keeper: LeaseKeeper) -> int:
         assert self._clients is not None
-        topic = self.flow.topic_names().checkpoints
-        emitted = 0
-        for t in translations:
-            if t.downstream is None:
-                continue
-            key = (group, t.remote_topic, t.partition)
-            checkpoint = Checkpoint(group, t.remote_topic, t.partition, t.upstream, t.downstream, t.metadata)
-            previous = self._last.get(key)
-            if previous == checkpoint and key not in self._resend:
-                continue
-            if previous is not None and checkpoint.downstream_offset < previous.downstream_offset \
-                    and checkpoint.upstream_offset >= previous.upstream_offset:
-                continue  # never move a checkpoint back unless the source group moved back
-            keeper.ensure_valid()  # only the shard's lease holder writes
-            self._clients.producer.produce(topic, key=checkpoint.key_bytes(), value=checkpoint.value_bytes(),
-                                           partition=0, on_delivery=self._delivered)
-            self._clients.producer.poll(0)
-            self._last[key] = checkpoint
-            self._sent.add(key)
-            emitted += 1
-        return emitted
-
-    def _delivered(self, err: KafkaError | None, _msg: object) -> None:
-        if err is not None:
-            self._delivery_errors.append(err)
-        else:
-            metrics.CHECKPOINTS.labels(self.name).inc()
-
-    def _flush(self) -> None:
-        """Wait for the checkpoints; a failed one is forgotten so that the next pass writes it again."""
-        assert self._clients is not None
-        remaining = self._clients.producer.flush(ADMIN_TIMEOUT)
-        failed, self._delivery_errors = self._delivery_errors, []
-        if not remaining and not failed:
-            self._resend -= self._sent
-        if remaining or failed:
-            self._resend |= self._sent  # written again next pass even when unchanged
-            detail = failed[0].str() if failed else f"{remaining} not acknowledged in {ADMIN_TIMEOUT:.0f}s"
-            raise TranslationError(f"cluster {self.flow.target}: writing checkpoints failed: {detail}")
-
-    # -- group offset sync -----------------------------------------------------------------------
-
-    def _sync_pass(self) -> None:
-        assert self._clients is not None
-        translated = {g: [t for t in ts if t.downstream is not None] for g, ts in self._translations.items()}
-        translated = {g: ts for g, ts in translated.items() if ts}
-        states = self._target_states(list(translated))
-        synced = active = 0
-        for group, result in translated.items():
-            if states.get(group) in ACTIVE_STATES:
-                active += 1
-                continue
-            written = self._as_shard_holder(group, "synced",
-                                            lambda keeper, g=group, r=result: self._sync_group(g, r, keeper))
-            if written is None:
-                continue
-            if written:
-                synced += 1
-            else:
-                active += 1
-        metrics.GROUPS_SYNCED.labels(self.name).set(synced)
-        metrics.GROUPS_ACTIVE_ON_TARGET.labels(self.name).set(active)
-
-    def _target_states(self, groups: list[str]) -> dict[str, ConsumerGroupState]:
-        assert self._clients is not None
-        return group_states(self._clients.target_admin.get(), self.flow.target, groups, ADMIN_TIMEOUT)
-
-    def _sync_group(self, group: str, translations: list[PartitionTranslation], keeper: LeaseKeeper) -> bool:
-        """Write the group's translated offsets to the target; False when the group turned out active."""
-        assert self._clients is not None
-        partitions = [TopicPartition(t.remote_topic, t.partition) for t in translations]
-        current = {(c.topic, c.partition): c.offset for c in committed_offsets(
-            self.config.cluster(self.flow.target).librdkafka_config("consumer"), self.flow.target, group, partitions,
-            ADMIN_TIMEOUT)}
-        writes: list[TopicPartition] = []
-        for t in translations:
-            key = (group, t.remote_topic, t.partition)
-            assert t.downstream is not None
-            now_at = current.get((t.remote_topic, t.partition))
-            reset = t.upstream < self._synced_upstream.get(key, -1)
-            if now_at is None or t.downstream > now_at or (t.downstream < now_at and reset):
-                writes.append(TopicPartition(t.remote_topic, t.partition, t.downstream, t.metadata))
-            elif t.downstream == now_at:
-                self._synced_upstream[key] = t.upstream
-        if not writes:
-            return True
-        keeper.ensure_valid()  # only the shard's lease holder writes
-        request = [ConsumerGroupTopicPartitions(group, writes)]
-        future = self._clients.target_admin.get().alter_consumer_group_offsets(
-            request, request_timeout=ADMIN_TIMEOUT)[group]
-        try:
-            result = future.result(timeout=ADMIN_TIMEOUT)
-        except KafkaException as exc:
-            if exc.args and exc.args[0].code() in (KafkaError.UNKNOWN_MEMBER_ID, KafkaError.REBALANCE_IN_PROGRESS):
-                log.info("flow=%s group=%s became active on the target, not synced", self.name, group)
-                return False
-            raise explain_error(exc, self.flow.target, f"writing offsets of group {group}") from None
-        upstream = {(t.remote_topic, t.partition): t.upstream for t in translations}
-        for tp in result.topic_partitions or []:
-            if tp.error is None:
-                self._synced_upstream[(group, tp.topic, tp.partition)] = upstream[(tp.topic, tp.partition)]
-        metrics.GROUP_OFFSETS_WRITTEN.labels(self.name).inc(len(writes))
-        log.info("flow=%s group=%s target offsets written partitions=%d", self.name, group, len(writes))
-        return True
+        producer, topic = self._clients.producer, self.flow.topic_names().checkpoints
+        return self.shards.as_holder(group, "checkpointed", lambda keeper: self._writer.emit(
+            producer, topic, group, translations, keeper)) or 0
 
 
 class Checkpointers:
