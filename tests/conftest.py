@@ -1,7 +1,6 @@
-"""pytest fixtures on the real lab: Kafka clusters, Redis, Prometheus, unique names.
+"""pytest fixtures on the real lab: Kafka clusters, Redis, Prometheus, strait's processes, unique names.
 
-Loaded by strait's own test suite (``-p tests.conftest``). Session fixtures start the
-processes once; every test gets unique topic and group names instead of a fresh cluster. Component
+Session fixtures start the lab's processes once; every test gets unique topic and group names instead of a fresh cluster. Component
 logs live under ``.cache/test-labs/<run>``: kept when a test failed (their paths are added to the
 failure report), removed after an all-green run.
 """
@@ -11,6 +10,7 @@ from __future__ import annotations
 import os
 import re
 import shutil
+import subprocess
 import time
 import uuid
 from collections.abc import Callable, Iterator
@@ -18,10 +18,13 @@ from pathlib import Path
 
 import pytest
 
+from strait.paths import cache_dir
+from strait_lab import deps
 from strait_lab.kafka import KafkaCluster, KafkaClusterSpec
 from strait_lab.prometheus import PrometheusServer
 from strait_lab.redis import RedisServer
-from strait.paths import cache_dir
+from strait_lab.services import StraitProcess
+from tests.oracle.mm2_oracle import ORACLE_SOURCE, Mm2Oracle
 
 _MARKER_BY_FOLDER = {"unit": "unit", "integration": "integration", "e2e": "e2e"}
 _failed_key = pytest.StashKey[bool]()
@@ -141,3 +144,63 @@ def unique_name(request: pytest.FixtureRequest) -> Callable[[str], str]:
         return f"{prefix}-{test}-{uuid.uuid4().hex[:6]}"
 
     return make
+
+
+@pytest.fixture
+def services(tmp_path: Path, lab_root: Path) -> Iterator[Callable[..., StraitProcess]]:
+    """The one factory of strait processes in tests: ``services("checkpoint", "--config", path)`` runs
+    `strait run checkpoint --config path` until the test ends.
+
+    A replicator gets ``--state-dir <tmp_path>/state`` unless the arguments name another one, so a
+    replicator restarted in a test resumes from its own checkpoint, as on its host.
+    """
+    started: list[StraitProcess] = []
+
+    def start(component: str, *args: str, timeout: float = 120.0) -> StraitProcess:
+        argv = ["--state-dir", str(tmp_path / "state"), *args] if component == "replicator" else list(args)
+        process = StraitProcess(component, argv, lab_root / component,
+                                name=f"{component}-{len(started)}-{tmp_path.name}")
+        started.append(process)
+        process.start(timeout=timeout)
+        return process
+
+    yield start
+    for process in started:
+        if process.process.alive():
+            process.stop()
+
+
+@pytest.fixture
+def replicator(services: Callable[..., StraitProcess]) -> Callable[..., StraitProcess]:
+    """``replicator("--config", path)``: `strait run replicator` with this test's state dir."""
+    return lambda *args: services("replicator", *args)
+
+
+@pytest.fixture
+def configsync(services: Callable[..., StraitProcess]) -> Callable[..., StraitProcess]:
+    """``configsync("--config", path)``: one configsync replica per call."""
+    return lambda *args: services("configsync", *args, timeout=60.0)
+
+
+SCRAM_USERS = {"admin": "admin-secret", "strait": "strait-secret"}
+
+
+@pytest.fixture(scope="session")
+def secured_clusters(kafka_cluster_factory: Callable[..., KafkaCluster]) -> tuple[KafkaCluster, KafkaCluster]:
+    """Clusters S and T with StandardAuthorizer and SCRAM users (PLAINTEXT stays a super-user door)."""
+    return (kafka_cluster_factory("S", authorizer=True, sasl=True, scram_users=SCRAM_USERS),
+            kafka_cluster_factory("T", authorizer=True, sasl=True, scram_users=SCRAM_USERS))
+
+
+@pytest.fixture(scope="session")
+def oracle(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Mm2Oracle]:
+    """MirrorMaker 2's classes answering requests (tests/oracle), compiled and started once per session."""
+    deps.ensure_jars("mm2")
+    mm2 = deps.classpath("mm2")
+    classes = tmp_path_factory.mktemp("mm2-oracle")
+    compiled = subprocess.run([deps.ensure_binary("javac"), "-d", str(classes), "-cp", mm2, str(ORACLE_SOURCE)],
+                              capture_output=True, text=True)
+    assert compiled.returncode == 0, f"javac failed:\n{compiled.stdout}{compiled.stderr}"
+    server = Mm2Oracle(f"{classes}:{mm2}", classes / "oracle.log")
+    yield server
+    server.close()

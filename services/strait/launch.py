@@ -19,7 +19,7 @@ from typing import Any
 
 from strait.errors import StraitError
 from strait.logs import setup_logging
-from strait.settings import DEFAULT_LEASE_TTL, Settings
+from strait.settings import DEFAULT_LEASE_TTL, Settings, settings_of
 
 
 @dataclass(frozen=True)
@@ -107,7 +107,7 @@ def add_components(run: argparse.ArgumentParser) -> None:
 def launch(args: argparse.Namespace) -> int:
     """Run the component ``args.component`` with the process's settings until SIGINT or SIGTERM."""
     component = COMPONENTS[args.component]
-    settings = getattr(args, "settings", None) or Settings.read(args)
+    settings = settings_of(args)
     extra = () if component.options is None else (component.options(args),)
     return int(importlib.import_module(component.app).main(settings, *extra))
 

@@ -81,6 +81,11 @@ class Settings:
         return resolve_value(load_config(self.config_file).redis_url)
 
 
+def settings_of(args: Any) -> Settings:
+    """The settings a command's handler runs with: those ``strait.cli.main`` read, else read from ``args``."""
+    return getattr(args, "settings", None) or Settings.read(args)
+
+
 def _flows(flag: Any) -> tuple[str, ...]:
     """``--flow`` is repeatable for components (a list) and a single name for one-shot commands."""
     return (flag,) if isinstance(flag, str) else tuple(flag)

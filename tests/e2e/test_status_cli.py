@@ -18,10 +18,9 @@ from strait.cli import status
 from strait_lab.clients import create_topic
 from strait_lab.kafka import KafkaCluster
 from tests.integration.replicator_support import wait_for
-from tests.integration.test_configsync_support import (  # noqa: F401  (fixture)
+from tests.integration.test_configsync_support import (
     ConfigSyncProcess,
     cluster_entry,
-    configsync,
     partitions,
     strait_config,
     sync_flow,

@@ -24,7 +24,7 @@ from strait_lab.kafka import KafkaCluster
 from strait_lab.services import StraitProcess
 from strait.records import Checkpoint, RecordFormatError
 from tests.integration.replicator_support import count, flow_config, wait_for, write_config
-from tests.integration.test_checkpoint_support import commit_offsets, services  # noqa: F401  (fixture)
+from tests.integration.test_checkpoint_support import commit_offsets
 
 pytestmark = pytest.mark.slow
 
@@ -68,7 +68,7 @@ def _first_copies(cluster: KafkaCluster, topic: str) -> list[bytes | None]:
 
 
 def test_source_retention_deleting_unreplicated_records_is_counted_as_data_loss(
-    source_cluster: KafkaCluster, target_cluster: KafkaCluster, services: Callable[..., StraitProcess],  # noqa: F811
+    source_cluster: KafkaCluster, target_cluster: KafkaCluster, services: Callable[..., StraitProcess],
     unique_name: Callable[[str], str], tmp_path: Path,
 ) -> None:
     topic = unique_name("retention")
@@ -116,7 +116,7 @@ def _delete_records(cluster: KafkaCluster, topic: str, partition: int, before: i
 
 
 def test_source_topic_deleted_and_recreated_is_copied_again_from_its_start(
-    source_cluster: KafkaCluster, target_cluster: KafkaCluster, services: Callable[..., StraitProcess],  # noqa: F811
+    source_cluster: KafkaCluster, target_cluster: KafkaCluster, services: Callable[..., StraitProcess],
     unique_name: Callable[[str], str], tmp_path: Path,
 ) -> None:
     topic = unique_name("recreated")
@@ -178,7 +178,7 @@ def own_clusters(kafka_cluster_factory: Callable[..., KafkaCluster]) -> Iterator
 
 
 def test_corrupt_offset_syncs_checkpoints_and_heartbeats_are_skipped_and_counted(
-    own_clusters: tuple[KafkaCluster, KafkaCluster], services: Callable[..., StraitProcess],  # noqa: F811
+    own_clusters: tuple[KafkaCluster, KafkaCluster], services: Callable[..., StraitProcess],
     redis_url: str, unique_name: Callable[[str], str], tmp_path: Path,
 ) -> None:
     source_cluster, target_cluster = own_clusters

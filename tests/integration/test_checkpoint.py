@@ -29,14 +29,9 @@ from strait_lab.services import StraitProcess
 from strait.records import Checkpoint, RecordFormatError
 from strait.translation import committed_offsets, translate_source_group
 from tests.integration.replicator_support import flow_config, wait_for, write_config
-from tests.integration.test_checkpoint_support import commit_offsets, services  # noqa: F401  (fixture)
-from tests.integration.test_mm2_compat import (  # noqa: F401  (oracle is a fixture)
-    TRANSLATE_TIMEOUT_MS,
-    Mm2Oracle,
-    _offsets_by_partition,
-    _x,
-    oracle,
-)
+from tests.integration.test_checkpoint_support import commit_offsets
+from tests.integration.test_mm2_compat import _offsets_by_partition, _x
+from tests.oracle.mm2_oracle import TRANSLATE_TIMEOUT_MS, Mm2Oracle
 
 pytestmark = pytest.mark.slow
 

@@ -35,7 +35,7 @@ from strait_lab.kafka import KafkaCluster
 from strait_lab.services import StraitProcess
 from strait.records import Checkpoint, Heartbeat, OffsetSync, RecordFormatError
 from tests.integration.replicator_support import wait_for, write_config
-from tests.integration.test_checkpoint_support import commit_offsets, services  # noqa: F401  (fixture)
+from tests.integration.test_checkpoint_support import commit_offsets
 
 pytestmark = pytest.mark.slow
 

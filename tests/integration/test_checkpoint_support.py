@@ -1,37 +1,12 @@
-"""Shared helpers of the heartbeat and checkpoint tests: their processes and the replicator."""
+"""Shared helpers of the heartbeat and checkpoint tests."""
 
 from __future__ import annotations
 
 import time
-from collections.abc import Callable, Iterator
-from pathlib import Path
 
-import pytest
 from confluent_kafka import ConsumerGroupTopicPartitions, TopicPartition
 
 from strait_lab.kafka import KafkaCluster
-from strait_lab.services import StraitProcess
-
-@pytest.fixture
-def services(tmp_path: Path, lab_root: Path) -> Iterator[Callable[..., StraitProcess]]:
-    """Start processes: ``services("checkpoint", "--config", path)``, ``services("replicator", ...)``."""
-    started: list[StraitProcess] = []
-
-    def start(component: str, *args: str) -> StraitProcess:
-        name = f"{component}-{len(started)}-{tmp_path.name}"
-        if component == "replicator":
-            process = StraitProcess("replicator", ["--state-dir", str(tmp_path / f"state-{len(started)}"), *args],
-                                    lab_root / "replicator", name=name)
-        else:
-            process = StraitProcess(component, list(args), lab_root / component, name=name)
-        started.append(process)
-        process.start(timeout=120)
-        return process
-
-    yield start
-    for process in started:
-        process.stop()
-
 
 def commit_offsets(cluster: KafkaCluster, group: str, partitions: list[TopicPartition], timeout: float = 60.0) -> None:
     """Commit a group's offsets through the admin API, retrying while the coordinator is still loading."""

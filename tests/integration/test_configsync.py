@@ -18,19 +18,17 @@ from confluent_kafka.admin import (
 from strait_lab.clients import create_topic
 from strait_lab.kafka import KafkaCluster
 from tests.integration.replicator_support import wait_for, write_config
-from tests.integration.test_configsync_support import (  # noqa: F401  (fixtures)
+from tests.integration.test_configsync_support import (
     INTERVAL,
     ConfigSyncProcess,
     acls,
     add_acls,
     alter,
     cluster_entry,
-    configsync,
     overrides,
     partitions,
     remove_acls,
     report,
-    secured_clusters,
     strait_config,
     sync_flow,
     topic_config,

@@ -14,17 +14,15 @@ from strait_lab.clients import create_topic
 from strait_lab.kafka import KafkaCluster
 from strait_lab.ports import free_port
 from tests.integration.replicator_support import wait_for, write_config
-from tests.integration.test_configsync_support import (  # noqa: F401  (fixtures)
+from tests.integration.test_configsync_support import (
     STRAIT_USER,
     ConfigSyncProcess,
     add_acls,
     alter,
     cluster_entry,
-    configsync,
     overrides,
     partitions,
     report,
-    secured_clusters,
     strait_config,
     sync_flow,
 )

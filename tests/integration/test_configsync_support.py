@@ -1,16 +1,14 @@
 """Shared helpers of the configsync tests: secured clusters, processes, reading topics and ACLs.
 
-Holds no tests itself; the configsync test modules import its fixtures and helpers.
+Holds no tests itself; its fixtures live in tests/conftest.py.
 """
 
 from __future__ import annotations
 
 import json
-from collections.abc import Callable, Iterable, Iterator, Mapping
-from pathlib import Path
+from collections.abc import Iterable, Mapping
 from typing import Any
 
-import pytest
 import redis
 from confluent_kafka.admin import (
     AclBinding,
@@ -24,38 +22,13 @@ from confluent_kafka.admin import (
 from strait.kafka.acls import ALL_ACLS, exact_filter
 from strait_lab.kafka import KafkaCluster
 from strait_lab.services import StraitProcess
+from tests.conftest import SCRAM_USERS
 
 INTERVAL = 2.0
-STRAIT_USER, STRAIT_PASSWORD = "strait", "strait-secret"
 
 
-ConfigSyncProcess = StraitProcess  # `strait run configsync ARGS` as a real process
-
-
-@pytest.fixture
-def configsync(tmp_path: Path, lab_root: Path) -> Iterator[Callable[..., ConfigSyncProcess]]:
-    """Start configsync replicas: ``configsync("--config", path)``; stopped after the test."""
-    started: list[ConfigSyncProcess] = []
-
-    def start(*args: str) -> ConfigSyncProcess:
-        process = StraitProcess("configsync", list(args), lab_root / "configsync",
-                                name=f"configsync-{len(started)}-{tmp_path.name}")
-        started.append(process)
-        process.start(timeout=60)
-        return process
-
-    yield start
-    for process in started:
-        if process.process.alive():
-            process.stop()
-
-
-@pytest.fixture(scope="session")
-def secured_clusters(kafka_cluster_factory: Callable[..., KafkaCluster]) -> tuple[KafkaCluster, KafkaCluster]:
-    """Clusters S and T with StandardAuthorizer and SCRAM users (PLAINTEXT stays a super-user door)."""
-    users = {"admin": "admin-secret", STRAIT_USER: STRAIT_PASSWORD}
-    return (kafka_cluster_factory("S", authorizer=True, sasl=True, scram_users=users),
-            kafka_cluster_factory("T", authorizer=True, sasl=True, scram_users=users))
+ConfigSyncProcess = StraitProcess  # `strait run configsync ARGS` as a real process (tests/conftest.py starts it)
+STRAIT_USER, STRAIT_PASSWORD = "strait", SCRAM_USERS["strait"]
 
 
 def cluster_entry(cluster: KafkaCluster, user: str | None = None) -> dict[str, Any]:

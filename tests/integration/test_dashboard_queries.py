@@ -114,20 +114,20 @@ def commit_group(cluster: KafkaCluster, topic: str, group: str) -> int:
 
 
 @pytest.fixture
-def strait_services(lab_root: Path, prometheus_server: PrometheusServer) -> Iterator[Callable[..., StraitProcess]]:
-    started: list[StraitProcess] = []
+def strait_services(services: Callable[..., StraitProcess],
+                    prometheus_server: PrometheusServer) -> Iterator[Callable[..., StraitProcess]]:
+    """``services`` whose processes Prometheus scrapes while the test runs."""
+    scraped: list[StraitProcess] = []
 
     def start(component: str, *args: str) -> StraitProcess:
-        process = StraitProcess(component, args, lab_root / "dashboards", name=f"dashboards-{component}")
-        started.append(process)
-        process.start(timeout=120)
+        process = services(component, *args)
+        scraped.append(process)
         prometheus_server.add_target(process.metrics_address, job=component)
         return process
 
     yield start
-    for process in reversed(started):
+    for process in reversed(scraped):
         prometheus_server.remove_target(process.metrics_address)
-        process.stop()
 
 
 def test_every_dashboard_query_returns_data_from_running_services(

@@ -43,7 +43,6 @@ from strait_lab.clients import create_topic
 from strait_lab.kafka import KafkaCluster
 from strait_lab.services import StraitProcess
 from tests.integration.replicator_support import flow_config, records_by_partition, wait_for, write_config
-from tests.integration.test_checkpoint_support import services  # noqa: F401  (fixture)
 
 pytestmark = [pytest.mark.slow, pytest.mark.faults]
 

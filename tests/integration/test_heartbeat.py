@@ -16,7 +16,6 @@ from strait_lab.kafka import KafkaCluster
 from strait_lab.services import StraitProcess
 from strait.records import Heartbeat, RecordFormatError
 from tests.integration.replicator_support import flow_config, wait_for, write_config
-from tests.integration.test_checkpoint_support import services  # noqa: F401  (fixture)
 
 pytestmark = pytest.mark.slow
 

@@ -7,11 +7,7 @@ to a file, never into the answers.
 
 from __future__ import annotations
 
-import queue
-import subprocess
-import threading
-from collections.abc import Callable, Iterator, Sequence
-from pathlib import Path
+from collections.abc import Callable, Sequence
 
 import pytest
 from confluent_kafka.admin import AdminClient
@@ -20,9 +16,9 @@ from hypothesis import strategies as st
 from strait.config.mm2_properties import CLIENT_SETTING, FLOW_KEYS, parse_mm2_properties
 from strait.errors import ConfigError
 from strait.filters import ConfigPropertyFilter, FilterPatternError, GroupFilter, TopicFilter
-from strait_lab import deps
 from strait_lab.clients import Record, consume_all, create_topic, produce
 from strait_lab.kafka import KafkaCluster
+from tests.oracle.mm2_oracle import TRANSLATE_TIMEOUT_MS, JavaRejected, Mm2Oracle
 from strait.policy import (
     DefaultReplicationPolicy,
     IdentityReplicationPolicy,
@@ -40,88 +36,7 @@ from strait.records import (
     RecordFormatError,
 )
 
-ORACLE_SOURCE = Path(__file__).resolve().parents[1] / "oracle" / "Mm2Oracle.java"
-ORACLE_LOG_CONFIG = ORACLE_SOURCE.with_name("log4j2.properties")
-ORACLE_MAIN = "org.apache.kafka.connect.mirror.Mm2Oracle"
-ANSWER_TIMEOUT = 120.0
-TRANSLATE_TIMEOUT_MS = "30000"
-
 DIFFERENTIAL = settings(max_examples=150, deadline=None, suppress_health_check=[HealthCheck.too_slow])
-
-
-class JavaRejected(Exception):
-    """The oracle answered ERR: the MM2 class threw."""
-
-
-class Mm2Oracle:
-    """One long-running JVM answering requests with MM2's classes."""
-
-    def __init__(self, classpath: str, log_path: Path) -> None:
-        self._log_path = log_path
-        self._log = log_path.open("wb")
-        self._proc = subprocess.Popen(
-            ["java", f"-Dlog4j2.configurationFile={ORACLE_LOG_CONFIG}", "-cp", classpath, ORACLE_MAIN],
-            stdin=subprocess.PIPE,
-            stdout=subprocess.PIPE,
-            stderr=self._log,
-            text=True,
-            encoding="utf-8",
-        )
-        self._answers: queue.Queue[str | None] = queue.Queue()
-        threading.Thread(target=self._read_answers, daemon=True).start()
-
-    def _read_answers(self) -> None:
-        assert self._proc.stdout is not None
-        for line in self._proc.stdout:
-            self._answers.put(line.rstrip("\n"))
-        self._answers.put(None)
-
-    def ask(self, *tokens: str) -> list[str]:
-        """Send one request; the answer's tokens, or JavaRejected with Java's exception."""
-        assert self._proc.stdin is not None
-        self._proc.stdin.write(" ".join(tokens) + "\n")
-        self._proc.stdin.flush()
-        try:
-            answer = self._answers.get(timeout=ANSWER_TIMEOUT)
-        except queue.Empty:
-            raise AssertionError(
-                f"MM2 oracle gave no answer in {ANSWER_TIMEOUT}s; log: {self._log_path}"
-            ) from None
-        if answer is None:
-            raise AssertionError(f"MM2 oracle exited: {self._log_path.read_text()[-2000:]}")
-        status, _, rest = answer.partition(" ")
-        if status == "ERR":
-            raise JavaRejected(rest)
-        assert status == "OK", answer
-        return rest.split(" ") if rest else []
-
-    def close(self) -> None:
-        """Stop the JVM (end of input makes it exit)."""
-        if self._proc.stdin is not None:
-            self._proc.stdin.close()
-        try:
-            self._proc.wait(timeout=30)
-        except subprocess.TimeoutExpired:
-            self._proc.kill()
-            self._proc.wait()
-        self._log.close()
-
-
-@pytest.fixture(scope="session")
-def oracle(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Mm2Oracle]:
-    """The compiled oracle, started once per session."""
-    deps.ensure_jars("mm2")
-    mm2 = deps.classpath("mm2")
-    classes = tmp_path_factory.mktemp("mm2-oracle")
-    compiled = subprocess.run(
-        [deps.ensure_binary("javac"), "-d", str(classes), "-cp", mm2, str(ORACLE_SOURCE)],
-        capture_output=True,
-        text=True,
-    )
-    assert compiled.returncode == 0, f"javac failed:\n{compiled.stdout}{compiled.stderr}"
-    server = Mm2Oracle(f"{classes}:{mm2}", classes / "oracle.log")
-    yield server
-    server.close()
 
 
 # --- token encoding (see Mm2Oracle.java) -----------------------------------------------------------

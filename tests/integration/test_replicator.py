@@ -5,7 +5,7 @@ from __future__ import annotations
 import os
 import random
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
 from pathlib import Path
 
 import pytest
@@ -32,22 +32,6 @@ pytestmark = pytest.mark.slow
 
 KEEP_FOREVER = {"retention.ms": "-1"}  # retention acts on record timestamps; tests use old ones
 BIG = 1024 * 1024
-
-
-@pytest.fixture
-def replicator(tmp_path: Path, lab_root: Path) -> Iterator[Callable[..., StraitProcess]]:
-    started: list[StraitProcess] = []
-
-    def start(*args: str) -> StraitProcess:
-        process = StraitProcess("replicator", ["--state-dir", str(tmp_path / "state"), *args],
-                                lab_root / "replicator", name=f"replicator-{len(started)}-{tmp_path.name}")
-        started.append(process)
-        process.start(timeout=120)
-        return process
-
-    yield start
-    for process in started:
-        process.stop()
 
 
 def _mixed_records(n: int, partitions: int) -> list[Record]:

@@ -107,7 +107,7 @@ class Running:
 
 
 @pytest.fixture
-def components(tmp_path: Path, lab_root: Path, target_cluster: KafkaCluster, redis_url: str,
+def components(tmp_path: Path, services: Callable[..., StraitProcess], target_cluster: KafkaCluster, redis_url: str,
                unique_name: Callable[[str], str]) -> Iterator[Callable[[KafkaCluster], Running]]:
     started: list[StraitProcess] = []
 
@@ -124,12 +124,9 @@ def components(tmp_path: Path, lab_root: Path, target_cluster: KafkaCluster, red
         path = write_config(tmp_path / "strait.yaml", {"redis_url": redis_url, **config})
         processes = {}
         for name in COMPONENTS:
-            extra = ["--state-dir", str(tmp_path / "state")] if name == "replicator" else ["--lease-ttl", "5"]
-            process = StraitProcess(name, ["--config", str(path), *extra], lab_root / "stop-dead-cluster",
-                                    name=f"{name}-stop-{tmp_path.name}")
-            started.append(process)
-            processes[name] = process
-            process.start(timeout=120)
+            extra = [] if name == "replicator" else ["--lease-ttl", "5"]
+            processes[name] = services(name, "--config", str(path), *extra)
+            started.append(processes[name])
         alias = source.alias
         wait_for(lambda: count(target_cluster, f"{alias}.{topic}") == 100, 240, "the records copied")
         wait_for(lambda: count(target_cluster, f"{alias}.heartbeats") > 0, 120, "heartbeats copied")
@@ -139,7 +136,7 @@ def components(tmp_path: Path, lab_root: Path, target_cluster: KafkaCluster, red
 
     yield start
     for process in started:
-        process.process.kill()
+        process.process.kill()  # a graceful stop against a dead cluster only costs time
 
 
 def _report(took: dict[str, float], running: Running, clusters: str) -> None:

@@ -7,7 +7,7 @@ import argparse
 import json
 import threading
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
 from pathlib import Path
 
 import pytest
@@ -24,22 +24,6 @@ from tests.integration.replicator_support import count, flow_config, wait_for, w
 pytestmark = pytest.mark.slow
 
 
-@pytest.fixture
-def replicator(tmp_path: Path, lab_root: Path) -> Iterator[Callable[[Path], StraitProcess]]:
-    started: list[StraitProcess] = []
-
-    def start(config: Path) -> StraitProcess:
-        process = StraitProcess("replicator", ["--config", str(config), "--state-dir", str(tmp_path / "state")],
-                                lab_root / "replicator", name=f"replicator-verify-{tmp_path.name}")
-        started.append(process)
-        process.start(timeout=120)
-        return process
-
-    yield start
-    for process in started:
-        process.stop()
-
-
 def _cli(capsys: pytest.CaptureFixture[str], *argv: str) -> tuple[int, str]:
     """`strait verify ARGV` through the command's own parser, in this process."""
     parser = argparse.ArgumentParser(prog="strait")
@@ -50,7 +34,7 @@ def _cli(capsys: pytest.CaptureFixture[str], *argv: str) -> tuple[int, str]:
 
 
 def test_verify_reports_parity_then_deleted_and_rewritten_records(
-    source_cluster: KafkaCluster, target_cluster: KafkaCluster, replicator: Callable[[Path], StraitProcess],
+    source_cluster: KafkaCluster, target_cluster: KafkaCluster, replicator: Callable[..., StraitProcess],
     unique_name: Callable[[str], str], tmp_path: Path, capsys: pytest.CaptureFixture[str],
 ) -> None:
     prefix = unique_name("verify")
@@ -68,7 +52,7 @@ def test_verify_reports_parity_then_deleted_and_rewritten_records(
     path = write_config(tmp_path / "strait.yaml", flow_config(source_cluster, target_cluster, [rf"{prefix}\..*"]))
     config = load_config(path)
     flow = config.flow("A->B")
-    replicator(path)
+    replicator("--config", str(path))
     wait_for(lambda: (count(target_cluster, f"A.{kept}"), count(target_cluster, f"A.{stamped}")) == (400, 30),
              180, "both topics replicated")
 
@@ -131,7 +115,7 @@ def _load(cluster: KafkaCluster, topic: str, stop: threading.Event) -> Callable[
 
 
 def test_verify_reports_records_appended_after_the_last_copy_not_the_replicators_own_tail(
-    source_cluster: KafkaCluster, target_cluster: KafkaCluster, replicator: Callable[[Path], StraitProcess],
+    source_cluster: KafkaCluster, target_cluster: KafkaCluster, replicator: Callable[..., StraitProcess],
     unique_name: Callable[[str], str], tmp_path: Path, capsys: pytest.CaptureFixture[str],
 ) -> None:
     topic = unique_name("trailing")
@@ -139,7 +123,7 @@ def test_verify_reports_records_appended_after_the_last_copy_not_the_replicators
     path = write_config(tmp_path / "strait.yaml", flow_config(source_cluster, target_cluster, [topic]))
     config = load_config(path)
     flow = config.flow("A->B")
-    replicator(path)
+    replicator("--config", str(path))
     produce(source_cluster.client_config(), topic, [Record(b"k", b"first", partition=p) for p in (0, 1)])
     wait_for(lambda: count(target_cluster, f"A.{topic}") == 2, 180, "the first records replicated")
 

@@ -15,14 +15,13 @@ import redis
 from strait_lab.kafka import KafkaCluster
 from strait_lab.services import StraitProcess
 from tests.integration.replicator_support import flow_config, wait_for, write_config
-from tests.integration.test_checkpoint_support import services  # noqa: F401  (fixture)
 
 pytestmark = pytest.mark.slow
 
 
 def test_a_service_started_without_a_configuration_waits_then_follows_the_first_apply(
     source_cluster: KafkaCluster, target_cluster: KafkaCluster, redis_url: str,
-    services: Callable[..., StraitProcess], unique_name: Callable[[str], str], tmp_path: Path,  # noqa: F811
+    services: Callable[..., StraitProcess], unique_name: Callable[[str], str], tmp_path: Path,
 ) -> None:
     heartbeat = services("heartbeat", "--redis-url", redis_url, "--lease-ttl", "3")
     time.sleep(3)  # it would have exited by now

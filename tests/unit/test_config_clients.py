@@ -5,7 +5,6 @@ from __future__ import annotations
 import pytest
 
 from strait.config.clients import jaas_options, librdkafka_settings
-from strait.errors import ConfigError
 
 SCRAM_MODULE = "org.apache.kafka.common.security.scram.ScramLoginModule"
 

@@ -13,6 +13,7 @@ from typing import Any
 import yaml
 from confluent_kafka import KafkaException
 
+from strait.settings import settings_of
 from strait.config import DEFAULT_REDIS_URL, StraitConfig, config_to_dict, load_config, mask_url
 from strait.config.secrets import mask_text, url_password
 from strait.config.store import apply_config, check_storable, latest_version, read_stored_config
@@ -94,7 +95,7 @@ def register(subparsers: argparse._SubParsersAction) -> None:
 
 def redis_url(args: argparse.Namespace) -> str:
     """The Redis URL from --redis-url, else $STRAIT_REDIS_URL, else the embedded lab's (the settings')."""
-    return args.settings.coordination_url()
+    return settings_of(args).coordination_url()
 
 
 def _apply(args: argparse.Namespace) -> int:

@@ -19,6 +19,7 @@ from dataclasses import asdict
 
 import time
 
+from strait.settings import settings_of
 from strait.config.store import load_stored_config
 from strait.coord.redis_client import connect
 from strait.disaster import (
@@ -63,7 +64,7 @@ def register(subparsers: argparse._SubParsersAction) -> None:
 
 
 def _client(args: argparse.Namespace):  # noqa: ANN202  (a redis.Redis)
-    return connect(args.settings.coordination_url())
+    return connect(settings_of(args).coordination_url())
 
 
 def _failover(args: argparse.Namespace) -> int:

@@ -13,6 +13,7 @@ import json
 from dataclasses import replace
 from typing import Any
 
+from strait.settings import settings_of
 from strait.config.store import apply_config, read_stored_config
 from strait.coord.assignment import ShardItem
 from strait.coord.leases import Leases
@@ -38,7 +39,7 @@ def register(subparsers: argparse._SubParsersAction) -> None:
 
 
 def _client(args: argparse.Namespace) -> Any:
-    return connect(args.settings.coordination_url())
+    return connect(settings_of(args).coordination_url())
 
 
 def _switch(args: argparse.Namespace) -> int:

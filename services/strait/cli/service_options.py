@@ -5,6 +5,7 @@ from __future__ import annotations
 import argparse
 from pathlib import Path
 
+from strait.settings import settings_of
 from strait.config import load_config
 from strait.config.model import StraitConfig
 from strait.config.store import load_stored_config
@@ -22,4 +23,4 @@ def config_from_args(args: argparse.Namespace) -> StraitConfig:
     """The configuration named by ``--config``, else the latest one stored in Redis."""
     if args.config is not None:
         return load_config(args.config)
-    return load_stored_config(connect(args.settings.coordination_url()))[1]
+    return load_stored_config(connect(settings_of(args).coordination_url()))[1]

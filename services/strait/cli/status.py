@@ -11,6 +11,7 @@ import json
 import time
 from typing import Any
 
+from strait.settings import settings_of
 from strait.config.store import ConfigStoreError, load_stored_config
 from strait.coord.redis_client import connect
 from strait.source_watch import SourceView, read_source_view
@@ -28,7 +29,7 @@ def register(subparsers: argparse._SubParsersAction) -> None:
 
 
 def _status(args: argparse.Namespace) -> int:
-    client = connect(args.settings.coordination_url())
+    client = connect(settings_of(args).coordination_url())
     try:
         _version, config = load_stored_config(client)
         flows = {flow.name: flow.enabled for flow in config.flows}

@@ -1,0 +1,1 @@
+"""MirrorMaker 2's own classes as the compatibility oracle of the tests (a JVM answering requests)."""
