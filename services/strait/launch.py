@@ -112,10 +112,22 @@ def launch(args: argparse.Namespace) -> int:
     return int(importlib.import_module(component.app).main(settings, *extra))
 
 
-def report_errors(call: Callable[[], int]) -> int:
-    """Run a command: strait's own errors become one line on stderr and exit code 1."""
+def add_log_level(parser: argparse.ArgumentParser) -> None:
+    """``--log-level``, which every strait command takes."""
+    parser.add_argument("--log-level", default=None, help="DEBUG, INFO (default), WARNING or ERROR")
+
+
+def run_command(parser: argparse.ArgumentParser, argv: list[str] | None = None) -> int:
+    """Parse ``argv``, read the process's settings once, set up logging and run the chosen handler;
+    strait's own errors become one line on stderr and exit code 1."""
+    args = parser.parse_args(argv)
     try:
-        return call()
+        args.settings = Settings.read(args)
+    except StraitError as exc:
+        parser.error(str(exc))
+    setup_logging(args.settings.log_level)
+    try:
+        return int(args.handler(args) or 0)
     except StraitError as exc:
         print(f"strait: error: {exc}", file=sys.stderr)
         return 1
@@ -126,10 +138,8 @@ def report_errors(call: Callable[[], int]) -> int:
 def main(component: str, argv: list[str] | None = None) -> int:
     """``python -m strait_<component> [OPTIONS]``: the same process as `strait run COMPONENT [OPTIONS]`."""
     parser = argparse.ArgumentParser(prog=f"strait run {component}", description=COMPONENTS[component].help)
-    parser.add_argument("--log-level", default=None, help="DEBUG, INFO (default), WARNING or ERROR")
+    add_log_level(parser)
     add_process_options(parser, COMPONENTS[component])
     COMPONENTS[component].add_options(parser)
-    args = parser.parse_args(argv)
-    args.component, args.settings = component, Settings.read(args)
-    setup_logging(args.settings.log_level)
-    return report_errors(lambda: launch(args))
+    parser.set_defaults(handler=launch, component=component)
+    return run_command(parser, argv)

@@ -100,20 +100,16 @@ class FlowTrouble:
     """One flow's failed steps in a row, reported as every strait service reports them.
 
     A failure counts in ``strait_errors_total{service,flow,kind}``, turns the flow's state to
-    ``error``, is logged once (with its traceback when its kind is ``internal``: a bug, not a
-    cluster) and returns the pause before the next try; a step that works again resets the pause
+    ``error``, is logged once at ``level`` (an error with its traceback when its kind is
+    ``internal``: a bug, not a cluster) and returns the pause before the next try; a step that works again resets the pause
     and, unless told otherwise, turns the state back to ``running``.
     """
 
-    def __init__(self, service: str, flow: str, doing: str, policy: RetryPolicy = CLUSTER_RETRY) -> None:
-        self.service, self.flow, self.doing = service, flow, doing
+    def __init__(self, service: str, flow: str, doing: str, policy: RetryPolicy = CLUSTER_RETRY,
+                 level: int = logging.WARNING) -> None:
+        self.service, self.flow, self.doing, self.level = service, flow, doing, level
         self._backoff = Backoff(policy)
         self.kind: str | None = None  # the last failure's kind, until a step works again
-
-    @property
-    def failures(self) -> int:
-        """Failures in a row."""
-        return self._backoff.failures
 
     def failed(self, exc: BaseException, kind: str | None = None, message: str | None = None) -> float:
         """Report a failure (``kind`` defaults to :func:`error_kind`); returns the seconds to wait."""
@@ -121,9 +117,9 @@ class FlowTrouble:
         self.kind = kind or error_kind(exc)
         ERRORS.labels(service=self.service, flow=self.flow, kind=self.kind).inc()
         set_flow_state(self.service, self.flow, "error")
-        log.warning("service=%s flow=%s kind=%s %s failed, retry_in=%.1fs: %s", self.service, self.flow,
-                    self.kind, self.doing, delay, message or exc,
-                    exc_info=exc if self.kind == "internal" else None)
+        internal = self.kind == "internal"
+        log.log(logging.ERROR if internal else self.level, "service=%s flow=%s kind=%s %s failed, retry_in=%.1fs: %s",
+                self.service, self.flow, self.kind, self.doing, delay, message or exc, exc_info=exc if internal else None)
         return delay
 
     def succeeded(self, state: str | None = "running") -> None:

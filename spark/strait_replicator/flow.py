@@ -86,7 +86,7 @@ class FlowRunner:
         self.plan: FlowPlan | None = None
         self.query: StreamingQuery | None = None
         self.last_error: str | None = None
-        self._trouble = FlowTrouble(metrics.SERVICE, flow_name, "replication")
+        self._trouble = FlowTrouble(metrics.SERVICE, flow_name, "replication", level=logging.ERROR)
         self._records_at_fail = 0
         self._retry_at = 0.0
         self._next_refresh = 0.0

@@ -14,10 +14,7 @@ from types import ModuleType
 
 from strait import __version__
 from strait.cli import config, dashboards, failover, flow, offsets, run, status, verify
-from strait.errors import StraitError
-from strait.launch import report_errors
-from strait.logs import setup_logging
-from strait.settings import Settings
+from strait.launch import add_log_level, run_command
 
 COMMAND_GROUPS = (config, flow, run, status, offsets, failover, verify, dashboards)
 PLUGIN_GROUP = "strait.commands"  # installed tools add command groups here (tools/: `strait lab`)
@@ -35,7 +32,7 @@ def build_parser() -> argparse.ArgumentParser:
         description="Cross-cluster Apache Kafka replication (MirrorMaker 2's job, exact offsets).",
     )
     parser.add_argument("--version", action="version", version=f"strait {__version__}")
-    parser.add_argument("--log-level", default=None, help="DEBUG, INFO (default), WARNING or ERROR")
+    add_log_level(parser)
     subparsers = parser.add_subparsers(dest="command", metavar="COMMAND", required=True)
     for group in (*plugin_groups(), *COMMAND_GROUPS):
         group.register(subparsers)
@@ -44,14 +41,7 @@ def build_parser() -> argparse.ArgumentParser:
 
 def main(argv: list[str] | None = None) -> int:
     """Entry point of the `strait` console script: the process's settings are read once, here."""
-    parser = build_parser()
-    args = parser.parse_args(argv)
-    try:
-        args.settings = Settings.read(args)
-    except StraitError as exc:
-        parser.error(str(exc))
-    setup_logging(args.settings.log_level)
-    return report_errors(lambda: int(args.handler(args) or 0))
+    return run_command(build_parser(), argv)
 
 
 if __name__ == "__main__":
