@@ -102,8 +102,8 @@ def redis_server_factory(lab_root: Path) -> Iterator[Callable[..., RedisServer]]
     """Start a dedicated Redis (for restart or password tests); stopped at the end."""
     started: list[RedisServer] = []
 
-    def start(password: str | None = None) -> RedisServer:
-        server = RedisServer(lab_root / f"redis-{uuid.uuid4().hex[:6]}", password=password)
+    def start(password: str | None = None, persistent: bool = False) -> RedisServer:
+        server = RedisServer(lab_root / f"redis-{uuid.uuid4().hex[:6]}", password=password, persistent=persistent)
         started.append(server)
         server.start()
         return server
@@ -156,9 +156,10 @@ def services(tmp_path: Path, lab_root: Path) -> Iterator[Callable[..., StraitPro
     """
     started: list[StraitProcess] = []
 
-    def start(component: str, *args: str, timeout: float = 120.0) -> StraitProcess:
+    def start(component: str, *args: str, timeout: float = 120.0, env: dict[str, str] | None = None
+              ) -> StraitProcess:
         argv = ["--state-dir", str(tmp_path / "state"), *args] if component == "replicator" else list(args)
-        process = StraitProcess(component, argv, lab_root / component,
+        process = StraitProcess(component, argv, lab_root / component, env=env,
                                 name=f"{component}-{len(started)}-{tmp_path.name}")
         started.append(process)
         process.start(timeout=timeout)

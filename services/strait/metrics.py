@@ -20,6 +20,9 @@ FLOW_STATES = ("starting", "running", "stopped", "disabled", "error")
 SERVICE_UP = Gauge("strait_service_up", "1 while this strait process runs", ["service"])
 CONFIG_LOADED = Gauge("strait_config_loaded", "1 once this process has a configuration, 0 while it waits for one",
                       ["service"])
+CONFIG_DURABLE = Gauge("strait_config_durable",
+                       "1 while the durable configuration topic holds what Redis holds, 0 while it is behind or "
+                       "unreachable (only with STRAIT_CONFIG_KAFKA)", ["service"])
 ERRORS = Counter("strait_errors_total", "Errors by service, flow and kind", ["service", "flow", "kind"])
 FLOW_STATE = Gauge("strait_flow_state", "1 for the flow's current state in this process", ["flow", "state", "service"])
 

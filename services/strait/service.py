@@ -13,13 +13,14 @@ import threading
 import time
 from collections.abc import Callable
 from pathlib import Path
-from typing import Any
 
 import redis
 
 from strait.config import load_config
 from strait.config.model import StraitConfig
+from strait.config.durable import ConfigKeeper, DurableConfigTopic, DurableLocation
 from strait.config.store import ConfigStoreError, load_stored_config, watch_config
+from strait.coord.documents import Watcher
 from strait.metrics import CONFIG_LOADED, SERVICE_UP, serve_metrics
 from strait.settings import STOP_GRACE_SECONDS, Settings
 
@@ -46,14 +47,30 @@ class ConfigFeed:
             return self._config
 
 
+class ConfigFollower:
+    """What follows the stored configuration for a process: the Redis watcher and, with a durable
+    topic, the keeper that restores the configuration into a Redis that lost it."""
+
+    def __init__(self, watcher: Watcher, keeper: ConfigKeeper | None) -> None:
+        self.watcher, self.keeper = watcher, keeper
+
+    def stop(self) -> None:
+        """Stop watching and keeping."""
+        self.watcher.stop()
+        if self.keeper is not None:
+            self.keeper.stop()
+
+
 def follow_config(feed: ConfigFeed, config_file: Path | None, client: redis.Redis | None,
-                  namespace: str = "strait", service: str = "strait") -> Any:
-    """Feed the file's configuration, or the stored one and every later version; returns the watcher
+                  namespace: str = "strait", service: str = "strait",
+                  durable: DurableLocation | None = None) -> ConfigFollower | None:
+    """Feed the file's configuration, or the stored one and every later version; returns the follower
     (``stop()`` it at the end) or None for a file.
 
     With nothing stored yet (a new Redis, or one that lost its data) the process waits for the
     first `strait config apply`, says so in its log and in ``strait_config_loaded``, and goes on
-    serving metrics: a supervisor restarting it would only turn the wait into a crash loop.
+    serving metrics: a supervisor restarting it would only turn the wait into a crash loop. With a
+    ``durable`` topic, a keeper puts the configuration kept there back into Redis within seconds.
     """
     def adopt(config: StraitConfig) -> None:
         feed.set(config)
@@ -64,13 +81,16 @@ def follow_config(feed: ConfigFeed, config_file: Path | None, client: redis.Redi
         adopt(load_config(config_file))
         return None
     assert client is not None, "a Redis client is needed without a config file"
+    keeper = ConfigKeeper(client, DurableConfigTopic(durable), namespace, service).start() if durable else None
     try:
         version, config = load_stored_config(client, None, namespace)
     except ConfigStoreError as exc:
-        log.warning("service=%s waiting for a configuration: %s", service, exc)
-        return watch_config(client, adopt, poll_interval=2.0, namespace=namespace)
+        where = f" (or its durable copy in {durable.describe()})" if durable else ""
+        log.warning("service=%s waiting for a configuration%s: %s", service, where, exc)
+        return ConfigFollower(watch_config(client, adopt, poll_interval=2.0, namespace=namespace), keeper)
     adopt(config)
-    return watch_config(client, adopt, poll_interval=2.0, namespace=namespace, after_version=version)
+    return ConfigFollower(watch_config(client, adopt, poll_interval=2.0, namespace=namespace, after_version=version),
+                          keeper)
 
 
 STOP_MARGIN_SECONDS = 2.0  # of the grace, kept for the interpreter's own exit once the body's stop path ended

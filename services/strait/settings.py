@@ -11,6 +11,9 @@ Every command and every component process builds one :class:`Settings` at start
 | log level | ``--log-level`` | ``STRAIT_LOG_LEVEL`` | INFO |
 | replicator state | ``--state-dir`` | ``STRAIT_STATE_DIR`` | ``<cache>/replicator`` |
 | stop grace | | ``STRAIT_STOP_GRACE_SECONDS`` | 9 s, under the 10 s Docker gives before SIGKILL |
+| durable configuration: cluster | | ``STRAIT_CONFIG_KAFKA`` | none: Redis alone keeps the configuration |
+| durable configuration: client file | | ``STRAIT_CONFIG_KAFKA_PROPERTIES`` | none (plaintext) |
+| durable configuration: topic | | ``STRAIT_CONFIG_TOPIC`` | ``strait-config`` |
 """
 
 from __future__ import annotations
@@ -23,6 +26,7 @@ from typing import Any
 
 from strait.config import load_config
 from strait.config.model import DEFAULT_REDIS_URL
+from strait.config.durable import DEFAULT_TOPIC, DurableLocation
 from strait.config.secrets import resolve_value
 from strait.errors import ConfigError
 
@@ -48,6 +52,7 @@ class Settings:
     lease_ttl: float = DEFAULT_LEASE_TTL
     flows: tuple[str, ...] = ()  # only these flows (every wanted one when empty)
     namespace: str = "strait"
+    durable_config: DurableLocation | None = None  # the configuration's durable topic (strait.config.durable)
 
     @classmethod
     def read(cls, flags: Any = None, environ: Mapping[str, str] = os.environ) -> Settings:
@@ -70,6 +75,7 @@ class Settings:
             stop_grace=_seconds(environ, "STRAIT_STOP_GRACE_SECONDS", STOP_GRACE_SECONDS),
             lease_ttl=float(flag("lease_ttl", DEFAULT_LEASE_TTL)),
             flows=_flows(flag("flow", ())),
+            durable_config=_durable_location(environ),
         )
 
     def coordination_url(self) -> str:
@@ -89,6 +95,15 @@ def settings_of(args: Any) -> Settings:
 def _flows(flag: Any) -> tuple[str, ...]:
     """``--flow`` is repeatable for components (a list) and a single name for one-shot commands."""
     return (flag,) if isinstance(flag, str) else tuple(flag)
+
+
+def _durable_location(environ: Mapping[str, str]) -> DurableLocation | None:
+    bootstrap = environ.get("STRAIT_CONFIG_KAFKA", "").strip()
+    if not bootstrap:
+        return None
+    properties = environ.get("STRAIT_CONFIG_KAFKA_PROPERTIES", "").strip()
+    return DurableLocation(bootstrap, environ.get("STRAIT_CONFIG_TOPIC", "").strip() or DEFAULT_TOPIC,
+                           Path(properties) if properties else None)
 
 
 def _seconds(environ: Mapping[str, str], name: str, default: float) -> float:

@@ -81,7 +81,7 @@ class Replicator:
         if self.settings.config_file is None:
             client = connect(self.settings.coordination_url())
         watcher = follow_config(self.feed, self.settings.config_file, client, self.settings.namespace,
-                                metrics.SERVICE)
+                                metrics.SERVICE, self.settings.durable_config)
         try:
             while not stop.is_set():
                 self.step(stop)

@@ -155,6 +155,9 @@ def _summary(description: dict[str, Any]) -> str:
     lines.append(f"  flows         {', '.join(description.get('flows', []))}")
     if description.get("config"):
         lines.append(f"  config        {description['config']} (change it with `strait config apply FILE`)")
+    if description.get("config_kafka"):
+        lines.append(f"  durable copy  topic strait-config on {description['config_kafka']} "
+                     f"(export STRAIT_CONFIG_KAFKA={description['config_kafka']} for `strait config apply`)")
     lines.append(f"  logs          {description.get('logs')}")
     if "startup_seconds" in description:
         lines.append(f"  ready in      {description['startup_seconds']} s")

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import logging
+import shutil
 from pathlib import Path
 
 import redis
@@ -18,15 +19,19 @@ class RedisServer:
     """A redis-server process of the lab.
 
     Args:
-        workdir: folder for its log (no persistence: the lab's Redis starts empty).
+        workdir: folder for its log and, when persistent, its append-only file.
         port: fixed port, or None for a free one.
         password: require this password (``requirepass``) when set.
+        persistent: keep data across restarts in an append-only file, fsynced every second, as the
+            compose lab's Redis does; otherwise every start is empty.
     """
 
-    def __init__(self, workdir: Path, port: int | None = None, password: str | None = None) -> None:
+    def __init__(self, workdir: Path, port: int | None = None, password: str | None = None,
+                 persistent: bool = False) -> None:
         self.workdir = workdir
         self.port = claim_port(port, "Redis") if port is not None else free_port()
         self.password = password
+        self.persistent = persistent
         self.process: ManagedProcess | None = None
 
     @property
@@ -39,13 +44,18 @@ class RedisServer:
         """A client for this server."""
         return redis.Redis.from_url(self.url, socket_timeout=5)
 
-    def start(self, timeout: float = 30.0) -> None:
-        """Start redis-server and wait until it answers PING."""
+    def start(self, timeout: float = 30.0, empty: bool = False) -> None:
+        """Start redis-server and wait until it answers PING; ``empty``: its kept data is deleted first
+        (a flushed instance, a new endpoint)."""
         binary = deps.ensure_binary("redis-server")
-        self.workdir.mkdir(parents=True, exist_ok=True)
+        data = self.workdir / "data"
+        if empty:
+            shutil.rmtree(data, ignore_errors=True)
+        data.mkdir(parents=True, exist_ok=True)
         argv = [
-            binary, "--bind", "127.0.0.1", "--port", str(self.port), "--dir", str(self.workdir),
-            "--save", "", "--appendonly", "no", "--daemonize", "no", "--protected-mode", "no",
+            binary, "--bind", "127.0.0.1", "--port", str(self.port), "--dir", str(data),
+            "--save", "", "--appendonly", "yes" if self.persistent else "no", "--appendfsync", "everysec",
+            "--daemonize", "no", "--protected-mode", "no",
         ]
         if self.password:
             argv += ["--requirepass", self.password]
@@ -60,10 +70,10 @@ class RedisServer:
         if self.process:
             self.process.stop()
 
-    def restart(self, timeout: float = 30.0) -> None:
-        """Stop and start again on the same port (its data is gone: no persistence)."""
+    def restart(self, timeout: float = 30.0, empty: bool = False) -> None:
+        """Stop and start again on the same port (with its data if persistent and not ``empty``)."""
         self.stop()
-        self.start(timeout)
+        self.start(timeout, empty=empty)
 
     def pids(self) -> list[int]:
         """The running server's pid, if any."""

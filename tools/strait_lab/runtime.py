@@ -22,6 +22,7 @@ from typing import Any
 from prometheus_client import CollectorRegistry, start_http_server
 from prometheus_client.core import GaugeMetricFamily
 
+from strait.config.durable import DurableLocation
 from strait_lab.errors import LabError
 from strait_lab.kafka import KafkaCluster
 from strait_lab.ports import claim_port, free_port
@@ -50,7 +51,8 @@ class Lab:
         self.clusters: dict[str, KafkaCluster] = {
             c.alias: KafkaCluster(c, workdir / f"kafka-{c.alias}") for c in spec.clusters
         }
-        self.redis = RedisServer(workdir / "redis", port=spec.port(79)) if spec.redis else None
+        # The same persistence as the compose lab's Redis (an append-only file)
+        self.redis = RedisServer(workdir / "redis", port=spec.port(79), persistent=True) if spec.redis else None
         self.prometheus = (
             PrometheusServer(workdir / "prometheus", port=spec.port(90), rule_files=lab_rule_files())
             if spec.prometheus else None
@@ -97,16 +99,23 @@ class Lab:
         config_path = self.workdir / "strait.yaml"
         bootstrap = {alias: c.bootstrap_servers for alias, c in self.clusters.items()}
         config_path.write_text(yaml.safe_dump(lab_config(self.spec, bootstrap, self.redis.url), sort_keys=False))
-        apply_config(self.redis.client(), load_config(config_path), str(config_path))
+        durable = self.durable_config()
+        apply_config(self.redis.client(), load_config(config_path), str(config_path), durable=durable)
         for index, name in enumerate(self.spec.services):
             port = self.spec.port(92 + index)
             service = StraitProcess(name, ["--redis-url", self.redis.url,
                                            *(["--state-dir", str(self.workdir / name)] if name == "replicator" else [])],
-                                    self.workdir / "services",
+                                    self.workdir / "services", env={"STRAIT_CONFIG_KAFKA": durable.bootstrap},
                                     metrics_port=claim_port(port, f"strait {name} metrics") if port else None)
             self.services.append(service)
             service.start(timeout=120)
             self.add_metrics_endpoint(name, service.metrics_address)
+
+    def durable_config(self) -> DurableLocation:
+        """Where the lab keeps the configuration's durable copy: on the first flow's target cluster (the
+        one a disaster recovery keeps), else the first cluster."""
+        alias = self.spec.flows[0].split("->")[1] if self.spec.flows else next(iter(self.clusters))
+        return DurableLocation(self.clusters[alias].bootstrap_servers)
 
     def down(self) -> None:
         """Stop everything that runs: strait services, Prometheus, Redis, then brokers."""
@@ -142,6 +151,7 @@ class Lab:
             "prometheus_url": self.prometheus.url if self.prometheus else None,
             "metrics_endpoints": dict(self.metrics_endpoints),
             "config": str(self.workdir / "strait.yaml") if self.services else None,
+            "config_kafka": self.durable_config().bootstrap if self.services else None,
             "logs": str(self.workdir),
         }
 

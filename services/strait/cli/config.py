@@ -16,7 +16,9 @@ from confluent_kafka import KafkaException
 from strait.settings import settings_of
 from strait.config import DEFAULT_REDIS_URL, StraitConfig, config_to_dict, load_config, mask_url
 from strait.config.secrets import mask_text, url_password
-from strait.config.store import apply_config, check_storable, latest_version, read_stored_config
+from strait.config.store import (
+    ConfigStoreError, apply_config, check_storable, latest_version, read_durable_config, read_stored_config,
+)
 from strait.config.mm1 import Mm1Setup, from_mm1
 from strait.config.model import FlowConfig
 from strait.config.strimzi import load_strimzi
@@ -114,7 +116,7 @@ def _apply(args: argparse.Namespace) -> int:
     url = redis_url(args)
     with _redis(url) as client:
         before = latest_version(client)
-        version = apply_config(client, config, str(args.file))
+        version = apply_config(client, config, str(args.file), durable=settings_of(args).durable_config)
     state = "unchanged, still" if version == before else "stored as"
     print(f"configuration {state} version {version} in {mask_url(url)}: {_summary(config)}")
     return 0
@@ -147,7 +149,7 @@ def _convert(args: argparse.Namespace, config: StraitConfig, header: list[str], 
         return 0
     url = redis_url(args)
     with _redis(url) as client:
-        version = apply_config(client, config, source_name)
+        version = apply_config(client, config, source_name, durable=settings_of(args).durable_config)
     print(f"configuration stored as version {version} in {mask_url(url)}: {_summary(config)}", file=sys.stderr)
     return 0
 
@@ -173,7 +175,15 @@ def _remote_topics(config: StraitConfig, flow: FlowConfig) -> list[str] | None:
 def _show(args: argparse.Namespace) -> int:
     url = redis_url(args)
     with _redis(url) as client:
-        stored = read_stored_config(client, args.config_version)
+        try:
+            stored = read_stored_config(client, args.config_version)
+        except ConfigStoreError:
+            durable = settings_of(args).durable_config
+            if durable is None or args.config_version is not None:
+                raise
+            stored = read_durable_config(durable)
+            print(f"strait: Redis holds no configuration; showing the durable copy in {durable.describe()} "
+                  "(the services put it back into Redis within seconds)", file=sys.stderr)
     body = config_to_dict(stored.config, secrets="mask")
     if args.json:
         meta = {"version": stored.version, "source": stored.source, "applied_at": stored.applied_at}

@@ -52,7 +52,8 @@ def _switch(args: argparse.Namespace) -> int:
         return 0
     flows = tuple(replace(f, enabled=args.enable) if f.name == flow.name else f for f in stored.config.flows)
     config = replace(stored.config, flows=flows)
-    version = apply_config(client, config, f"strait flow {'enable' if args.enable else 'disable'} {flow.name}")
+    version = apply_config(client, config, f"strait flow {'enable' if args.enable else 'disable'} {flow.name}",
+                           durable=settings_of(args).durable_config)
     print(f"flow {flow.name} {word}: configuration version {version} (was {stored.version})")
     return 0
 

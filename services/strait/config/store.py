@@ -15,6 +15,7 @@ from dataclasses import dataclass
 import redis
 
 from strait.config.document import config_from_dict, config_to_dict
+from strait.config.durable import ConfigKeeper, DurableConfigError, DurableConfigTopic, DurableLocation, same_content
 from strait.config.model import StraitConfig
 from strait.config.validate import describe_inline_secrets, inline_secrets
 from strait.coord.documents import DEFAULT_KEEP, Document, VersionedDocuments, Watcher
@@ -83,26 +84,52 @@ def decode_config(document: Document) -> StoredConfig:
 
 
 def apply_config(client: redis.Redis, config: StraitConfig, source_name: str,
-                 namespace: str = "strait") -> int:
-    """Store ``config`` as a new version and return it; an unchanged configuration keeps its version."""
+                 namespace: str = "strait", durable: DurableLocation | None = None) -> int:
+    """Store ``config`` as a new version and return it; an unchanged configuration keeps its version.
+
+    With ``durable`` (the settings' durable topic) the new version is numbered above every version
+    the topic holds, and is written there too before this returns (:mod:`strait.config.durable`).
+
+    Raises:
+        DurableConfigError: the topic could not be read (nothing stored) or written (stored in Redis,
+            and the services' keepers copy it to the topic once it answers).
+    """
     body = encode_config(config, source_name)
     documents = VersionedDocuments(client, namespace)
-    with redis_errors(client, "store the configuration"):
-        latest = documents.get(CONFIG_DOCUMENT)
-        if latest is not None and _same_config(latest.body, body):
-            log.info("configuration unchanged version=%d source=%s", latest.version, source_name)
-            return latest.version
-        version = documents.put(CONFIG_DOCUMENT, body)
-    log.info("configuration stored version=%d source=%s clusters=%d flows=%d",
-             version, source_name, len(config.clusters), len(config.flows))
+    topic = DurableConfigTopic(durable) if durable is not None else None
+    try:
+        floor = _durable_floor(topic) if topic is not None else 0
+        with redis_errors(client, "store the configuration"):
+            latest = documents.get(CONFIG_DOCUMENT)
+            if latest is not None and latest.version >= floor and same_content(latest.body, body):
+                log.info("configuration unchanged version=%d source=%s", latest.version, source_name)
+                version = latest.version
+            else:
+                version = documents.put(CONFIG_DOCUMENT, body, floor=floor)
+                log.info("configuration stored version=%d source=%s clusters=%d flows=%d",
+                         version, source_name, len(config.clusters), len(config.flows))
+        if topic is not None:
+            _keep_durably(client, topic, namespace, version)
+    finally:
+        if topic is not None:
+            topic.close()
     return version
 
 
-def _same_config(stored: bytes, new: bytes) -> bool:
+def _durable_floor(topic: DurableConfigTopic) -> int:
     try:
-        return bool(json.loads(stored).get("config") == json.loads(new)["config"])
-    except (ValueError, AttributeError):
-        return False
+        return max(topic.refresh(), default=0)
+    except DurableConfigError as exc:
+        raise DurableConfigError(f"{exc}; nothing was stored (to store it in Redis alone, run without "
+                                 f"STRAIT_CONFIG_KAFKA: the services copy it to the topic once it answers)") from None
+
+
+def _keep_durably(client: redis.Redis, topic: DurableConfigTopic, namespace: str, version: int) -> None:
+    try:
+        ConfigKeeper(client, topic, namespace, "cli").sync_once()
+    except DurableConfigError as exc:
+        raise DurableConfigError(f"configuration version {version} is stored in Redis and in use, but not yet "
+                                 f"durable: {exc} (the services copy it to the topic once it answers)") from None
 
 
 def latest_version(client: redis.Redis, namespace: str = "strait") -> int | None:
@@ -124,6 +151,20 @@ def read_stored_config(client: redis.Redis, version: int | None = None,
         raise ConfigStoreError(f"there is no configuration version {version} (only the latest "
                                f"{DEFAULT_KEEP} versions are kept)")
     return decode_config(document)
+
+
+def read_durable_config(location: DurableLocation) -> StoredConfig:
+    """The newest version in the durable topic; ConfigStoreError when it holds none."""
+    topic = DurableConfigTopic(location)
+    try:
+        versions = topic.refresh()
+    finally:
+        topic.close()
+    if not versions:
+        raise ConfigStoreError(f"no configuration is stored yet, neither in Redis nor in {location.describe()}; "
+                               "store one with `strait config apply FILE`")
+    newest = max(versions)
+    return decode_config(Document(CONFIG_DOCUMENT, newest, versions[newest]))
 
 
 def load_stored_config(client: redis.Redis, version: int | None = None,

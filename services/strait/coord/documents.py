@@ -7,8 +7,10 @@ put; ``<ns>:doc:<name>:versions`` keeps the last ``keep`` bodies. Every put publ
 
 Watchers subscribe for speed and poll as a fallback, and after every (re)subscription they read
 what they missed, so a lost message or a Redis restart never loses a version. Redis without
-persistence forgets documents when it restarts: versions then start again at 1 under a new
-generation, and watchers deliver them as new.
+persistence forgets documents when it restarts: the next version is stored under a new generation,
+and watchers deliver it as new. A put can be given a floor (a version kept elsewhere) and a copy kept
+elsewhere can be restored at its own version, so versions need not start again at 1
+(:mod:`strait.config.durable`).
 """
 
 from __future__ import annotations
@@ -29,16 +31,24 @@ log = logging.getLogger(__name__)
 DEFAULT_KEEP = 50
 """Versions kept per document."""
 
-# KEYS: meta hash, versions hash. ARGV: body, put id, keep, channel.
+# KEYS: meta hash, versions hash. ARGV: body, put id, keep, channel, floor, exact.
+# exact = '': the next version above max(latest, floor). exact = N: version N, only if above latest.
 _PUT = LUA_PRELUDE + """
 local meta = redis.call('HMGET', KEYS[1], 'latest', 'gen', 'last_put')
 local gen = meta[2] or INT(NOW_US)
 if meta[3] and meta[3] == ARGV[2] then return {gen, meta[1]} end
-local version = tonumber(meta[1] or '0') + 1
+local latest = tonumber(meta[1] or '0')
+local version = math.max(latest, tonumber(ARGV[5])) + 1
+if ARGV[6] ~= '' then
+  version = tonumber(ARGV[6])
+  if version <= latest then return {gen, INT(latest), 'behind'} end
+end
 redis.call('HSET', KEYS[2], INT(version), ARGV[1])
 redis.call('HSET', KEYS[1], 'latest', INT(version), 'gen', gen, 'last_put', ARGV[2])
 local expired = version - tonumber(ARGV[3])
-if expired >= 1 then redis.call('HDEL', KEYS[2], INT(expired)) end
+for _, kept in ipairs(redis.call('HKEYS', KEYS[2])) do
+  if tonumber(kept) <= expired then redis.call('HDEL', KEYS[2], kept) end
+end
 redis.call('PUBLISH', ARGV[4], gen .. ':' .. INT(version))
 return {gen, INT(version)}
 """
@@ -99,20 +109,33 @@ class VersionedDocuments:
         self._get = client.register_script(_GET)
         self._since = client.register_script(_SINCE)
 
-    def put(self, name: str, body: bytes) -> int:
+    def put(self, name: str, body: bytes, *, floor: int = 0) -> int:
         """Store ``body`` as the next version of ``name`` (1, 2, ...), notify watchers, return it.
 
-        Safe to retry: a repeated request (same put id, after a lost reply) stores nothing new.
+        ``floor``: the new version is above it too (a version a durable copy already holds, so a
+        Redis that lost its data never numbers a new version below an older one). Safe to retry: a
+        repeated request (same put id, after a lost reply) stores nothing new.
 
         Raises:
             CoordinationUnavailableError: Redis is down; nothing was stored.
         """
         with redis_errors(self._client, f"store document {name}"):
-            _, version = self._put(
-                keys=self._keys(name), args=[body, uuid.uuid4().hex, self._keep, self.channel(name)]
-            )
-        log.info("document stored name=%s version=%s bytes=%d", name, int(version), len(body))
-        return int(version)
+            reply = self._put(keys=self._keys(name),
+                              args=[body, uuid.uuid4().hex, self._keep, self.channel(name), floor, ""])
+        version = int(reply[1])
+        log.info("document stored name=%s version=%s bytes=%d", name, version, len(body))
+        return version
+
+    def restore(self, name: str, version: int, body: bytes) -> bool:
+        """Store ``body`` as exactly ``version`` of ``name`` if that is above the latest (a copy kept
+        elsewhere coming back into a Redis that lost it); False when Redis already holds as new a version."""
+        with redis_errors(self._client, f"restore document {name}"):
+            reply = self._put(keys=self._keys(name),
+                              args=[body, uuid.uuid4().hex, self._keep, self.channel(name), 0, version])
+        restored = len(reply) < 3
+        if restored:
+            log.info("document restored name=%s version=%d bytes=%d", name, version, len(body))
+        return restored
 
     def get(self, name: str, version: int | None = None) -> Document | None:
         """A version of ``name`` (the latest when None), or None if absent or no longer kept."""

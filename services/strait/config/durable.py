@@ -1,0 +1,293 @@
+"""The configuration's durable home: a compacted, replicated Kafka topic beside Redis.
+
+Redis is the fast path and the change feed, and operators treat it as replaceable: a restart
+without persistence, a failover to a replica that was behind, a flushed instance, a new endpoint.
+So every stored version is also kept in a Kafka topic, one record per version (keyed by it,
+compacted), as Kafka Connect keeps its connector configurations. A :class:`ConfigKeeper` in every
+service process brings the two together every few seconds, the higher version winning
+(:func:`plan_sync`):
+
+* Redis holds no configuration (it lost its data): the topic's newest version goes back into Redis
+  under its own number; watchers deliver it, and services that restarted meanwhile pick it up.
+* Redis is ahead (an apply the topic has not seen yet): that version is written to the topic.
+* Redis is behind, at a version the topic holds with the same content (a failover to a replica
+  that was behind): the topic's newest goes back into Redis.
+* Redis is behind, at a version the topic does not hold with that content (applied into an emptied
+  Redis by a `config apply` that was not told where the topic is): it is stored as the version after
+  the topic's newest, in both. The newest apply wins and no version number goes backwards.
+
+Where it lives is a process setting, as for Connect's ``config.storage.topic``: bootstrap servers
+(``STRAIT_CONFIG_KAFKA``), an optional client properties file (``STRAIT_CONFIG_KAFKA_PROPERTIES``),
+the topic (``STRAIT_CONFIG_TOPIC``). The records hold what Redis holds: secret references only.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import threading
+import time
+from collections.abc import Mapping
+from dataclasses import dataclass
+from pathlib import Path
+
+import redis
+from confluent_kafka import Consumer, KafkaError, KafkaException, Producer, TopicPartition
+
+from strait.config.clients import librdkafka_settings
+from strait.config.properties import read_properties_file
+from strait.config.secrets import resolve_value
+from strait.coord.documents import DEFAULT_KEEP, Document, VersionedDocuments
+from strait.coord.redis_client import CoordinationError
+from strait.errors import StraitError
+from strait.kafka.admin import admin_client, create_topics, internal_topic
+from strait.metrics import CONFIG_DURABLE
+
+log = logging.getLogger(__name__)
+librdkafka_log = logging.getLogger("strait.librdkafka")
+
+DEFAULT_TOPIC = "strait-config"
+FORMAT = 1
+KEEP_SECONDS = 2.0  # how often a keeper compares Redis with the topic
+TIMEOUT = 10.0  # a request to the topic's cluster; the keeper tries again at its next pass
+
+
+class DurableConfigError(StraitError):
+    """The durable configuration topic could not be read or written; the message names cluster and topic."""
+
+
+@dataclass(frozen=True)
+class DurableLocation:
+    """Where the durable copy of the configuration lives: a cluster and a topic on it."""
+
+    bootstrap: str
+    topic: str = DEFAULT_TOPIC
+    properties: Path | None = None  # Java or librdkafka client settings (security), ${env:...} allowed
+
+    def client_config(self) -> dict[str, str]:
+        """librdkafka settings for the topic's cluster."""
+        settings: dict[str, str] = {}
+        if self.properties is not None:
+            settings = {p.key: p.value for p in read_properties_file(self.properties)}
+        jaas = settings.pop("sasl.jaas.config", None)
+        resolved = {key: resolve_value(value) for key, value in settings.items()}
+        return {**librdkafka_settings(resolved, jaas, resolve_value), "bootstrap.servers": self.bootstrap}
+
+    def describe(self) -> str:
+        """``topic T on cluster B`` for messages."""
+        return f"topic {self.topic} on {self.bootstrap}"
+
+
+@dataclass(frozen=True)
+class SyncAction:
+    """What a keeper pass writes: a version to the topic, a version into Redis (either may be None)."""
+
+    to_topic: Document | None = None
+    to_redis: Document | None = None
+
+
+def plan_sync(in_redis: Document | None, in_topic: Mapping[int, bytes], name: str = "config") -> SyncAction:
+    """What brings Redis and the topic together; see the module's rules."""
+    newest = max(in_topic, default=0)
+    if in_redis is None:
+        return SyncAction(to_redis=Document(name, newest, in_topic[newest])) if newest else SyncAction()
+    if in_redis.version > newest:
+        return SyncAction(to_topic=in_redis)
+    if in_redis.version == newest and same_content(in_topic[newest], in_redis.body):
+        return SyncAction()
+    if in_redis.version < newest and in_redis.version in in_topic \
+            and same_content(in_topic[in_redis.version], in_redis.body):
+        return SyncAction(to_redis=Document(name, newest, in_topic[newest]))
+    renumbered = Document(name, newest + 1, in_redis.body)
+    return SyncAction(to_topic=renumbered, to_redis=renumbered)
+
+
+def same_content(first: bytes, second: bytes) -> bool:
+    """Two stored bodies hold the same configuration (who applied it and when aside)."""
+    try:
+        return bool(json.loads(first).get("config") == json.loads(second).get("config"))
+    except (ValueError, AttributeError):
+        return first == second
+
+
+class DurableConfigTopic:
+    """The configuration's versions in the durable topic, read by tailing it (one record per version)."""
+
+    def __init__(self, location: DurableLocation, name: str = "config", keep: int = DEFAULT_KEEP) -> None:
+        self.location = location
+        self.name = name
+        self.keep = keep
+        self.versions: dict[int, bytes] = {}
+        self._config = location.client_config()
+        self._producer: Producer | None = None
+        self._consumer: Consumer | None = None
+        self._partition = TopicPartition(location.topic, 0)
+        self._position = 0
+        self._ensured = False
+        self._lock = threading.Lock()
+
+    def refresh(self) -> dict[int, bytes]:
+        """Read what was written since the last look; every version the topic holds (newest last)."""
+        with self._lock:
+            self._ensure_topic()
+            consumer = self._reader()
+            try:
+                _low, high = consumer.get_watermark_offsets(self._partition, timeout=TIMEOUT)
+            except KafkaException as exc:
+                raise self._error("read", exc) from None
+            deadline = time.monotonic() + TIMEOUT
+            while self._position < high:
+                if time.monotonic() > deadline:
+                    raise self._error("read", f"offset {high} not reached in {TIMEOUT:.0f}s")
+                for message in consumer.consume(500, 0.5):
+                    self._take(message)
+            return dict(sorted(self.versions.items()))
+
+    def write(self, version: int, body: bytes) -> None:
+        """Write ``version`` and wait until the cluster holds it (all in-sync replicas)."""
+        with self._lock:
+            self._ensure_topic()
+            producer = self._writer()
+            errors: list[KafkaError] = []
+            value = json.dumps({"format": FORMAT, "version": version, "body": body.decode()}).encode()
+            producer.produce(self.location.topic, value=value, key=self._key(version), partition=0,
+                             on_delivery=lambda err, _msg: errors.append(err) if err else None)
+            if version > self.keep:  # compaction then drops the versions Redis no longer keeps either
+                producer.produce(self.location.topic, value=None, key=self._key(version - self.keep), partition=0)
+            left = producer.flush(TIMEOUT)
+            if errors or left:
+                raise self._error("write", errors[0].str() if errors else f"not acknowledged in {TIMEOUT:.0f}s")
+            self.versions[version] = body
+        log.info("configuration kept durably version=%d %s", version, self.location.describe())
+
+    def close(self) -> None:
+        """Close the clients."""
+        with self._lock:
+            if self._consumer is not None:
+                self._consumer.close()
+            if self._producer is not None:
+                self._producer.flush(1)
+            self._consumer = self._producer = None
+
+    def _take(self, message: object) -> None:
+        error = message.error()  # type: ignore[attr-defined]
+        if error is not None:
+            if error.code() == KafkaError._PARTITION_EOF:
+                return
+            raise self._error("read", error.str())
+        self._position = message.offset() + 1  # type: ignore[attr-defined]
+        key = (message.key() or b"").decode(errors="replace")  # type: ignore[attr-defined]
+        value = message.value()  # type: ignore[attr-defined]
+        prefix = f"{self.name}:"
+        if not key.startswith(prefix) or not key[len(prefix):].isdigit():
+            return
+        version = int(key[len(prefix):])
+        if value is None:
+            self.versions.pop(version, None)
+            return
+        try:
+            record = json.loads(value)
+            if record.get("format") != FORMAT or int(record["version"]) != version:
+                raise ValueError(f"format {record.get('format')!r}, version {record.get('version')!r}")
+            self.versions[version] = str(record["body"]).encode()
+        except (ValueError, KeyError, TypeError, AttributeError) as exc:
+            log.error("configuration version=%d in %s skipped: not a strait record (%s)", version,
+                      self.location.describe(), exc)
+
+    def _key(self, version: int) -> bytes:
+        return f"{self.name}:{version:012d}".encode()
+
+    def _ensure_topic(self) -> None:
+        if self._ensured:
+            return
+        try:
+            create_topics(admin_client(self._config), self.location.bootstrap, [internal_topic(self.location.topic)],
+                          timeout=TIMEOUT)
+        except Exception as exc:  # noqa: BLE001 - any failure is reported with the topic it concerns
+            raise self._error("create", exc) from None
+        self._ensured = True
+
+    def _reader(self) -> Consumer:
+        if self._consumer is None:
+            self._consumer = Consumer({**self._config, "group.id": f"{self.location.topic}-reader",
+                                       "enable.auto.commit": "false", "enable.partition.eof": "true", "auto.offset.reset": "earliest",
+                                       "logger": librdkafka_log})
+            self._consumer.assign([TopicPartition(self.location.topic, 0, 0)])
+        return self._consumer
+
+    def _writer(self) -> Producer:
+        if self._producer is None:
+            self._producer = Producer({**self._config, "acks": "all", "enable.idempotence": "true",
+                                       "logger": librdkafka_log})
+        return self._producer
+
+    def _error(self, doing: str, cause: object) -> DurableConfigError:
+        return DurableConfigError(f"cannot {doing} the durable configuration {self.location.describe()}: {cause}; "
+                                  f"check that the cluster answers and this principal may {doing} the topic")
+
+
+class ConfigKeeper:
+    """Keeps Redis's configuration and the durable topic together, in a background thread of a service.
+
+    Args:
+        client: the coordination Redis.
+        topic: the durable topic.
+        service: for the log and the ``strait_config_durable`` gauge.
+    """
+
+    def __init__(self, client: redis.Redis, topic: DurableConfigTopic, namespace: str = "strait",
+                 service: str = "strait", interval: float = KEEP_SECONDS) -> None:
+        self.documents = VersionedDocuments(client, namespace)
+        self.topic = topic
+        self.service = service
+        self.interval = interval
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._run, name="config-keeper", daemon=True)
+        self._trouble: str | None = None
+
+    def sync_once(self) -> SyncAction:
+        """One pass: compare, then write what :func:`plan_sync` says; what was written."""
+        in_topic = self.topic.refresh()
+        in_redis = self.documents.get(self.topic.name)
+        action = plan_sync(in_redis, in_topic, self.topic.name)
+        if action.to_topic is not None:
+            self.topic.write(action.to_topic.version, action.to_topic.body)
+        if action.to_redis is not None:
+            restored = self.documents.restore(self.topic.name, action.to_redis.version, action.to_redis.body)
+            if restored:
+                held = in_redis.version if in_redis is not None else None
+                log.warning("service=%s configuration version=%d restored into Redis from %s (Redis held %s)",
+                            self.service, action.to_redis.version, self.topic.location.describe(),
+                            "nothing" if held is None else f"version {held}")
+        return action
+
+    def start(self) -> ConfigKeeper:
+        """Run :meth:`sync_once` now and every ``interval`` seconds; returns self."""
+        self._thread.start()
+        return self
+
+    def stop(self) -> None:
+        """End the thread and close the topic's clients."""
+        self._stop.set()
+        self._thread.join(timeout=TIMEOUT + 5)
+        self.topic.close()
+
+    def _run(self) -> None:
+        while not self._stop.is_set():
+            try:
+                self.sync_once()
+                CONFIG_DURABLE.labels(self.service).set(1)
+                if self._trouble is not None:
+                    log.info("service=%s durable configuration in step again: %s", self.service,
+                             self.topic.location.describe())
+                self._trouble = None
+            except (DurableConfigError, CoordinationError) as exc:
+                CONFIG_DURABLE.labels(self.service).set(0)
+                if str(exc) != self._trouble:
+                    log.warning("service=%s durable configuration not in step, retrying every %.0fs: %s",
+                                self.service, self.interval, exc)
+                self._trouble = str(exc)
+            except Exception:  # the keeper must outlive anything; it logs and retries
+                CONFIG_DURABLE.labels(self.service).set(0)
+                log.exception("service=%s durable configuration pass failed", self.service)
+            self._stop.wait(self.interval)
