@@ -366,7 +366,8 @@ class Rig:
         """The configuration: one flow C->D over ``topics`` with fast schedules for the drills."""
         flow: dict[str, Any] = {
             "source": self.source.alias, "target": self.target.alias,
-            "topics": {"include": [re.escape(t) for t in topics]},
+            # and any topic a drill creates later as <prefix>-late-<name>
+            "topics": {"include": [re.escape(t) for t in topics] + [rf"{re.escape(self.prefix)}-late-.*"]},
             "groups": {"include": [rf"{re.escape(self.prefix)}-.*"]},
             "replication_factor": 3,
             "refresh_topics": {"enabled": True, "interval_seconds": 3},
@@ -389,7 +390,8 @@ class Rig:
         self.config = config
         write_config(self.config_path, config)
         result = subprocess.run([sys.executable, "-m", "strait.cli", "config", "apply", str(self.config_path),
-                                 "--redis-url", self.redis.url], capture_output=True, text=True, timeout=120)
+                                 "--redis-url", self.redis.url], capture_output=True, text=True, timeout=120,
+                                env={**os.environ, **self.durable_env})
         assert result.returncode == 0, f"strait config apply failed: {result.stdout}{result.stderr}"
 
     def create_topic(self, topic: str, cluster: KafkaCluster | None = None) -> None:
@@ -401,11 +403,21 @@ class Rig:
         """Start (or start again) the replicator, live from Redis, on the rig's state folder."""
         process = StraitProcess("replicator", ["--redis-url", self.redis.url, "--state-dir",
                                                str(self.workdir / "state")],
-                                self.workdir, name=f"replicator-{self.restarts}")
+                                self.workdir, env=self.durable_env, name=f"replicator-{self.restarts}")
         self.restarts += 1
         self.replicator = process
         process.start(timeout=240)
         return process
+
+    @property
+    def durable_env(self) -> dict[str, str]:
+        """The environment naming the configuration's durable topic (on the target) for every strait process."""
+        return {"STRAIT_CONFIG_KAFKA": self.target.bootstrap_servers, "STRAIT_CONFIG_TOPIC": f"{self.prefix}-config"}
+
+    def live_service(self, component: str, index: int) -> StraitProcess:
+        """A replica of configsync, heartbeat or checkpoint live from Redis (as in production), with the durable topic."""
+        return StraitProcess(component, ["--redis-url", self.redis.url, "--lease-ttl", str(LEASE_TTL)],
+                             self.workdir, env=self.durable_env, name=f"{component}-{index}-{time.monotonic_ns()}")
 
     def service(self, component: str, index: int) -> StraitProcess:
         """A replica of configsync, heartbeat or checkpoint, from the config file, coordinated in Redis."""

@@ -5,12 +5,15 @@ restarted. The data plane is verified after each (nothing lost, duplicates withi
 from __future__ import annotations
 
 import random
+import re
+import subprocess
+import sys
 import time
 from collections.abc import Callable
 
 import pytest
 import redis
-from confluent_kafka import Consumer, TopicPartition
+from confluent_kafka import Consumer, Producer, TopicPartition
 from confluent_kafka.admin import AlterConfigOpType, ConfigEntry, ConfigResource, ResourceType
 
 from strait.config.model import DEFAULT_CHECKPOINT_SHARDS
@@ -20,7 +23,7 @@ from strait.coord.membership import Membership
 from strait_lab.clients import consume_all
 from strait_lab.services import StraitProcess
 from strait.records import Checkpoint, Heartbeat, RecordFormatError
-from tests.faults.drill import FLOW, LEASE_TTL, PARTITIONS, Drill, DrillResult, Mode, Rig, record
+from tests.faults.drill import FLOW, LEASE_TTL, PARTITIONS, Drill, DrillResult, Mode, Rig, record, start_all
 from tests.integration.replicator_support import last_values, wait_for
 from tests.integration.test_checkpoint_support import commit_offsets
 
@@ -206,36 +209,85 @@ def _wait_each(jobs: dict[str, _ServiceJob], since: float, times: dict[str, list
     assert not pending, f"not taken over within 240s: {sorted(pending)} (lease TTL {LEASE_TTL}s)"
 
 
-def test_redis_sigkill(rig: Rig, mode: Mode, replicas: Callable[..., list[StraitProcess]]) -> None:
-    """SIGKILL Redis, start it again (empty: the lab Redis keeps no data) and apply the config again.
+def test_redis_sigkill(rig: Rig, mode: Mode) -> None:
+    """SIGKILL Redis and start it again empty (no persistence, a flushed instance), with no operator action.
 
-    The replicator keeps replicating on its last configuration and the heartbeat replica registers
-    and takes its lease again in the new Redis. Recovery: from the kill until the target holds a
-    record produced after the kill on every partition and a heartbeat was emitted under the new lease.
+    The configuration comes back from its durable topic, the replicator copies on meanwhile, the
+    heartbeat lease is taken again; then every strait service (live from Redis, as in production) is
+    restarted one by one and runs on the restored configuration, `strait config show` shows it, and a
+    topic created after the restarts reaches the target. Recovery: from the kill until the target holds
+    a record produced after it on every partition and a heartbeat was emitted under the new lease; the
+    replicator's restart is a second recovery of its own (its replays count in the bound).
     """
-    heartbeat = replicas("heartbeat")[0]
+    live = [rig.live_service(component, i) for i, component in enumerate(SERVICES)]
     drill = Drill.begin(rig, "redis-sigkill", mode)
     try:
+        start_all(live)
         wait_for(lambda: _latest_heartbeat_ms(rig) > 0, 120, "heartbeats before the fault")
-        for _ in range(mode.injections):
+        restored: list[float] = []
+        for n in range(mode.injections):
             assert rig.redis.process is not None
             drill.inject(rig.redis.process.kill)
             time.sleep(2)
-            rig.redis.start()
-            restarted_ms = int(time.time() * 1000)
-            rig.apply(rig.config)
-            copied_at = drill.wait_caught_up()
+            rig.redis.start(empty=True)
+            back = time.monotonic()
             client = rig.redis.client()
-            wait_for(lambda: _holder(client, "heartbeat", [heartbeat]), 120,
-                     "the heartbeat lease taken again", interval=0.5)
+            wait_for(lambda: client.hget("strait:doc:config", "latest"), 60,
+                     "the configuration restored into the emptied Redis", interval=0.2)
+            restored.append(time.monotonic() - back)
+            copied_at = drill.wait_caught_up()
+            wait_for(lambda: _holder(client, "heartbeat", live), 120, "the heartbeat lease taken again",
+                     interval=0.5)
             leased_ms = int(time.time() * 1000)
-            wait_for(lambda: _latest_heartbeat_ms(rig) > max(restarted_ms, leased_ms), 120,
-                     "a heartbeat under the new lease", interval=0.5)
+            wait_for(lambda: _latest_heartbeat_ms(rig) > leased_ms, 120, "a heartbeat under the new lease",
+                     interval=0.5)
             drill.recovered(at=max(copied_at, time.monotonic()))
-            assert rig.replicator is not None and rig.replicator.process.alive(), \
-                "the replicator died with Redis"
-            assert heartbeat.process.alive(), "the heartbeat replica died with Redis"
+            assert rig.replicator is not None and rig.replicator.process.alive(), "the replicator died with Redis"
+            _restart_one_by_one(rig, live, n)
+            drill.inject(lambda: _restart_replicator(rig))
+            drill.recovered()
+            _new_topic_reaches_the_target(rig, f"late-{n}")
+            shown = subprocess.run([sys.executable, "-m", "strait.cli", "config", "show", "--redis-url", rig.redis.url],
+                                   capture_output=True, text=True, timeout=60)
+            assert shown.returncode == 0 and f"source: {rig.source.alias}" in shown.stdout \
+                and re.escape(drill.topic) in shown.stdout, shown.stdout + shown.stderr
             time.sleep(mode.between_seconds)
-        drill.finish(note="redis restarted empty, config re-applied")
+        drill.finish(note=f"redis restarted empty; config restored from Kafka in "
+                          f"{', '.join(f'{t:.1f}' for t in restored)} s without re-apply; every service restarted")
     finally:
         drill.abort()
+        for process in live:
+            process.kill()
+
+
+def _restart_one_by_one(rig: Rig, live: list[StraitProcess], round_: int) -> None:
+    """Replace each live service replica by a new process, which must adopt the restored configuration."""
+    for i, old in enumerate(list(live)):
+        fresh = rig.live_service(old.component, 10 * (round_ + 1) + i)
+        old.stop()
+        start_all([fresh])
+        live[i] = fresh
+        wait_for(lambda: fresh.sample("strait_config_loaded", service=fresh.component) == 1, 60,
+                 f"the restarted {fresh.component} on the restored configuration", interval=0.5)
+
+
+def _restart_replicator(rig: Rig) -> None:
+    assert rig.replicator is not None
+    rig.replicator.stop()
+    rig.start_replicator()
+
+
+def _new_topic_reaches_the_target(rig: Rig, name: str) -> None:
+    topic = rig.topic(name)
+    rig.create_topic(topic)
+    producer = Producer(rig.source.client_config())
+    for i in range(30):
+        producer.produce(topic, key=str(i).encode(), value=f"late-{i}".encode(), partition=i % PARTITIONS)
+    assert producer.flush(30) == 0
+
+    def copied() -> int:
+        try:
+            return len(consume_all(rig.target.client_config(), rig.remote(topic), timeout=10))
+        except Exception:  # noqa: BLE001 - not created on the target yet
+            return 0
+    wait_for(lambda: copied() >= 30, 120, f"{topic}, created after the restarts, copied to {rig.remote(topic)}")
