@@ -81,13 +81,18 @@ def follow_config(feed: ConfigFeed, config_file: Path | None, client: redis.Redi
         adopt(load_config(config_file))
         return None
     assert client is not None, "a Redis client is needed without a config file"
-    keeper = ConfigKeeper(client, DurableConfigTopic(durable), namespace, service).start() if durable else None
+    keeper = ConfigKeeper(client, DurableConfigTopic(durable, namespace), namespace, service).start() \
+        if durable else None
     try:
         version, config = load_stored_config(client, None, namespace)
     except ConfigStoreError as exc:
         where = f" (or its durable copy in {durable.describe()})" if durable else ""
         log.warning("service=%s waiting for a configuration%s: %s", service, where, exc)
         return ConfigFollower(watch_config(client, adopt, poll_interval=2.0, namespace=namespace), keeper)
+    except BaseException:
+        if keeper is not None:
+            keeper.stop()
+        raise
     adopt(config)
     return ConfigFollower(watch_config(client, adopt, poll_interval=2.0, namespace=namespace, after_version=version),
                           keeper)

@@ -13,7 +13,7 @@ Every command and every component process builds one :class:`Settings` at start
 | stop grace | | ``STRAIT_STOP_GRACE_SECONDS`` | 9 s, under the 10 s Docker gives before SIGKILL |
 | durable configuration: cluster | | ``STRAIT_CONFIG_KAFKA`` | none: Redis alone keeps the configuration |
 | durable configuration: client file | | ``STRAIT_CONFIG_KAFKA_PROPERTIES`` | none (plaintext) |
-| durable configuration: topic | | ``STRAIT_CONFIG_TOPIC`` | ``strait-config`` |
+| durable configuration: topic | | ``STRAIT_CONFIG_TOPIC`` | ``__strait_config`` |
 """
 
 from __future__ import annotations

@@ -53,10 +53,13 @@ def test_a_redis_that_lost_its_data_gets_the_configuration_back_and_versions_go_
     assert apply_config(server.client(), first, "first.yaml", durable=durable) == 1
     assert apply_config(server.client(), second, "second.yaml", durable=durable) == 2
     topic = DurableConfigTopic(durable)
+    other = DurableConfigTopic(durable, namespace="another-deployment")
     try:
         assert sorted(topic.refresh()) == [1, 2]
+        assert other.refresh() == {}  # a deployment sharing the topic never reads these versions
     finally:
         topic.close()
+        other.close()
 
     heartbeat = services("heartbeat", "--redis-url", server.url, env=_durable_env(durable))
     wait_for(lambda: heartbeat.sample("strait_config_durable", service="heartbeat") == 1, 60,

@@ -154,3 +154,22 @@ def test_watcher_sees_every_version_across_a_redis_restart(
     assert [(d.version, d.body) for d in seen.documents] == [
         (1, b"old-1"), (2, b"old-2"), (1, b"new-1"), (2, b"new-2"),
     ]
+
+
+def test_a_floor_numbers_above_a_version_kept_elsewhere_and_old_versions_expire(redis_url: str) -> None:
+    docs = VersionedDocuments(connect(redis_url), keep=2)
+    assert docs.put("cfg", b"one") == 1
+    assert docs.put("cfg", b"seven", floor=6) == 7
+    assert docs.put("cfg", b"eight", floor=3) == 8  # a floor below the latest changes nothing
+    assert docs.get("cfg", 1) is None  # more than `keep` below the latest, jump or not
+    assert [docs.get("cfg", v).body for v in (7, 8)] == [b"seven", b"eight"]  # type: ignore[union-attr]
+
+
+def test_restore_stores_an_exact_version_only_above_the_latest_and_over_what_was_read(redis_url: str) -> None:
+    docs = VersionedDocuments(connect(redis_url))
+    assert docs.restore("cfg", 5, b"five", expected=None)
+    assert docs.get("cfg") == Document("cfg", 5, b"five")
+    assert not docs.restore("cfg", 5, b"again")  # not above the latest
+    assert not docs.restore("cfg", 9, b"nine", expected=4)  # the latest is no longer what the caller read
+    assert docs.restore("cfg", 9, b"nine", expected=5)
+    assert docs.put("cfg", b"next") == 10

@@ -156,7 +156,7 @@ def _summary(description: dict[str, Any]) -> str:
     if description.get("config"):
         lines.append(f"  config        {description['config']} (change it with `strait config apply FILE`)")
     if description.get("config_kafka"):
-        lines.append(f"  durable copy  topic strait-config on {description['config_kafka']} "
+        lines.append(f"  durable copy  topic __strait_config on {description['config_kafka']} "
                      f"(export STRAIT_CONFIG_KAFKA={description['config_kafka']} for `strait config apply`)")
     lines.append(f"  logs          {description.get('logs')}")
     if "startup_seconds" in description:

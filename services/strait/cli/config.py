@@ -181,7 +181,7 @@ def _show(args: argparse.Namespace) -> int:
             durable = settings_of(args).durable_config
             if durable is None or args.config_version is not None:
                 raise
-            stored = read_durable_config(durable)
+            stored = read_durable_config(durable, settings_of(args).namespace)
             print(f"strait: Redis holds no configuration; showing the durable copy in {durable.describe()} "
                   "(the services put it back into Redis within seconds)", file=sys.stderr)
     body = config_to_dict(stored.config, secrets="mask")

@@ -10,9 +10,9 @@ service process brings the two together every few seconds, the higher version wi
 * Redis holds no configuration (it lost its data): the topic's newest version goes back into Redis
   under its own number; watchers deliver it, and services that restarted meanwhile pick it up.
 * Redis is ahead (an apply the topic has not seen yet): that version is written to the topic.
-* Redis is behind, at a version the topic holds with the same content (a failover to a replica
-  that was behind): the topic's newest goes back into Redis.
-* Redis is behind, at a version the topic does not hold with that content (applied into an emptied
+* Redis is behind, at a version the topic holds byte for byte (a failover to a replica that was
+  behind): the topic's newest goes back into Redis.
+* Redis is behind, at a version the topic does not hold so (applied into an emptied
   Redis by a `config apply` that was not told where the topic is): it is stored as the version after
   the topic's newest, in both. The newest apply wins and no version number goes backwards.
 
@@ -28,7 +28,7 @@ import logging
 import threading
 import time
 from collections.abc import Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 
 import redis
@@ -46,10 +46,11 @@ from strait.metrics import CONFIG_DURABLE
 log = logging.getLogger(__name__)
 librdkafka_log = logging.getLogger("strait.librdkafka")
 
-DEFAULT_TOPIC = "strait-config"
+DEFAULT_TOPIC = "__strait_config"  # "__": left out by every flow's default topic excludes
 FORMAT = 1
 KEEP_SECONDS = 2.0  # how often a keeper compares Redis with the topic
 TIMEOUT = 10.0  # a request to the topic's cluster; the keeper tries again at its next pass
+STOP_WAIT_SECONDS = 1.0
 
 
 class DurableConfigError(StraitError):
@@ -95,8 +96,7 @@ def plan_sync(in_redis: Document | None, in_topic: Mapping[int, bytes], name: st
         return SyncAction(to_topic=in_redis)
     if in_redis.version == newest and same_content(in_topic[newest], in_redis.body):
         return SyncAction()
-    if in_redis.version < newest and in_redis.version in in_topic \
-            and same_content(in_topic[in_redis.version], in_redis.body):
+    if in_redis.version < newest and in_topic.get(in_redis.version) == in_redis.body:  # a replica left behind
         return SyncAction(to_redis=Document(name, newest, in_topic[newest]))
     renumbered = Document(name, newest + 1, in_redis.body)
     return SyncAction(to_topic=renumbered, to_redis=renumbered)
@@ -113,8 +113,10 @@ def same_content(first: bytes, second: bytes) -> bool:
 class DurableConfigTopic:
     """The configuration's versions in the durable topic, read by tailing it (one record per version)."""
 
-    def __init__(self, location: DurableLocation, name: str = "config", keep: int = DEFAULT_KEEP) -> None:
+    def __init__(self, location: DurableLocation, namespace: str = "strait", name: str = "config",
+                 keep: int = DEFAULT_KEEP) -> None:
         self.location = location
+        self.namespace = namespace  # deployments sharing a cluster (and a topic) never read each other's records
         self.name = name
         self.keep = keep
         self.versions: dict[int, bytes] = {}
@@ -126,21 +128,32 @@ class DurableConfigTopic:
         self._ensured = False
         self._lock = threading.Lock()
 
-    def refresh(self) -> dict[int, bytes]:
-        """Read what was written since the last look; every version the topic holds (newest last)."""
+    def refresh(self, create: bool = True) -> dict[int, bytes]:
+        """Read what was written since the last look; every version the topic holds (newest last).
+
+        ``create``: create the topic when it does not exist (a reader that only looks passes False).
+        """
         with self._lock:
-            self._ensure_topic()
+            if create:
+                self._ensure_topic()
             consumer = self._reader()
             try:
                 _low, high = consumer.get_watermark_offsets(self._partition, timeout=TIMEOUT)
             except KafkaException as exc:
                 raise self._error("read", exc) from None
+            if high < self._position:  # the topic was re-created or truncated: read it anew
+                log.warning("durable configuration %s went back to offset %d: reading it again",
+                            self.location.describe(), high)
+                self.versions.clear()
+                self._position = 0
+                consumer.assign([TopicPartition(self.location.topic, 0, 0)])
             deadline = time.monotonic() + TIMEOUT
             while self._position < high:
                 if time.monotonic() > deadline:
                     raise self._error("read", f"offset {high} not reached in {TIMEOUT:.0f}s")
-                for message in consumer.consume(500, 0.5):
-                    self._take(message)
+                failures = [error for error in map(self._take, consumer.consume(500, 0.5)) if error]
+                if failures:  # the records of the batch are taken; librdkafka retries the rest by itself
+                    log.info("durable configuration %s read goes on after: %s", self.location.describe(), failures[0])
             return dict(sorted(self.versions.items()))
 
     def write(self, version: int, body: bytes) -> None:
@@ -169,22 +182,26 @@ class DurableConfigTopic:
                 self._producer.flush(1)
             self._consumer = self._producer = None
 
-    def _take(self, message: object) -> None:
+    def _take(self, message: object) -> str | None:
+        """Note one record of the topic; an error event's text (an end of partition is none)."""
         error = message.error()  # type: ignore[attr-defined]
         if error is not None:
-            if error.code() == KafkaError._PARTITION_EOF:
-                return
-            raise self._error("read", error.str())
+            if error.code() == KafkaError._PARTITION_EOF:  # the end: nothing left below this offset
+                self._position = max(self._position, message.offset())  # type: ignore[attr-defined]
+                return None
+            if error.fatal():
+                raise self._error("read", error.str())
+            return str(error.str())
         self._position = message.offset() + 1  # type: ignore[attr-defined]
         key = (message.key() or b"").decode(errors="replace")  # type: ignore[attr-defined]
         value = message.value()  # type: ignore[attr-defined]
-        prefix = f"{self.name}:"
+        prefix = f"{self.namespace}:{self.name}:"
         if not key.startswith(prefix) or not key[len(prefix):].isdigit():
-            return
+            return None
         version = int(key[len(prefix):])
         if value is None:
             self.versions.pop(version, None)
-            return
+            return None
         try:
             record = json.loads(value)
             if record.get("format") != FORMAT or int(record["version"]) != version:
@@ -193,16 +210,28 @@ class DurableConfigTopic:
         except (ValueError, KeyError, TypeError, AttributeError) as exc:
             log.error("configuration version=%d in %s skipped: not a strait record (%s)", version,
                       self.location.describe(), exc)
+        return None
 
     def _key(self, version: int) -> bytes:
-        return f"{self.name}:{version:012d}".encode()
+        return f"{self.namespace}:{self.name}:{version:012d}".encode()
 
     def _ensure_topic(self) -> None:
+        """Create the topic when it is missing: compacted, on up to 3 brokers, 2 in sync when it can.
+
+        A topic that exists (created by a platform team, say) is used as it is, so strait's principal
+        needs CREATE only when nobody created it.
+        """
         if self._ensured:
             return
         try:
-            create_topics(admin_client(self._config), self.location.bootstrap, [internal_topic(self.location.topic)],
-                          timeout=TIMEOUT)
+            admin = admin_client(self._config)
+            metadata = admin.list_topics(timeout=TIMEOUT)
+            topic = metadata.topics.get(self.location.topic)
+            if topic is None or topic.error is not None:
+                replicas = min(3, len(metadata.brokers))
+                spec = internal_topic(self.location.topic, replicas)
+                spec = replace(spec, config={**spec.config, "min.insync.replicas": str(max(1, replicas - 1))})
+                create_topics(admin, self.location.bootstrap, [spec], timeout=TIMEOUT)
         except Exception as exc:  # noqa: BLE001 - any failure is reported with the topic it concerns
             raise self._error("create", exc) from None
         self._ensured = True
@@ -253,12 +282,16 @@ class ConfigKeeper:
         if action.to_topic is not None:
             self.topic.write(action.to_topic.version, action.to_topic.body)
         if action.to_redis is not None:
-            restored = self.documents.restore(self.topic.name, action.to_redis.version, action.to_redis.body)
+            held = in_redis.version if in_redis is not None else None
+            restored = self.documents.restore(self.topic.name, action.to_redis.version, action.to_redis.body,
+                                              expected=held)
             if restored:
-                held = in_redis.version if in_redis is not None else None
                 log.warning("service=%s configuration version=%d restored into Redis from %s (Redis held %s)",
                             self.service, action.to_redis.version, self.topic.location.describe(),
                             "nothing" if held is None else f"version {held}")
+            else:  # changed since it was read (an apply): the next pass looks again
+                raise DurableConfigError(f"Redis changed while configuration version {action.to_redis.version} "
+                                         f"was being restored from {self.topic.location.describe()}; looking again")
         return action
 
     def start(self) -> ConfigKeeper:
@@ -267,10 +300,12 @@ class ConfigKeeper:
         return self
 
     def stop(self) -> None:
-        """End the thread and close the topic's clients."""
+        """End the thread and close the topic's clients; a pass still waiting on a cluster that does not
+        answer is left to the process exit (the stop must fit in the process's stop grace)."""
         self._stop.set()
-        self._thread.join(timeout=TIMEOUT + 5)
-        self.topic.close()
+        self._thread.join(timeout=STOP_WAIT_SECONDS)
+        if not self._thread.is_alive():
+            self.topic.close()
 
     def _run(self) -> None:
         while not self._stop.is_set():

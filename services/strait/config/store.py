@@ -96,7 +96,7 @@ def apply_config(client: redis.Redis, config: StraitConfig, source_name: str,
     """
     body = encode_config(config, source_name)
     documents = VersionedDocuments(client, namespace)
-    topic = DurableConfigTopic(durable) if durable is not None else None
+    topic = DurableConfigTopic(durable, namespace) if durable is not None else None
     try:
         floor = _durable_floor(topic) if topic is not None else 0
         with redis_errors(client, "store the configuration"):
@@ -153,11 +153,11 @@ def read_stored_config(client: redis.Redis, version: int | None = None,
     return decode_config(document)
 
 
-def read_durable_config(location: DurableLocation) -> StoredConfig:
+def read_durable_config(location: DurableLocation, namespace: str = "strait") -> StoredConfig:
     """The newest version in the durable topic; ConfigStoreError when it holds none."""
-    topic = DurableConfigTopic(location)
+    topic = DurableConfigTopic(location, namespace)
     try:
-        versions = topic.refresh()
+        versions = topic.refresh(create=False)
     finally:
         topic.close()
     if not versions:

@@ -31,8 +31,9 @@ log = logging.getLogger(__name__)
 DEFAULT_KEEP = 50
 """Versions kept per document."""
 
-# KEYS: meta hash, versions hash. ARGV: body, put id, keep, channel, floor, exact.
-# exact = '': the next version above max(latest, floor). exact = N: version N, only if above latest.
+# KEYS: meta hash, versions hash. ARGV: body, put id, keep, channel, floor, exact, expected.
+# exact = '': the next version above max(latest, floor). exact = N: version N, only if above latest
+# and the latest is still ``expected`` ('0': none; '': not checked).
 _PUT = LUA_PRELUDE + """
 local meta = redis.call('HMGET', KEYS[1], 'latest', 'gen', 'last_put')
 local gen = meta[2] or INT(NOW_US)
@@ -41,7 +42,9 @@ local latest = tonumber(meta[1] or '0')
 local version = math.max(latest, tonumber(ARGV[5])) + 1
 if ARGV[6] ~= '' then
   version = tonumber(ARGV[6])
-  if version <= latest then return {gen, INT(latest), 'behind'} end
+  if version <= latest or (ARGV[7] ~= '' and tonumber(ARGV[7]) ~= latest) then
+    return {gen, INT(latest), 'refused'}
+  end
 end
 redis.call('HSET', KEYS[2], INT(version), ARGV[1])
 redis.call('HSET', KEYS[1], 'latest', INT(version), 'gen', gen, 'last_put', ARGV[2])
@@ -121,17 +124,19 @@ class VersionedDocuments:
         """
         with redis_errors(self._client, f"store document {name}"):
             reply = self._put(keys=self._keys(name),
-                              args=[body, uuid.uuid4().hex, self._keep, self.channel(name), floor, ""])
+                              args=[body, uuid.uuid4().hex, self._keep, self.channel(name), floor, "", ""])
         version = int(reply[1])
         log.info("document stored name=%s version=%s bytes=%d", name, version, len(body))
         return version
 
-    def restore(self, name: str, version: int, body: bytes) -> bool:
-        """Store ``body`` as exactly ``version`` of ``name`` if that is above the latest (a copy kept
-        elsewhere coming back into a Redis that lost it); False when Redis already holds as new a version."""
+    def restore(self, name: str, version: int, body: bytes, expected: int | None | str = "") -> bool:
+        """Store ``body`` as exactly ``version`` of ``name`` (a copy kept elsewhere coming back into a
+        Redis that lost it) if that is above the latest and, when ``expected`` is given (None: nothing
+        stored), the latest is still that; False when Redis refused."""
+        check = "" if expected == "" else str(expected or 0)
         with redis_errors(self._client, f"restore document {name}"):
             reply = self._put(keys=self._keys(name),
-                              args=[body, uuid.uuid4().hex, self._keep, self.channel(name), 0, version])
+                              args=[body, uuid.uuid4().hex, self._keep, self.channel(name), 0, version, check])
         restored = len(reply) < 3
         if restored:
             log.info("document restored name=%s version=%d bytes=%d", name, version, len(body))
