@@ -247,8 +247,7 @@ def run_supervised(settings: Settings, options: SupervisorOptions, wanted: Calla
             return make_worker(supervisor, keeper, config, name)
 
         supervisor = FlowSupervisor(options, client, port, wanted, factory)
-        watcher = follow_config(supervisor.feed, settings.config_file, client, options.namespace, options.service,
-                                settings.durable_config)
+        watcher = follow_config(supervisor.feed, settings, client, options.service)
         try:
             supervisor.run(stop)
         finally:

@@ -12,13 +12,12 @@ import signal
 import threading
 import time
 from collections.abc import Callable
-from pathlib import Path
 
 import redis
 
 from strait.config import load_config
 from strait.config.model import StraitConfig
-from strait.config.durable import ConfigKeeper, DurableConfigTopic, DurableLocation
+from strait.config.durable import ConfigKeeper, DurableConfigTopic
 from strait.config.store import ConfigStoreError, load_stored_config, watch_config
 from strait.coord.documents import Watcher
 from strait.metrics import CONFIG_LOADED, SERVICE_UP, serve_metrics
@@ -61,24 +60,25 @@ class ConfigFollower:
             self.keeper.stop()
 
 
-def follow_config(feed: ConfigFeed, config_file: Path | None, client: redis.Redis | None,
-                  namespace: str = "strait", service: str = "strait",
-                  durable: DurableLocation | None = None) -> ConfigFollower | None:
-    """Feed the file's configuration, or the stored one and every later version; returns the follower
-    (``stop()`` it at the end) or None for a file.
+def follow_config(feed: ConfigFeed, settings: Settings, client: redis.Redis | None,
+                  service: str = "strait") -> ConfigFollower | None:
+    """Feed the settings' configuration file, or the stored configuration and every later version;
+    returns the follower (``stop()`` it at the end) or None for a file.
 
     With nothing stored yet (a new Redis, or one that lost its data) the process waits for the
     first `strait config apply`, says so in its log and in ``strait_config_loaded``, and goes on
     serving metrics: a supervisor restarting it would only turn the wait into a crash loop. With a
-    ``durable`` topic, a keeper puts the configuration kept there back into Redis within seconds.
+    durable topic (``settings.durable_config``), a keeper puts the configuration kept there back into
+    Redis within seconds.
     """
+    namespace, durable = settings.namespace, settings.durable_config
     def adopt(config: StraitConfig) -> None:
         feed.set(config)
         CONFIG_LOADED.labels(service).set(1)
 
     CONFIG_LOADED.labels(service).set(0)
-    if config_file is not None:
-        adopt(load_config(config_file))
+    if settings.config_file is not None:
+        adopt(load_config(settings.config_file))
         return None
     assert client is not None, "a Redis client is needed without a config file"
     keeper = ConfigKeeper(client, DurableConfigTopic(durable, namespace), namespace, service).start() \

@@ -80,8 +80,7 @@ class Replicator:
         client = None
         if self.settings.config_file is None:
             client = connect(self.settings.coordination_url())
-        watcher = follow_config(self.feed, self.settings.config_file, client, self.settings.namespace,
-                                metrics.SERVICE, self.settings.durable_config)
+        watcher = follow_config(self.feed, self.settings, client, metrics.SERVICE)
         try:
             while not stop.is_set():
                 self.step(stop)

@@ -17,6 +17,8 @@ from typing import Any
 
 from rich.live import Live
 
+from strait.config.durable import DEFAULT_TOPIC
+
 from strait_lab.errors import LabError
 from strait_lab import lab_dir
 
@@ -156,7 +158,7 @@ def _summary(description: dict[str, Any]) -> str:
     if description.get("config"):
         lines.append(f"  config        {description['config']} (change it with `strait config apply FILE`)")
     if description.get("config_kafka"):
-        lines.append(f"  durable copy  topic __strait_config on {description['config_kafka']} "
+        lines.append(f"  durable copy  topic {DEFAULT_TOPIC} on {description['config_kafka']} "
                      f"(export STRAIT_CONFIG_KAFKA={description['config_kafka']} for `strait config apply`)")
     lines.append(f"  logs          {description.get('logs')}")
     if "startup_seconds" in description:

@@ -34,9 +34,9 @@ from pathlib import Path
 import redis
 from confluent_kafka import Consumer, KafkaError, KafkaException, Producer, TopicPartition
 
-from strait.config.clients import librdkafka_settings
+from strait.config.model import ClusterConfig
 from strait.config.properties import read_properties_file
-from strait.config.secrets import resolve_value
+from strait.config.secrets import setting_value
 from strait.coord.documents import DEFAULT_KEEP, Document, VersionedDocuments
 from strait.coord.redis_client import CoordinationError
 from strait.errors import StraitError
@@ -66,13 +66,10 @@ class DurableLocation:
     properties: Path | None = None  # Java or librdkafka client settings (security), ${env:...} allowed
 
     def client_config(self) -> dict[str, str]:
-        """librdkafka settings for the topic's cluster."""
-        settings: dict[str, str] = {}
-        if self.properties is not None:
-            settings = {p.key: p.value for p in read_properties_file(self.properties)}
-        jaas = settings.pop("sasl.jaas.config", None)
-        resolved = {key: resolve_value(value) for key, value in settings.items()}
-        return {**librdkafka_settings(resolved, jaas, resolve_value), "bootstrap.servers": self.bootstrap}
+        """librdkafka settings for the topic's cluster, read and resolved as a configured cluster's are."""
+        entries = read_properties_file(self.properties) if self.properties is not None else []
+        client = {p.key: setting_value(p.key, p.value) for p in entries if p.key != "bootstrap.servers"}
+        return ClusterConfig(self.describe(), self.bootstrap, client=client).librdkafka_config()
 
     def describe(self) -> str:
         """``topic T on cluster B`` for messages."""
