@@ -42,6 +42,7 @@ from strait.coord.redis_client import CoordinationError
 from strait.errors import StraitError
 from strait.kafka.admin import admin_client, create_topics, internal_topic
 from strait.metrics import CONFIG_DURABLE
+from strait.retry import retry_transient
 
 log = logging.getLogger(__name__)
 librdkafka_log = logging.getLogger("strait.librdkafka")
@@ -134,10 +135,16 @@ class DurableConfigTopic:
             if create:
                 self._ensure_topic()
             consumer = self._reader()
-            try:
-                _low, high = consumer.get_watermark_offsets(self._partition, timeout=TIMEOUT)
+            deadline = time.monotonic() + TIMEOUT
+            try:  # a topic just created has no leader for a moment: that passes
+                watermarks = retry_transient(lambda: consumer.get_watermark_offsets(self._partition, timeout=TIMEOUT),
+                                             f"reading the end of {self.location.describe()}",
+                                             lambda: time.monotonic() > deadline)
             except KafkaException as exc:
                 raise self._error("read", exc) from None
+            if watermarks is None:
+                raise self._error("read", f"no leader answered in {TIMEOUT:.0f}s")
+            high = watermarks[1]
             if high < self._position:  # the topic was re-created or truncated: read it anew
                 log.warning("durable configuration %s went back to offset %d: reading it again",
                             self.location.describe(), high)
