@@ -40,7 +40,7 @@ from strait.config.secrets import setting_value
 from strait.coord.documents import DEFAULT_KEEP, Document, VersionedDocuments
 from strait.coord.redis_client import CoordinationError
 from strait.errors import StraitError
-from strait.kafka.admin import admin_client, create_topics, internal_topic
+from strait.kafka.admin import KafkaRetriableError, admin_client, create_topics, internal_topic
 from strait.metrics import CONFIG_DURABLE
 from strait.retry import retry_transient
 
@@ -136,15 +136,14 @@ class DurableConfigTopic:
                 self._ensure_topic()
             consumer = self._reader()
             deadline = time.monotonic() + TIMEOUT
-            try:  # a topic just created has no leader for a moment: that passes
-                watermarks = retry_transient(lambda: consumer.get_watermark_offsets(self._partition, timeout=TIMEOUT),
-                                             f"reading the end of {self.location.describe()}",
-                                             lambda: time.monotonic() > deadline)
+            try:  # a topic just created is unknown, then leaderless, for a moment: that passes
+                high = retry_transient(lambda: self._end_offset(consumer), f"reading the end of {self.location.describe()}",
+                                       lambda: time.monotonic() > deadline)
             except KafkaException as exc:
                 raise self._error("read", exc) from None
-            if watermarks is None:
-                raise self._error("read", f"no leader answered in {TIMEOUT:.0f}s")
-            high = watermarks[1]
+            if high is None:
+                raise self._error("read", f"the topic was unknown or had no leader for {TIMEOUT:.0f}s "
+                                          "(does it exist?)")
             if high < self._position:  # the topic was re-created or truncated: read it anew
                 log.warning("durable configuration %s went back to offset %d: reading it again",
                             self.location.describe(), high)
@@ -159,6 +158,14 @@ class DurableConfigTopic:
                 if failures:  # the records of the batch are taken; librdkafka retries the rest by itself
                     log.info("durable configuration %s read goes on after: %s", self.location.describe(), failures[0])
             return dict(sorted(self.versions.items()))
+
+    def _end_offset(self, consumer: Consumer) -> int:
+        try:
+            return int(consumer.get_watermark_offsets(self._partition, timeout=TIMEOUT)[1])
+        except KafkaException as exc:
+            if exc.args[0].code() in (KafkaError._UNKNOWN_PARTITION, KafkaError.UNKNOWN_TOPIC_OR_PART):
+                raise KafkaRetriableError(f"{self.location.describe()}: not known to the cluster (yet)") from None
+            raise
 
     def write(self, version: int, body: bytes) -> None:
         """Write ``version`` and wait until the cluster holds it (all in-sync replicas)."""
