@@ -1,4 +1,5 @@
-"""MirrorMaker 2's internal records, byte for byte: heartbeats, checkpoints and offset syncs.
+"""MirrorMaker 2's internal records, byte for byte: heartbeats, checkpoints, offset syncs and the
+source offsets Kafka Connect keeps for it.
 
 MM2 writes them with Kafka's classic protocol types: big-endian INT16/INT32/INT64 and STRING
 (INT16 byte length, never negative, then UTF-8), fields back to back in schema order. Heartbeat
@@ -10,6 +11,7 @@ writer that appends fields stays readable. Matching MM2 exactly lets MM2's ``Mir
 
 from __future__ import annotations
 
+import json
 import struct
 from dataclasses import dataclass
 
@@ -218,3 +220,65 @@ class OffsetSync:
         value_reader = _Reader(value, "offset sync value")
         upstream = value_reader.int64("upstream_offset")
         return cls(topic, partition, upstream, value_reader.int64("downstream_offset"))
+
+
+MIRROR_SOURCE_CONNECTOR = "MirrorSourceConnector"
+
+
+@dataclass(frozen=True)
+class SourceOffset:
+    """One source partition's copy progress as Kafka Connect keeps it for MM2's MirrorSourceConnector.
+
+    ``offset`` is the last source offset copied (the copy goes on at ``offset + 1``). Key and value
+    are Connect's JSON without spaces, the key's map in the field order Java's HashMap gives
+    (``cluster``, ``partition``, ``topic``): compaction and the partition a record lands in depend on
+    those bytes, so MM2 reads strait's records as its own and the other way round.
+    """
+
+    connector: str
+    cluster: str
+    topic: str
+    partition: int
+    offset: int
+
+    def __post_init__(self) -> None:
+        _check_string("source offset", "connector", self.connector)
+        _check_string("source offset", "cluster", self.cluster)
+        _check_string("source offset", "topic", self.topic)
+        _check_int("source offset", "partition", self.partition, INT32_MAX)
+        _check_int("source offset", "offset", self.offset, INT64_MAX)
+
+    @property
+    def next_offset(self) -> int:
+        """Where the copy goes on."""
+        return self.offset + 1
+
+    def key_bytes(self) -> bytes:
+        """``["<connector>",{"cluster":"<alias>","partition":N,"topic":"<topic>"}]``."""
+        return source_offset_key(self.connector, self.cluster, self.topic, self.partition)
+
+    def value_bytes(self) -> bytes:
+        """``{"offset":N}``."""
+        return b'{"offset":%d}' % self.offset
+
+    @classmethod
+    def from_record(cls, key: bytes | None, value: bytes | None) -> SourceOffset | None:
+        """Decode a Connect offsets record; None for a tombstone (the partition's progress was removed).
+
+        Raises :class:`RecordFormatError` for a record that is not a source offset (another
+        connector's record of another shape is one).
+        """
+        try:
+            connector, where = json.loads(key or b"null")
+            offset = None if value is None else json.loads(value)["offset"]
+            parsed = (str(connector), str(where["cluster"]), str(where["topic"]), int(where["partition"]))
+        except (ValueError, TypeError, KeyError) as exc:
+            raise RecordFormatError(f"not a MirrorSourceConnector offset record ({exc}): key {key[:120]!r}"
+                                    if key else "an offsets record without a key") from None
+        return None if offset is None else cls(*parsed, int(offset))
+
+
+def source_offset_key(connector: str, cluster: str, topic: str, partition: int) -> bytes:
+    """The key of a partition's record in a Connect offsets topic (see :class:`SourceOffset`)."""
+    where = {"cluster": cluster, "partition": partition, "topic": topic}
+    return json.dumps([connector, where], separators=(",", ":"), ensure_ascii=False).encode("utf-8")

@@ -29,13 +29,14 @@ from strait.kafka.admin import (
     list_offsets,
 )
 from strait.metrics import set_flow_state
+from strait.progress import ResumeError, ResumeSources, decide_starts, gather_evidence, keys_of, summarize
 from strait.retry import FlowTrouble
 from strait.remote_topics import RemoteTopic, reconcile_remote_topics, replicated_topics
 from strait_replicator import metrics
 from strait_replicator.live import LIVE_DIR, PartitionReport, read_reports, remove_reports
 from strait_replicator.source import (
     FORMAT, LIST_TIMEOUT, PLAN_OPTION, STOP_FILE, CopySource, EpochOffsets, Offsets, SourcePlan, TopicPartitionKey,
-    batch_ids, cached_admin, epoch_of_log_file, write_progress,
+    batch_ids, cached_admin, epoch_of_log_file,
 )
 from strait_replicator.writer import ReplicationReadError, WriterSettings
 
@@ -63,6 +64,7 @@ class FlowPlan:
     tasks: int
     source_admin: tuple[tuple[str, str], ...]  # librdkafka settings, to plan batches and check for records lost
     writer: WriterSettings
+    resume: ResumeSources  # where each partition's start is decided from when the query starts
 
 
 class FlowRunner:
@@ -107,10 +109,13 @@ class FlowRunner:
         check_distinct_clusters(flow.name, (flow.source, source_id), (flow.target, target_id))
         topics = replicated_topics(flow, source_topics)
         reconcile_remote_topics(flow, topics, target_topics, source_admin, target_admin)
-        syncs = flow.topic_names().offset_syncs
+        names = flow.topic_names()
+        syncs = names.offset_syncs
         if flow.writes_offset_syncs:
             create_topics(source_admin if syncs.alias == flow.source else target_admin, syncs.alias,
                           [internal_topic(syncs.topic, flow.internal_topic_replication_factor("offset_syncs"))])
+        create_topics(target_admin, flow.target,
+                      [internal_topic(names.progress.topic, flow.internal_topic_replication_factor("offset_syncs"))])
         target_producer = target.librdkafka_config("producer")
         if flow.repartitions:  # Kafka's default partitioner for keys, keyless records spread at random
             target_producer = {**target_producer, "partitioner": "murmur2_random"}
@@ -122,13 +127,25 @@ class FlowRunner:
             repartition=flow.repartitions,
             remote_names={t.source: t.remote for t in topics},
             source_consumer=source.librdkafka_config("consumer"),
+            progress_topic=names.progress.topic,
+        )
+        resume = ResumeSources(
+            flow=flow.name, source_alias=flow.source, target_alias=flow.target, progress=names.progress,
+            mm2_offsets=names.mm2_offsets, syncs=syncs if flow.writes_offset_syncs else None,
+            source_admin=_pairs(source.librdkafka_config("admin")),
+            target_admin=_pairs(target.librdkafka_config("admin")),
+            target_consumer=_pairs(target.librdkafka_config("consumer")),
+            syncs_consumer=_pairs(config.cluster(syncs.alias).librdkafka_config("consumer")),
+            remote_names=tuple(sorted((t.source, t.remote) for t in topics)),
+            repartitioned=flow.repartitions, start=flow.start,
         )
         return FlowPlan(
             topics=tuple(topics),
             records_per_second=float(flow.rate_limit_records_per_second or 0),
             tasks=self.tasks,
-            source_admin=tuple(sorted(source.librdkafka_config("admin").items())),
+            source_admin=_pairs(source.librdkafka_config("admin")),
             writer=writer,
+            resume=resume,
         )
 
     # -- lifecycle -------------------------------------------------------------------------------
@@ -215,7 +232,13 @@ class FlowRunner:
             log.info("flow=%s has no topics to replicate yet", self.flow_name)
             set_flow_state(metrics.SERVICE, self.flow_name, "running")
             return
-        self.query = self._start_query(plan)
+        try:
+            resume = self._resume_points(plan)
+        except (ResumeError, KafkaAdminError) as exc:
+            self.plan = None  # planned again after the pause, evidence read again
+            self._fail("resume", str(exc), exc)
+            return
+        self.query = self._start_query(plan, resume)
         if self._trouble.kind != "query":  # after a failed query: running once the new one copies (observe)
             set_flow_state(metrics.SERVICE, self.flow_name, "running")
         log.info("flow=%s query started topics=%d epoch_seconds=%s records_per_second=%s", self.flow_name,
@@ -226,7 +249,21 @@ class FlowRunner:
         """The query's Spark checkpoint folder."""
         return self.state_dir / "checkpoint"
 
-    def _start_query(self, plan: FlowPlan) -> StreamingQuery:
+    def _resume_points(self, plan: FlowPlan) -> dict[TopicPartitionKey, int]:
+        """Where each partition's copy starts, decided from the evidence in Kafka (:mod:`strait.progress`);
+        the evidence and the bound on records copied again are logged and exported per topic."""
+        keys = keys_of([(t.source, t.partitions) for t in plan.topics])
+        decided = decide_starts(self.flow_name, gather_evidence(plan.resume, keys), plan.resume.start,
+                                dict(plan.resume.remote_names))
+        metrics.RESUMED_FROM.clear()
+        for topic, (evidence, duplicates) in summarize(decided).items():
+            metrics.RESUMED_FROM.labels(flow=self.flow_name, topic=topic, evidence=evidence).set(1)
+            metrics.RESUME_DUPLICATES.labels(flow=self.flow_name, topic=topic).set(duplicates)
+            log.info("flow=%s topic=%s resumes evidence=%s duplicates_at_most=%s", self.flow_name, topic, evidence,
+                     duplicates if duplicates >= 0 else "unknown")
+        return {key: resume.offset for key, resume in decided.items()}
+
+    def _start_query(self, plan: FlowPlan, resume: dict[TopicPartitionKey, int]) -> StreamingQuery:
         checkpoint = self.checkpoint
         checkpoint.mkdir(parents=True, exist_ok=True)
         (checkpoint / STOP_FILE).unlink(missing_ok=True)
@@ -235,7 +272,9 @@ class FlowRunner:
             tasks=plan.tasks, checkpoint=str(checkpoint), writer=plan.writer,
             epoch_seconds=self.epoch_seconds, max_records_per_epoch=MAX_RECORDS_PER_EPOCH,
             records_per_second=plan.records_per_second,
-            carry_over=self.spark.sparkContext.master.startswith("local"))
+            carry_over=self.spark.sparkContext.master.startswith("local"),
+            resume=tuple(sorted(resume.items())),
+            progress=(plan.resume.target_consumer, plan.resume.progress.topic))
         self.spark.dataSource.register(CopySource)
         self._stopping = threading.Event()
         return (self.spark.readStream.format(FORMAT).option(PLAN_OPTION, source.encode()).load().writeStream
@@ -328,6 +367,11 @@ class FlowRunner:
                       progress.get("numInputRows"), json.dumps(progress.get("durationMs", {}), sort_keys=True))
 
 
+def _pairs(settings: dict[str, str]) -> tuple[tuple[str, str], ...]:
+    """librdkafka settings as a hashable, comparable value."""
+    return tuple(sorted(settings.items()))
+
+
 def _first_task_error(text: str) -> str:
     """The one line that explains a failed query, dug out of Spark's nested stack traces."""
     match = _TASK_ERROR.search(text) or _ANY_ERROR.search(text)
@@ -362,7 +406,6 @@ class EpochCheck:
             return None
         self._check_losses(batch_id, epoch, _begun_offsets(rows, epoch.start), _reached_offsets(rows))
         ends = {(row.topic, row.partition): row.next_offset for row in rows if row.next_offset >= 0}
-        write_progress(self.checkpoint, epoch.epoch, ends)
         self._check_stalls(epoch, ends)
         return epoch.epoch
 

@@ -10,12 +10,12 @@ until the next epoch's task claims its partitions (:mod:`strait_replicator.hando
 what it is good at: the write-ahead offsets log in the checkpoint, task scheduling on local cores or
 a cluster, and replay of a failed epoch.
 
-An epoch's entry in the offsets log holds where each partition starts (``from``: exact, so a
-replayed epoch copies from the same offsets) and the source's end offsets when it was planned
-(``until``). Where an epoch ended is known when its tasks are done: the driver writes it to
-``strait-progress.json`` before Spark commits the epoch, and the next epoch starts there. A task
-that copies an epoch again resumes each partition where earlier runs' live reports got to
-(:mod:`strait_replicator.live`).
+An epoch's entry in the offsets log holds where each partition starts (``from``) and the source's
+end offsets when it was planned (``until``). Where a partition's copy got to lives on the target:
+the tasks write each partition's progress there (:mod:`strait.progress`), and every epoch, a
+replayed one too, starts each partition where its progress says; a partition without progress
+starts where the query's evidence decided (``SourcePlan.resume``). A task that copies an epoch
+again resumes each partition where earlier runs' live reports got to (:mod:`strait_replicator.live`).
 """
 
 from __future__ import annotations
@@ -35,9 +35,11 @@ from typing import Any
 from confluent_kafka import IsolationLevel, TopicPartition
 from pyspark.sql.datasource import DataSource, DataSourceStreamReader, InputPartition
 
+from strait.config.model import SyncsLocation
 from strait.errors import StraitError
 from strait.kafka.admin import KafkaRetriableError, RenewableAdmin, list_offsets_per_leader
 from strait.logs import setup_logging
+from strait.progress import OffsetsTopic, ResumeError
 from strait.retry import retry_transient
 from strait_replicator.handover import CARRY_OVER_SECONDS, LOCKS_DIR, CarryOver, PartitionLocks, claim, \
     start_carry_over
@@ -50,7 +52,6 @@ FORMAT = "strait_copy"
 # Spark redacts option values whose key matches its redaction pattern ("secret"): the plan holds
 # cluster credentials.
 PLAN_OPTION = "strait.secret.plan"
-PROGRESS_FILE = "strait-progress.json"
 # While this file exists in the checkpoint, running epochs end and no new one starts (graceful stop).
 STOP_FILE = "strait-stop"
 # A leader that does not answer (a frozen broker) is given up on after this long and asked again
@@ -80,6 +81,8 @@ class SourcePlan:
     max_records_per_epoch: int
     records_per_second: float = 0.0  # 0: no limit
     carry_over: bool = False  # workers copy on between epochs (strait_replicator.handover; local mode only)
+    resume: tuple[tuple[tuple[str, int], int], ...] = ()  # where each partition starts when it has no progress
+    progress: tuple[tuple[tuple[str, str], ...], str] | None = None  # target consumer settings, progress topic
 
     def encode(self) -> str:
         """The plan as a data source option value."""
@@ -153,9 +156,10 @@ class CopyStreamReader(DataSourceStreamReader):  # type: ignore[misc]
     def __init__(self, plan: SourcePlan) -> None:
         self.plan = plan
         self.checkpoint = Path(plan.checkpoint)
+        self._planned = -1  # the newest epoch this reader planned itself
 
     def initialOffset(self) -> dict[str, Any]:
-        return EpochOffsets(-1, self._list("earliest") or {}).to_json()
+        return EpochOffsets(-1, dict(self.plan.resume)).to_json()
 
     def latestOffset(self) -> dict[str, Any]:
         # The newest entry of the offsets log is the epoch Spark ran last (it asks for the next one
@@ -164,25 +168,14 @@ class CopyStreamReader(DataSourceStreamReader):  # type: ignore[misc]
         last = newest_epoch(self.checkpoint) or EpochOffsets.from_json(self.initialOffset())
         if (self.checkpoint / STOP_FILE).exists():  # the same offset: Spark starts no new epoch
             return last.to_json()
-        start = dict(last.start)
-        progress = read_progress(self.checkpoint)
-        if progress is not None and progress[0] == last.epoch:
-            start.update(progress[1])
-        elif last.epoch >= 0:
-            log.warning("flow=%s no progress recorded for epoch %d: the next epoch copies it again",
-                        self.plan.writer.flow, last.epoch)
-        new = [key for key in self.plan.keys() if key not in start]
-        if new:  # a partition new to the stream is copied from its earliest offset
-            earliest = self._list("earliest", new)
-            if earliest is None:  # the flow stops
-                return last.to_json()
-            start.update(earliest)
+        start = {**dict(self.plan.resume), **last.start, **self._progress()}
         until = self._list("latest")
         if not until:  # the flow stops, or every planned topic is gone: no epoch until it is planned again
             return last.to_json()
         # A partition whose leader is not known at this moment (a broker just died) lists no end
         # (-1001); its task copies it live all the same, from where it starts.
         until = {key: end if end >= 0 else max(0, start.get(key, 0)) for key, end in until.items()}
+        self._planned = last.epoch + 1
         return EpochOffsets(last.epoch + 1, start, until).to_json()
 
     def partitions(self, start: dict[str, Any], end: dict[str, Any]) -> Sequence[CopyTask]:
@@ -193,8 +186,16 @@ class CopyStreamReader(DataSourceStreamReader):  # type: ignore[misc]
                 f"flow {self.plan.writer.flow}: the checkpoint {self.checkpoint} was written by an older strait: "
                 f"{exc}. Move that folder away and start again: the flow then copies its topics from their "
                 f"earliest offsets (records already on the target are copied again, none is lost)") from exc
-        ranges = [CopyRange(topic, p, epoch.start[(topic, p)]) for topic, p in self.plan.keys()
-                  if (topic, p) in epoch.start and (topic, p) in epoch.until]
+        starts = {**epoch.start, **self._progress()}  # a replayed epoch goes on where the copies got to
+        moved = sorted((key, at) for key, at in starts.items() if key in epoch.start and at != epoch.start[key])
+        if moved and epoch.epoch != self._planned:  # an epoch planned before a restart, run again
+            setup_logging()  # this runs in a Python worker of the driver's: its lines go to the driver's stderr
+            for (topic, p), at in moved:
+                log.info("flow=%s epoch=%d topic=%s partition=%d resumes at offset %d: the progress on the target "
+                         "(the epoch started at %d)", self.plan.writer.flow, epoch.epoch, topic, p, at,
+                         epoch.start[(topic, p)])
+        ranges = [CopyRange(topic, p, starts[(topic, p)]) for topic, p in self.plan.keys()
+                  if (topic, p) in starts and (topic, p) in epoch.until]
         groups = assign_partitions(ranges, epoch.until, self._task_count(len(ranges)))
         seconds = self.plan.epoch_seconds
         limits = EpochLimits(
@@ -245,6 +246,24 @@ class CopyStreamReader(DataSourceStreamReader):  # type: ignore[misc]
     def commit(self, end: dict[str, Any]) -> None:
         """Nothing to do: progress lives in Spark's checkpoint, the copies on the target."""
 
+    def _progress(self) -> Offsets:
+        """Each planned partition's progress on the target; none when it cannot be read now (the copy
+        then starts where the epoch says: records may be copied again, none is skipped)."""
+        if self.plan.progress is None:
+            return {}
+        settings, topic = self.plan.progress
+        reader = _progress_readers.get(self.plan.progress)
+        if reader is None:
+            location = SyncsLocation(self.plan.writer.target_alias, topic)
+            reader = _progress_readers[self.plan.progress] = OffsetsTopic(dict(settings), location,
+                                                                          self.plan.writer.source_alias)
+        try:
+            found = reader.read(LIST_TIMEOUT)
+        except ResumeError as exc:
+            log.warning("flow=%s progress not read, epochs start where the last one did: %s", self.plan.writer.flow, exc)
+            return {}
+        return {key: found[key].next_offset for key in self.plan.keys() if key in found}
+
     def _task_count(self, partitions: int) -> int:
         tasks = min(self.plan.tasks, partitions)
         if self.plan.records_per_second:
@@ -279,6 +298,8 @@ class CopyStreamReader(DataSourceStreamReader):  # type: ignore[misc]
 
 
 _admins: dict[tuple[tuple[str, str], ...], RenewableAdmin] = {}
+# One reader of a progress topic per driver-side process, read on from where it got to at each epoch.
+_progress_readers: dict[tuple[tuple[tuple[str, str], ...], str], OffsetsTopic] = {}
 
 
 def cached_admin(config: tuple[tuple[str, str], ...]) -> RenewableAdmin:
@@ -338,26 +359,6 @@ def newest_epoch(checkpoint: Path) -> EpochOffsets | None:
         if epoch is not None:
             return epoch
     return None
-
-
-def write_progress(checkpoint: Path, epoch: int, ends: Offsets) -> None:
-    """Record where each partition's copy ended in ``epoch`` (atomically: written, then renamed)."""
-    path = checkpoint / PROGRESS_FILE
-    temporary = path.with_suffix(".tmp")
-    with temporary.open("w") as handle:
-        json.dump({"epoch": epoch, "ends": _as_json(ends)}, handle)
-        handle.flush()
-        os.fsync(handle.fileno())
-    os.replace(temporary, path)
-
-
-def read_progress(checkpoint: Path) -> tuple[int, Offsets] | None:
-    """The epoch and end offsets :func:`write_progress` recorded last, or None."""
-    try:
-        parsed = json.loads((checkpoint / PROGRESS_FILE).read_text())
-        return int(parsed["epoch"]), _as_keys(parsed["ends"])
-    except (OSError, ValueError, KeyError, TypeError):
-        return None
 
 
 def assign_partitions(ranges: list[CopyRange], until: Offsets, tasks: int) -> list[list[CopyRange]]:

@@ -29,6 +29,7 @@ from strait.errors import StraitError
 from strait.logs import setup_logging
 from strait.offsets import OffsetTranslationError, SyncPoint
 from strait.policy import ReplicationPolicy
+from strait.progress import Progress, progress_record
 from strait.records import OffsetSync
 from strait_replicator.live import LiveReporter, PartitionReport
 
@@ -149,6 +150,7 @@ class WriterSettings:
     flush_timeout: float = 120.0
     read_timeout: float = 120.0
     remote_names: Mapping[str, str] = field(default_factory=dict)
+    progress_topic: str = ""  # the flow's progress topic on the target ("": none written)
 
     def remote_topic(self, topic: str) -> str:
         """The remote topic name of a source topic."""
@@ -287,6 +289,43 @@ class _SyncWriter:
             )
 
 
+class _ProgressWriter:
+    """Writes a partition's progress record (:mod:`strait.progress`) to the target whenever it moved.
+
+    Positions come from settles whose offset syncs are acknowledged, so a progress record never
+    runs ahead of the syncs; a record that fails to arrive fails the task like a copied one.
+    """
+
+    def __init__(self, settings: WriterSettings, producer: Producer, starts: Mapping[tuple[str, int], int]) -> None:
+        self.settings, self.producer = settings, producer
+        self.errors: list[KafkaError] = []
+        self.written = dict(starts)  # a partition's start is known progress already
+
+    def _on_delivery(self, err: KafkaError | None, _msg: Any) -> None:
+        if err is not None:
+            self.errors.append(err)
+
+    def write(self, positions: Mapping[tuple[str, int], tuple[int, int]]) -> None:
+        """Produce the progress of each partition whose (next offset, target offset) moved."""
+        if not self.settings.progress_topic:
+            return
+        for (topic, partition), (next_offset, target_offset) in positions.items():
+            if next_offset <= 0 or self.written.get((topic, partition)) == next_offset:
+                continue
+            key, value = progress_record(self.settings.source_alias, topic, partition,
+                                         Progress(next_offset, target_offset))
+            _produce(self.producer, self.settings.progress_topic, key=key, value=value, partition=0,
+                     on_delivery=self._on_delivery)
+            self.written[(topic, partition)] = next_offset
+
+    def check(self) -> None:
+        """Fail the task if a progress record was not written."""
+        if self.errors:
+            raise ReplicationWriteError(
+                f"flow {self.settings.flow}: writing progress to topic {self.settings.progress_topic} on cluster "
+                f"{self.settings.target_alias} failed: {self.errors[0].str()}")
+
+
 class _Copied:
     """What one task copied of one source partition.
 
@@ -299,12 +338,13 @@ class _Copied:
 
     __slots__ = ("topic", "partition", "remote", "start", "end", "offsets", "timestamps", "bytes", "acked",
                  "ack_times", "on_delivery", "lag", "records", "first", "last", "reached", "syncs", "counts",
-                 "latency_sum", "target_partition")
+                 "latency_sum", "target_partition", "last_target")
 
     def __init__(self, copy: CopyRange, remote: str, errors: list[tuple[str, int, Any]]) -> None:
         self.topic, self.partition, self.remote, self.start, self.end = \
             copy.topic, copy.partition, remote, copy.start, copy.end
         self.target_partition = copy.partition  # -1: the producer's partitioner places each record
+        self.last_target = -1  # the target offset of the last record settled (-1: none, or not one partition)
         self.offsets: list[int] = []
         self.timestamps: list[int] = []
         self.bytes = 0
@@ -333,6 +373,7 @@ class _Copied:
         offsets = np.array(self.offsets[:done], dtype=np.int64)
         points = sync_points_of(offsets, np.array(self.acked, dtype=np.int64))
         self.syncs += syncs.send(self.topic, self.partition, points)
+        self.last_target = self.acked[-1]
         self._count_settled(done, self.ack_times)
         self.acked.clear()
         self.ack_times.clear()
@@ -370,6 +411,10 @@ class _Copied:
         offsets below the first of them are copied records or gaps (compaction, markers).
         """
         return self.offsets[0] if self.offsets else self.next_offset()
+
+    def settled(self) -> tuple[int, int]:
+        """(:meth:`settled_position`, the target offset of the last record settled)."""
+        return self.settled_position(), self.last_target
 
     def report(self, acked: int) -> PartitionReport:
         """This partition's live report, with ``acked`` from a settle whose syncs are acknowledged."""
@@ -455,8 +500,9 @@ def copy_ranges(ranges: list[CopyRange], settings: WriterSettings, limits: Epoch
               for r in ranges if r.has_records}
     first_sent_at = 0.0
     flush_timeout = settings.flush_timeout
+    progress = _ProgressWriter(settings, producer, {key: r.start for key, r in copied.items() if r.start is not None})
     if copied:
-        loop = _CopyLoop(_consumer(settings), producer, syncs, copied, settings, limits, errors, reporter)
+        loop = _CopyLoop(_consumer(settings), producer, syncs, copied, settings, limits, errors, reporter, progress)
         loop.interrupt = interrupt
         loop.run()
         first_sent_at = loop.first_sent_at
@@ -471,6 +517,10 @@ def copy_ranges(ranges: list[CopyRange], settings: WriterSettings, limits: Epoch
                 f"flow {settings.flow}: {len(part.offsets)} records sent to {part.remote}[{part.partition}] were "
                 f"not acknowledged")
     syncs.flush(flush_timeout)
+    if settings.progress_topic:
+        progress.write({key: part.settled() for key, part in copied.items()})
+        _flush(producer, settings, errors, flush_timeout)
+        progress.check()
     if reporter is not None:
         reporter.write([part.report(part.settled_position()) for part in copied.values()], final=True)
     if log.isEnabledFor(logging.DEBUG):
@@ -485,15 +535,18 @@ class _CopyLoop:
 
     def __init__(self, consumer: Consumer, producer: Producer, syncs: _SyncWriter,
                  copied: dict[tuple[str, int], _Copied], settings: WriterSettings, limits: EpochLimits | None,
-                 errors: list[tuple[str, int, Any]], reporter: LiveReporter | None = None) -> None:
+                 errors: list[tuple[str, int, Any]], reporter: LiveReporter | None = None,
+                 progress: _ProgressWriter | None = None) -> None:
         self.consumer, self.producer, self.syncs, self.copied = consumer, producer, syncs, copied
         self.settings, self.limits, self.errors, self.reporter = settings, limits, errors, reporter
+        self.progress = progress if progress is not None and settings.progress_topic else None
         self.pending = dict(copied)
         self.sent = 0
         self.first_sent_at = 0.0
-        # (syncs sent, each partition's settled position) at each settle, until those syncs are acknowledged
-        self._settles: list[tuple[int, dict[tuple[str, int], int]]] = []
-        self._acked = {key: -1 for key in copied}
+        # (syncs sent, each partition's settled position and last target offset) at each settle, until
+        # those syncs are acknowledged
+        self._settles: list[tuple[int, dict[tuple[str, int], tuple[int, int]]]] = []
+        self._acked = {key: (-1, -1) for key in copied}
         self.interrupt: Callable[[], bool] | None = None
         self.stop_requested = False  # the loop ended on the stop file
 
@@ -574,19 +627,24 @@ class _CopyLoop:
         """Turn acknowledged records into offset syncs and latency counts."""
         for part in self.copied.values():
             part.settle(self.syncs)
-        if self.reporter is not None:
-            self._settles.append((self.syncs.sent, {key: p.settled_position() for key, p in self.copied.items()}))
+        if self.reporter is not None or self.progress is not None:
+            self._settles.append((self.syncs.sent, {key: p.settled() for key, p in self.copied.items()}))
 
     def _report(self) -> None:
-        """Write the live report: positions of the newest settle whose offset syncs are all acknowledged."""
-        if self.reporter is None:
+        """Write the live report and the progress: positions of the newest settle whose offset syncs are
+        all acknowledged."""
+        if self.reporter is None and self.progress is None:
             return
         if self.syncs.producer is not self.producer:
             self.syncs.producer.poll(0)
         while self._settles and self._settles[0][0] <= self.syncs.delivered:
             self._acked = self._settles.pop(0)[1]
-        _note_lag(self.consumer, self.copied)
-        self.reporter.write([part.report(self._acked[key]) for key, part in self.copied.items()])
+        if self.progress is not None:
+            self.progress.write(self._acked)
+            self.progress.check()
+        if self.reporter is not None:
+            _note_lag(self.consumer, self.copied)
+            self.reporter.write([part.report(self._acked[key][0]) for key, part in self.copied.items()])
 
     def _raise_if_stalled(self) -> None:
         """A bounded range that does not reach its end fails the task (its records exist on the source)."""

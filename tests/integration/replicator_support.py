@@ -2,15 +2,19 @@
 
 from __future__ import annotations
 
+import re
+import threading
 import time
 from collections.abc import Callable, Mapping
 from pathlib import Path
 from typing import Any
 
 import yaml
+from confluent_kafka import Producer
 
 from strait_lab.clients import Record, consume_all
 from strait_lab.kafka import KafkaCluster
+from strait_lab.services import StraitProcess
 
 
 def flow_config(source: KafkaCluster, target: KafkaCluster, include: list[str], **flow: Any) -> dict[str, Any]:
@@ -105,3 +109,35 @@ def last_values(cluster: KafkaCluster, topic: str) -> dict[int, bytes | None]:
         return values
     finally:
         consumer.close()
+
+
+def produce_numbered(cluster: KafkaCluster, topic: str, partitions: int, total: int, rate: float = 10_000,
+                     stop: threading.Event | None = None) -> int:
+    """Produce ``total`` records numbered by partition ("<partition>:<sequence>") at ``rate``; how many."""
+    producer = Producer({**cluster.client_config(), "linger.ms": 5, "enable.idempotence": True})
+    started = time.monotonic()
+    sent = 0
+    for i in range(total):
+        if stop is not None and stop.is_set():
+            break
+        partition = i % partitions
+        producer.produce(topic, key=f"k{i}".encode(), value=f"{partition}:{i // partitions}".encode(),
+                         partition=partition)
+        sent += 1
+        if i % 100 == 99:
+            producer.poll(0)
+            time.sleep(max(0.0, started + sent / rate - time.monotonic()))
+    assert producer.flush(60) == 0
+    return sent
+
+
+def numbered_copies(target: KafkaCluster, remote: str) -> dict[int, list[int]]:
+    """The sequence numbers on each remote partition, in offset order."""
+    return {p: [int(r.value.split(b":")[1]) for r in records]
+            for p, records in records_by_partition(target, remote).items()}
+
+
+def resume_evidence(process: StraitProcess, topic: str) -> list[tuple[str, str]]:
+    """(evidence, duplicates bound) of every resume line the process logged for ``topic``."""
+    pattern = re.compile(rf"topic={re.escape(topic)} resumes evidence=(\S+) duplicates_at_most=(\S+)")
+    return pattern.findall(process.process.log_path.read_text(errors="replace"))

@@ -94,6 +94,10 @@ MINIMAL_ACLS: dict[str, tuple[Grant, ...]] = {
         Grant("target", TOPIC, "{source}.", PREFIXED, (OP.ALTER,), GROWTH),
         Grant("target", TOPIC, "mm2-offset-syncs.{source}.internal", LITERAL, (OP.WRITE, OP.DESCRIBE)),
         Grant("target", TOPIC, "mm2-offset-syncs.{source}.internal", LITERAL, (OP.CREATE,), FIRST),
+        # its progress beside the copies: written by the tasks, read when a query starts
+        Grant("target", TOPIC, "strait-offsets.{source}.internal", LITERAL,
+              (OP.READ, OP.WRITE, OP.DESCRIBE, OP.CREATE)),
+        Grant("target", GROUP, "strait-progress", LITERAL, (OP.DESCRIBE,)),
     ),
     "configsync": (
         Grant("source", TOPIC, "{topics}", PREFIXED, (OP.DESCRIBE, OP.DESCRIBE_CONFIGS)),

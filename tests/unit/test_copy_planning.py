@@ -13,7 +13,7 @@ from hypothesis import strategies as st
 from strait.policy import DefaultReplicationPolicy
 from strait_replicator.source import (
     SMALL_BACKLOG, STOP_FILE, CheckpointFormatError, CopyStreamReader, CopyTask, EpochOffsets, Offsets, SourcePlan,
-    assign_partitions, newest_epoch, read_progress, resumed_ranges, write_progress,
+    assign_partitions, newest_epoch, resumed_ranges,
 )
 from strait_replicator.live import PartitionReport, TaskReport
 from strait_replicator.writer import MIN_TASK_SECONDS, CopyRange, EpochLimits, WriterSettings
@@ -26,13 +26,6 @@ offsets = st.dictionaries(keys, st.integers(0, 10**12), max_size=12)
 def test_an_epoch_entry_survives_sparks_offsets_log(start: Offsets, until: Offsets, epoch: int) -> None:
     entry = EpochOffsets(epoch, start, until)
     assert EpochOffsets.from_json(entry.to_json()) == entry
-
-
-def test_progress_is_written_whole_and_read_back(tmp_path: Path) -> None:
-    assert read_progress(tmp_path) is None
-    write_progress(tmp_path, 7, {("t", 0): 12, ("u", 3): 4})
-    assert read_progress(tmp_path) == (7, {("t", 0): 12, ("u", 3): 4})
-    assert [p.name for p in tmp_path.iterdir()] == ["strait-progress.json"]
 
 
 @given(st.dictionaries(keys, st.tuples(st.integers(0, 1_000), st.integers(0, 2 * SMALL_BACKLOG)), max_size=18),
@@ -56,23 +49,27 @@ def test_tasks_get_every_partition_once_with_about_equal_backlog_and_count(
 
 
 class _Reader(CopyStreamReader):
-    """The reader with the source's offsets given, not listed from a cluster (pure planning logic)."""
+    """The reader with the source's end offsets and the progress on the target given, not read from
+    clusters (pure planning logic)."""
 
-    def __init__(self, plan: SourcePlan, earliest: Offsets, latest: Offsets) -> None:
+    def __init__(self, plan: SourcePlan, latest: Offsets, progress: Offsets | None = None) -> None:
         super().__init__(plan)
-        self.earliest, self.latest = earliest, latest
+        self.latest, self.progress = latest, dict(progress or {})
 
     def _list(self, which: str, only: list[tuple[str, int]] | None = None) -> Offsets:
-        listed = self.earliest if which == "earliest" else self.latest
-        return {k: v for k, v in listed.items() if only is None or k in only}
+        assert which == "latest", "starts come from the evidence and the progress, never from listing"
+        return {k: v for k, v in self.latest.items() if only is None or k in only}
+
+    def _progress(self) -> Offsets:
+        return dict(self.progress)
 
 
 def _plan(tmp_path: Path, partitions: tuple[tuple[str, int], ...] = (("t", 2),), tasks: int = 2,
-          rate: float = 0.0) -> SourcePlan:
+          rate: float = 0.0, resume: Offsets | None = None) -> SourcePlan:
     writer = WriterSettings("A->B", "A", "B", DefaultReplicationPolicy(), {}, {}, "syncs", "A")
     (tmp_path / "offsets").mkdir(exist_ok=True)
     return SourcePlan(partitions, (), tasks, str(tmp_path), writer, epoch_seconds=5.0, max_records_per_epoch=1000,
-                      records_per_second=rate)
+                      records_per_second=rate, resume=tuple(sorted((resume or {}).items())))
 
 
 def _planned(reader: CopyStreamReader, tmp_path: Path) -> EpochOffsets:
@@ -84,21 +81,31 @@ def _planned(reader: CopyStreamReader, tmp_path: Path) -> EpochOffsets:
     return EpochOffsets.from_json(entry)
 
 
-def test_each_epoch_starts_where_the_last_one_ended_and_replays_when_its_progress_is_missing(tmp_path: Path) -> None:
-    reader = _Reader(_plan(tmp_path), earliest={("t", 0): 3, ("t", 1): 0}, latest={("t", 0): 10, ("t", 1): 4})
+def test_each_epoch_starts_where_the_progress_on_the_target_says_else_where_the_last_one_started(
+        tmp_path: Path) -> None:
+    reader = _Reader(_plan(tmp_path, resume={("t", 0): 3, ("t", 1): 0}), latest={("t", 0): 10, ("t", 1): 4})
     first = _planned(reader, tmp_path)
     assert first == EpochOffsets(0, {("t", 0): 3, ("t", 1): 0}, {("t", 0): 10, ("t", 1): 4})
-    write_progress(tmp_path, 0, {("t", 0): 10})  # partition 1 copied nothing: it stays
+    reader.progress = {("t", 0): 10}  # partition 1 copied nothing: it stays
     second = _planned(reader, tmp_path)
     assert second.epoch == 1 and second.start == {("t", 0): 10, ("t", 1): 0}
-    third = _planned(reader, tmp_path)  # no progress of epoch 1: copy it again
+    reader.progress = {}  # the progress cannot be read: where the last epoch started, never further
+    third = _planned(reader, tmp_path)
     assert third.epoch == 2 and third.start == second.start
 
 
+def test_a_replayed_epoch_goes_on_where_the_progress_says(tmp_path: Path) -> None:
+    reader = _Reader(_plan(tmp_path, resume={("t", 0): 0, ("t", 1): 0}), latest={("t", 0): 10, ("t", 1): 4})
+    epoch = _planned(reader, tmp_path)
+    reader.progress = {("t", 0): 6}  # the driver died mid-epoch; its tasks had copied this far
+    starts = {(r.topic, r.partition): r.start for task in reader.partitions({}, epoch.to_json()) for r in task.ranges}
+    assert starts == {("t", 0): 6, ("t", 1): 0}
+
+
 def test_a_partition_whose_leader_did_not_answer_is_still_copied_and_is_no_reset(tmp_path: Path) -> None:
-    reader = _Reader(_plan(tmp_path), earliest={("t", 0): 0, ("t", 1): 0}, latest={("t", 0): 10, ("t", 1): 4})
+    reader = _Reader(_plan(tmp_path, resume={("t", 0): 0, ("t", 1): 0}), latest={("t", 0): 10, ("t", 1): 4})
     _planned(reader, tmp_path)
-    write_progress(tmp_path, 0, {("t", 0): 10, ("t", 1): 4})
+    reader.progress = {("t", 0): 10, ("t", 1): 4}
     reader.latest = {("t", 0): -1001, ("t", 1): 8}  # librdkafka's answer for a partition without a leader
     epoch = _planned(reader, tmp_path)
     assert epoch.until == {("t", 0): 10, ("t", 1): 8}, "no end known: the epoch's start, never below it"
@@ -107,22 +114,21 @@ def test_a_partition_whose_leader_did_not_answer_is_still_copied_and_is_no_reset
 
 
 def test_a_stop_request_plans_no_new_epoch(tmp_path: Path) -> None:
-    reader = _Reader(_plan(tmp_path), earliest={("t", 0): 0, ("t", 1): 0}, latest={("t", 0): 5, ("t", 1): 5})
+    reader = _Reader(_plan(tmp_path, resume={("t", 0): 0, ("t", 1): 0}), latest={("t", 0): 5, ("t", 1): 5})
     first = _planned(reader, tmp_path)
-    write_progress(tmp_path, 0, {("t", 0): 5})
+    reader.progress = {("t", 0): 5}
     (tmp_path / STOP_FILE).touch()
     assert EpochOffsets.from_json(reader.latestOffset()) == first  # the same offset: Spark starts no batch
     (tmp_path / STOP_FILE).unlink()
     assert _planned(reader, tmp_path).start == {("t", 0): 5, ("t", 1): 0}
 
 
-def test_a_resumed_stream_goes_on_from_the_checkpoint_and_new_partitions_start_at_the_earliest(
+def test_a_resumed_stream_goes_on_from_the_progress_and_new_partitions_start_where_the_evidence_says(
         tmp_path: Path) -> None:
-    plan = _plan(tmp_path, partitions=(("t", 1), ("u", 1)))
+    plan = _plan(tmp_path, partitions=(("t", 1), ("u", 1)), resume={("t", 0): 0, ("u", 0): 2})
     logged = EpochOffsets(4, {("t", 0): 7, ("gone", 0): 9}, {("t", 0): 9})
     (tmp_path / "offsets" / "4").write_text('v1\n{"batchWatermarkMs":0}\n' + json.dumps(logged.to_json()))
-    write_progress(tmp_path, 4, {("t", 0): 9})
-    reader = _Reader(plan, earliest={("t", 0): 0, ("u", 0): 2}, latest={("t", 0): 9, ("u", 0): 6})
+    reader = _Reader(plan, latest={("t", 0): 9, ("u", 0): 6}, progress={("t", 0): 9})
     entry = EpochOffsets.from_json(reader.latestOffset())
     # A topic no longer planned keeps its offset, so it resumes there if it comes back.
     assert entry == EpochOffsets(5, {("t", 0): 9, ("u", 0): 2, ("gone", 0): 9}, {("t", 0): 9, ("u", 0): 6})
@@ -130,7 +136,7 @@ def test_a_resumed_stream_goes_on_from_the_checkpoint_and_new_partitions_start_a
 
 @pytest.mark.parametrize(("rate", "tasks"), [(0.0, 2), (200.0, 1), (120_000.0, 2)])
 def test_partitions_become_tasks_that_share_the_epochs_limits(tmp_path: Path, rate: float, tasks: int) -> None:
-    reader = _Reader(_plan(tmp_path, partitions=(("t", 3),), rate=rate), earliest={}, latest={})
+    reader = _Reader(_plan(tmp_path, partitions=(("t", 3),), rate=rate), latest={})
     epoch = EpochOffsets(0, {("t", 0): 1, ("t", 1): 2, ("t", 2): 3}, {("t", 0): 1, ("t", 2): 9})  # t-1 deleted
     planned = reader.partitions({}, epoch.to_json())
     assert len(planned) == tasks
@@ -144,7 +150,7 @@ def test_partitions_become_tasks_that_share_the_epochs_limits(tmp_path: Path, ra
 
 
 def test_every_epoch_lasts_the_configured_time_and_tasks_know_their_epoch(tmp_path: Path) -> None:
-    reader = _Reader(_plan(tmp_path), earliest={}, latest={})
+    reader = _Reader(_plan(tmp_path), latest={})
     epoch = EpochOffsets(7, {("t", 0): 0, ("t", 1): 0}, {("t", 0): 1, ("t", 1): 1}).to_json()
     tasks = [task for _ in range(2) for task in reader.partitions({}, epoch)]
     assert {(task.epoch, task.limits.seconds) for task in tasks} == {(7, 5.0)}
@@ -166,7 +172,7 @@ def test_every_task_of_an_epoch_ends_at_the_same_time_and_a_late_one_still_copie
 
 
 def test_an_offsets_log_entry_of_another_format_names_the_checkpoint_and_what_to_do(tmp_path: Path) -> None:
-    reader = _Reader(_plan(tmp_path), earliest={}, latest={})
+    reader = _Reader(_plan(tmp_path), latest={})
     with pytest.raises(CheckpointFormatError, match=f"checkpoint {tmp_path} was written by an older strait.*Move"):
         reader.partitions({}, {"t": {"0": 5}})  # a per-partition offsets entry, as Spark's Kafka source writes
     (tmp_path / "offsets" / "3").write_text('v1\n{"batchWatermarkMs":0}\n{"t": {"0": 5}}')

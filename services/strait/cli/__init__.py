@@ -13,10 +13,10 @@ from importlib.metadata import entry_points
 from types import ModuleType
 
 from strait import __version__
-from strait.cli import config, dashboards, failover, flow, offsets, run, status, verify
+from strait.cli import config, dashboards, failover, flow, handover, offsets, run, status, verify
 from strait.launch import add_log_level, run_command
 
-COMMAND_GROUPS = (config, flow, run, status, offsets, failover, verify, dashboards)
+COMMAND_GROUPS = (config, flow, run, status, handover, offsets, failover, verify, dashboards)
 PLUGIN_GROUP = "strait.commands"  # installed tools add command groups here (tools/: `strait lab`)
 
 

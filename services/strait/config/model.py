@@ -33,6 +33,7 @@ from strait.policy import ReplicationPolicy, policy_from_name
 DEFAULT_REDIS_URL = "redis://127.0.0.1:19079/0"
 POLICY_NAMES = ("default", "identity")
 OFFSET_SYNCS_LOCATIONS = ("source", "target")
+START_CHOICES = ("earliest", "latest")
 CLIENT_ROLES = ("consumer", "producer", "admin")
 DEFAULT_CHECKPOINT_SHARDS = 6  # spreads evenly over 1, 2, 3 or 6 checkpoint replicas
 MAX_CHECKPOINT_SHARDS = 256
@@ -170,7 +171,10 @@ class FlowConfig:
     no offset syncs and no checkpoints. ``rate_limit_records_per_second``
     of None means unlimited. ``checkpoint_shards`` splits the flow's consumer groups (by a hash of
     the group id) into that many work items, which the checkpoint replicas share; use at least as
-    many shards as replicas.
+    many shards as replicas. ``start`` (``earliest`` or ``latest``) is where the copy of a
+    partition starts when Kafka holds no evidence of an earlier copy (:mod:`strait.progress`);
+    ``mm2_offsets_topic`` is the Connect offsets topic MirrorMaker 2 kept its progress in, on the
+    target (default ``mm2-offsets.<source>.internal``, dedicated mode's).
     """
 
     source: str
@@ -199,6 +203,8 @@ class FlowConfig:
     heartbeats_replication_enabled: bool = True
     config_properties_exclude: tuple[str, ...] = CONFIG_PROPERTIES_EXCLUDE_DEFAULT
     checkpoint_shards: int = DEFAULT_CHECKPOINT_SHARDS
+    start: str | None = None
+    mm2_offsets_topic: str | None = None
     # Derived, not a setting: every cluster alias of the configuration (the policy traces remote
     # topics to them), filled in by StraitConfig.
     cluster_aliases: tuple[str, ...] = field(default=(), compare=False, repr=False,
@@ -223,7 +229,8 @@ class FlowConfig:
 
     def topic_names(self) -> FlowTopics:
         """Every topic name of the flow: remote names, heartbeats, checkpoints, offset syncs and where they live."""
-        return FlowTopics(self.source, self.target, self.policy(), self.offset_syncs_topic_location == "target")
+        return FlowTopics(self.source, self.target, self.policy(), self.offset_syncs_topic_location == "target",
+                          self.mm2_offsets_topic)
 
     def internal_topic_replication_factor(self, kind: InternalTopic) -> int:
         """Replication factor of the flow's heartbeats, checkpoints or offset-syncs topic."""
@@ -301,6 +308,7 @@ class FlowTopics:
     target: str
     policy: ReplicationPolicy
     syncs_on_target: bool = False
+    mm2_offsets_topic: str | None = None
 
     def remote(self, topic: str) -> str:
         """The name of source ``topic``'s copy on the target (``A.orders``)."""
@@ -334,6 +342,17 @@ class FlowTopics:
         if self.syncs_on_target:
             return SyncsLocation(self.target, self.policy.offset_syncs_topic(self.source))
         return SyncsLocation(self.source, self.policy.offset_syncs_topic(self.target))
+
+
+    @property
+    def progress(self) -> SyncsLocation:
+        """strait's progress topic, on the target (:mod:`strait.progress`)."""
+        return SyncsLocation(self.target, f"strait-offsets.{self.source}.internal")
+
+    @property
+    def mm2_offsets(self) -> SyncsLocation:
+        """MirrorMaker 2's Connect offsets topic for this source, on the target."""
+        return SyncsLocation(self.target, self.mm2_offsets_topic or f"mm2-offsets.{self.source}.internal")
 
 
 def merge_layers(*layers: Mapping[str, Any]) -> dict[str, Any]:

@@ -1,0 +1,420 @@
+"""Where each source partition's copy goes on: its progress, kept on the target beside the copies.
+
+The replicator's tasks write, about twice a second, one record per source partition that moved to
+the flow's progress topic on the target (``strait-offsets.<source>.internal``, compacted): the last
+source offset whose record *and offset syncs* the target holds, in the format Kafka Connect keeps
+MirrorMaker 2's progress in (:class:`strait.records.SourceOffset`), plus the target offset of that
+record. A replicator whose state is gone (a new host, a wiped volume) reads it and goes on where
+the copies end; MM2 can read it too (``strait handover``).
+
+When a partition has no progress of strait's, its start is decided from other evidence in Kafka, in
+this order, and reported with a bound on the records copied a second time:
+
+1. ``strait-progress``: strait's own progress record;
+2. ``mm2-offsets``: the source offset MM2 committed to its Connect offsets topic on the target
+   (``mm2-offsets.<source>.internal``; a Connect cluster's ``offset.storage.topic``);
+3. ``offset-syncs``: the newest offset sync of the partition in the flow's syncs topic (MM2 and
+   strait write the same format there), which bounds where the earlier copy got to;
+4. ``empty-remote``: the remote partition holds no records: a first copy, from the earliest offset
+   (or the latest with ``start: latest``);
+5. ``start-earliest`` / ``start-latest``: the flow's explicit ``start`` choice.
+
+A remote partition that holds records with none of that evidence is never copied again from the
+earliest offset silently: :class:`ResumeError` names the topics and says how to choose.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import time
+from collections.abc import Iterable, Mapping, Sequence
+from dataclasses import dataclass
+
+from confluent_kafka import Consumer, KafkaError, KafkaException, Producer, TopicPartition
+from confluent_kafka.admin import AdminClient
+
+from strait.config.model import FlowConfig, StraitConfig, SyncsLocation
+from strait.errors import StraitError
+from strait.kafka.admin import TopicSpec, admin_client, create_topics, list_offsets, topic_partitions
+from strait.records import MIRROR_SOURCE_CONNECTOR, RecordFormatError, SourceOffset
+from strait.translation import SyncIndex, SyncsFollower
+
+log = logging.getLogger(__name__)
+librdkafka_log = logging.getLogger("strait.librdkafka")
+
+Key = tuple[str, int]
+DEFAULT_TIMEOUT = 30.0
+EVIDENCE = ("strait-progress", "mm2-offsets", "offset-syncs", "empty-remote", "start-earliest", "start-latest")
+
+
+class ResumeError(StraitError):
+    """Where a partition's copy starts cannot be decided from evidence, or the evidence cannot be read."""
+
+
+@dataclass(frozen=True)
+class Progress:
+    """A partition's progress record: every source offset below ``next_offset`` is on the target
+    (copied, or nothing to copy); ``target_offset`` is where the last copied record landed (-1:
+    unknown, e.g. MM2's records or a repartitioning flow)."""
+
+    next_offset: int
+    target_offset: int = -1
+
+    def value_bytes(self) -> bytes:
+        """Connect's value: MM2 reads ``offset`` (the last offset done) and ignores the rest."""
+        return json.dumps({"offset": self.next_offset - 1, "target_offset": self.target_offset},
+                          separators=(",", ":")).encode()
+
+
+def progress_record(cluster: str, topic: str, partition: int, progress: Progress) -> tuple[bytes, bytes]:
+    """Key and value of a partition's progress record (``cluster``: the source's alias)."""
+    key = SourceOffset(MIRROR_SOURCE_CONNECTOR, cluster, topic, partition, progress.next_offset - 1).key_bytes()
+    return key, progress.value_bytes()
+
+
+class OffsetsTopic:
+    """Reads the source offsets of one connector and one source cluster from a Connect offsets topic.
+
+    :meth:`read` reads up to the end every partition had when it was called, so what it returns is
+    at least as new as any record acknowledged before; later calls read only what came since.
+    A topic that does not exist holds no progress. Not thread-safe.
+    """
+
+    def __init__(self, settings: Mapping[str, str], location: SyncsLocation, cluster: str,
+                 connector: str = MIRROR_SOURCE_CONNECTOR) -> None:
+        self.location, self.cluster, self.connector = location, cluster, connector
+        self._consumer = Consumer({**settings, "group.id": "strait-progress", "enable.auto.commit": False,
+                                   "enable.auto.offset.store": False, "enable.partition.eof": False,
+                                   "isolation.level": "read_committed", "logger": librdkafka_log})
+        self._positions: dict[int, int] = {}  # partition of the offsets topic -> next offset to read
+        self.progress: dict[Key, Progress] = {}
+        self.exists = False
+        self.skipped = 0
+
+    def read(self, timeout: float = DEFAULT_TIMEOUT) -> dict[Key, Progress]:
+        """Every partition's newest progress, read up to the topic's current end."""
+        deadline = time.monotonic() + timeout
+        try:
+            ends = self._ends(timeout)
+            while any(self._positions.get(p, 0) < end for p, end in ends.items()):
+                left = deadline - time.monotonic()
+                if left <= 0:
+                    behind = {p: end - self._positions.get(p, 0) for p, end in ends.items()}
+                    raise ResumeError(f"cluster {self.location.alias}: reading topic {self.location.topic} took over "
+                                      f"{timeout:.0f}s ({sum(behind.values())} records left); is the cluster up?")
+                for message in self._consumer.consume(1000, min(left, 1.0)):
+                    self._add(message)
+        except KafkaException as exc:
+            raise ResumeError(f"cluster {self.location.alias}: reading topic {self.location.topic}: "
+                              f"{exc.args[0].str() if exc.args else exc}") from None
+        return self.progress
+
+    def close(self) -> None:
+        """Close the consumer."""
+        self._consumer.close()
+
+    def _ends(self, timeout: float) -> dict[int, int]:
+        """The current end offset of each partition of the topic (assigning partitions new to the reader)."""
+        topic = self.location.topic
+        metadata = self._consumer.list_topics(topic, timeout=timeout).topics.get(topic)
+        if metadata is None or metadata.error is not None:
+            if metadata is not None and metadata.error.code() not in (KafkaError.UNKNOWN_TOPIC_OR_PART,
+                                                                      KafkaError._UNKNOWN_TOPIC):
+                raise KafkaException(metadata.error)
+            return {}
+        self.exists = True
+        new = [p for p in metadata.partitions if p not in self._positions]
+        if new:
+            for p in new:
+                self._positions[p] = 0
+            self._consumer.incremental_assign([TopicPartition(topic, p, -2) for p in new])
+        return {p: self._consumer.get_watermark_offsets(TopicPartition(topic, p), timeout=timeout)[1]
+                for p in metadata.partitions}
+
+    def _add(self, message: object) -> None:
+        error = message.error()  # type: ignore[attr-defined]
+        if error is not None:
+            if error.code() != KafkaError._PARTITION_EOF:
+                raise KafkaException(error)
+            return
+        self._positions[message.partition()] = message.offset() + 1  # type: ignore[attr-defined]
+        key, value = message.key(), message.value()  # type: ignore[attr-defined]
+        try:
+            offset = SourceOffset.from_record(key, value)
+            if offset is None:  # a tombstone: that partition's progress was removed
+                where = json.loads(key)[1]
+                if json.loads(key)[0] == self.connector and where.get("cluster") == self.cluster:
+                    self.progress.pop((str(where["topic"]), int(where["partition"])), None)
+                return
+        except (RecordFormatError, ValueError, TypeError, KeyError, IndexError):
+            self.skipped += 1
+            return
+        if offset.connector != self.connector or offset.cluster != self.cluster:
+            return
+        target = json.loads(value).get("target_offset", -1) if value else -1
+        self.progress[(offset.topic, offset.partition)] = Progress(offset.next_offset,
+                                                                   target if isinstance(target, int) else -1)
+
+
+def read_offsets_topic(settings: Mapping[str, str], location: SyncsLocation, cluster: str,
+                       timeout: float = DEFAULT_TIMEOUT) -> dict[Key, Progress]:
+    """One whole read of a Connect offsets topic (see :class:`OffsetsTopic`)."""
+    reader = OffsetsTopic(settings, location, cluster)
+    try:
+        return reader.read(timeout)
+    finally:
+        reader.close()
+
+
+@dataclass(frozen=True)
+class PartitionEvidence:
+    """What Kafka says about one source partition's earlier copy.
+
+    ``remote_end`` and ``remote_start``: the remote partition's end and log-start offsets (a
+    repartitioning flow: the remote topic's totals); ``newest_sync``: the newest (upstream,
+    downstream) offset sync; ``earliest`` and ``latest``: the source partition's offsets.
+    """
+
+    remote_start: int = 0
+    remote_end: int = 0
+    progress: Progress | None = None
+    mm2_next: int | None = None
+    newest_sync: tuple[int, int] | None = None
+    earliest: int = 0
+    latest: int = 0
+
+
+@dataclass(frozen=True)
+class Resume:
+    """Where a partition's copy starts, on what evidence, and at most how many records already on the
+    target it copies again (-1: unknown)."""
+
+    offset: int
+    evidence: str
+    duplicates: int
+
+
+def decide_start(key: Key, found: PartitionEvidence, start: str | None) -> Resume | None:
+    """The start of one partition from its evidence (see the module's order); None when nothing decides it."""
+    held = found.remote_end - found.remote_start
+    if found.progress is not None:
+        at = found.progress
+        duplicates = min(max(0, held), max(0, found.remote_end - at.target_offset - 1)) if at.target_offset >= 0 else -1
+        return Resume(at.next_offset, "strait-progress", duplicates if held > 0 else 0)
+    if found.mm2_next is not None:
+        return Resume(found.mm2_next, "mm2-offsets", _bound_after(found, found.mm2_next))
+    if found.newest_sync is not None:
+        upstream, _downstream = found.newest_sync
+        return Resume(upstream + 1, "offset-syncs", _bound_after(found, upstream + 1))
+    if held <= 0:
+        return Resume(found.latest if start == "latest" else found.earliest, "empty-remote", 0)
+    if start == "earliest":
+        return Resume(found.earliest, "start-earliest", held)
+    if start == "latest":
+        return Resume(found.latest, "start-latest", 0)
+    return None
+
+
+def _bound_after(found: PartitionEvidence, start: int) -> int:
+    """At most how many records on the remote partition are copies of source offsets >= ``start``.
+
+    Past the newest sync (u, d) the remote holds ``end - d - 1`` records; when the sync lies at or
+    past ``start`` the records of source offsets ``start..u`` (at most one each) are copies too.
+    """
+    held = found.remote_end - found.remote_start
+    if held <= 0:
+        return 0
+    if found.newest_sync is None:
+        return held
+    upstream, downstream = found.newest_sync
+    return max(0, min(held, found.remote_end - downstream - 1 + max(0, upstream - start + 1)))
+
+
+def decide_starts(flow: str, evidence: Mapping[Key, PartitionEvidence], start: str | None,
+                  remote_names: Mapping[str, str]) -> dict[Key, Resume]:
+    """Every partition's start; ResumeError naming the topics a remote copy exists for with no evidence."""
+    decided: dict[Key, Resume] = {}
+    unknown: dict[str, list[int]] = {}
+    for key, found in sorted(evidence.items()):
+        resume = decide_start(key, found, start)
+        if resume is None:
+            unknown.setdefault(key[0], []).append(key[1])
+        else:
+            decided[key] = resume
+    if unknown:
+        named = "; ".join(f"{remote_names.get(t, t)} (partitions {', '.join(map(str, ps))}, "
+                          f"{sum(evidence[(t, p)].remote_end - evidence[(t, p)].remote_start for p in ps)} records)"
+                          for t, ps in sorted(unknown.items()))
+        raise ResumeError(
+            f"flow {flow}: the target already holds records of {named}, but no progress of strait's, no "
+            f"MirrorMaker 2 offsets and no offset syncs say where they came from, so the copy is not started. "
+            f"Set the flow's start: earliest (copy again from the earliest offset: the target then holds "
+            f"those records twice) or start: latest (copy only what is produced from now on)")
+    return decided
+
+
+def summarize(decided: Mapping[Key, Resume]) -> dict[str, tuple[str, int]]:
+    """Per topic: the evidence its partitions started from (the weakest when they differ) and the
+    total bound on records copied again (-1: unknown for a partition)."""
+    per_topic: dict[str, tuple[str, int]] = {}
+    for (topic, _partition), resume in sorted(decided.items()):
+        evidence, total = per_topic.get(topic, (resume.evidence, 0))
+        weakest = max(evidence, resume.evidence, key=EVIDENCE.index)
+        total = -1 if total < 0 or resume.duplicates < 0 else total + resume.duplicates
+        per_topic[topic] = (weakest, total)
+    return per_topic
+
+
+@dataclass(frozen=True)
+class ResumeSources:
+    """Where a flow's resume evidence lives and how to reach it (librdkafka settings as sorted pairs)."""
+
+    flow: str
+    source_alias: str
+    target_alias: str
+    progress: SyncsLocation  # strait's progress topic, on the target
+    mm2_offsets: SyncsLocation  # MM2's Connect offsets topic, on the target
+    syncs: SyncsLocation | None  # the flow's offset-syncs topic (None: the flow writes none)
+    source_admin: tuple[tuple[str, str], ...]
+    target_admin: tuple[tuple[str, str], ...]
+    target_consumer: tuple[tuple[str, str], ...]
+    syncs_consumer: tuple[tuple[str, str], ...]
+    remote_names: tuple[tuple[str, str], ...]
+    repartitioned: bool = False
+    start: str | None = None
+
+
+def gather_evidence(sources: ResumeSources, keys: Sequence[Key],
+                    timeout: float = DEFAULT_TIMEOUT) -> dict[Key, PartitionEvidence]:
+    """Read what Kafka holds about each partition's earlier copy: the remote and source offsets and
+    strait's progress always; MM2's offsets, then the offset syncs, only for partitions whose remote
+    holds records that strait's progress does not explain."""
+    names = dict(sources.remote_names)
+    source_admin, target_admin = admin_client(dict(sources.source_admin)), admin_client(dict(sources.target_admin))
+    remote = _remote_offsets(target_admin, sources, keys, names, timeout)
+    progress = read_offsets_topic(dict(sources.target_consumer), sources.progress, sources.source_alias, timeout)
+    missing = [key for key in keys if key not in progress and remote[key][1] > remote[key][0]]
+    mm2 = _mm2_offsets(sources, timeout) if missing else {}
+    syncs: dict[Key, tuple[int, int]] = {}
+    if missing and sources.syncs is not None:
+        follower = SyncsFollower(dict(sources.syncs_consumer), sources.syncs, timeout)
+        try:
+            follower.catch_up(timeout)
+            syncs = newest_syncs(missing, follower.index)
+        finally:
+            follower.close()
+    partitions = [TopicPartition(t, p) for t, p in keys]
+    earliest = list_offsets(source_admin, sources.source_alias, partitions, "earliest", timeout=timeout)
+    latest = list_offsets(source_admin, sources.source_alias, partitions, "latest", timeout=timeout)
+    return {key: PartitionEvidence(
+        remote_start=remote[key][0], remote_end=remote[key][1], progress=progress.get(key),
+        mm2_next=mm2[key].next_offset if key in mm2 and key in missing else None, newest_sync=syncs.get(key),
+        earliest=max(0, earliest.get(key, 0)), latest=max(0, latest.get(key, 0))) for key in keys}
+
+
+def _mm2_offsets(sources: ResumeSources, timeout: float) -> dict[Key, Progress]:
+    """MM2's committed offsets; none (with a warning) when the replicator may not read its topic."""
+    try:
+        return read_offsets_topic(dict(sources.target_consumer), sources.mm2_offsets, sources.source_alias, timeout)
+    except ResumeError as exc:
+        if "authoriz" not in str(exc).lower():
+            raise
+        log.warning("flow=%s MirrorMaker 2's offsets not read (grant READ and DESCRIBE on %s to use them): %s",
+                    sources.flow, sources.mm2_offsets.topic, exc)
+        return {}
+
+
+def _remote_offsets(admin: AdminClient, sources: ResumeSources, keys: Sequence[Key], names: Mapping[str, str],
+                    timeout: float) -> dict[Key, tuple[int, int]]:
+    """(log start, end) of each key's remote partition; a repartitioning flow: of its whole remote topic."""
+    if sources.repartitioned:
+        counts = topic_partitions(admin, sources.target_alias, timeout)
+        wanted = [TopicPartition(names.get(t, t), p) for t in {t for t, _ in keys}
+                  for p in range(counts.get(names.get(t, t), 0))]
+    else:
+        wanted = [TopicPartition(names.get(t, t), p) for t, p in keys]
+    low = list_offsets(admin, sources.target_alias, wanted, "earliest", timeout=timeout, skip_unknown=True)
+    high = list_offsets(admin, sources.target_alias, wanted, "latest", timeout=timeout, skip_unknown=True)
+    if sources.repartitioned:
+        totals: dict[str, tuple[int, int]] = {}
+        for (remote, p), end in high.items():
+            start, stop = totals.get(remote, (0, 0))
+            totals[remote] = (start + max(0, low.get((remote, p), 0)), stop + max(0, end))
+        return {key: totals.get(names.get(key[0], key[0]), (0, 0)) for key in keys}
+    return {key: (max(0, low.get(remote_partition_of(names, key), 0)),
+                  max(0, high.get(remote_partition_of(names, key), 0))) for key in keys}
+
+
+def newest_syncs(keys: Iterable[Key], index: SyncIndex) -> dict[Key, tuple[int, int]]:
+    """The newest (upstream, downstream) offset sync of each partition in the index."""
+    found: dict[Key, tuple[int, int]] = {}
+    for topic, partition in keys:
+        history = index.history(topic, partition)
+        point = history.translator.last_copied() if history is not None else None
+        if point is not None:
+            found[(topic, partition)] = (point.upstream, point.downstream)
+    return found
+
+
+def remote_partition_of(remote_names: Mapping[str, str], key: Key) -> Key:
+    """The remote partition a source partition is copied to (same number, remote name)."""
+    return remote_names.get(key[0], key[0]), key[1]
+
+
+def keys_of(partitions: Sequence[tuple[str, int]]) -> list[Key]:
+    """Every (topic, partition) of (topic, partition count) pairs."""
+    return [(topic, p) for topic, count in partitions for p in range(count)]
+
+
+CONNECT_OFFSETS_PARTITIONS = 25  # Kafka Connect's default for an offsets topic it creates
+STILL_COPYING_CHECK_SECONDS = 3.0
+
+
+def hand_over_to_mm2(config: StraitConfig, flow: FlowConfig, timeout: float = DEFAULT_TIMEOUT,
+                     settle: float = STILL_COPYING_CHECK_SECONDS) -> dict[Key, int]:
+    """Write strait's progress of every partition into MM2's Connect offsets topic, so MirrorMaker 2
+    started afterwards goes on where strait's copies end; returns each partition's next offset.
+
+    The records land in the partition Connect's producer would choose (Kafka's murmur2 of the key),
+    so MM2 reads them as its own. ResumeError when strait has no progress of the flow, or when it
+    still moves (the flow still copies: stop it first).
+    """
+    names = flow.topic_names()
+    target = config.cluster(flow.target)
+    reader = OffsetsTopic(target.librdkafka_config("consumer"), names.progress, flow.source)
+    try:
+        before = dict(reader.read(timeout))
+        time.sleep(settle)
+        after = reader.read(timeout)
+    finally:
+        reader.close()
+    if not after:
+        raise ResumeError(f"flow {flow.name}: no progress of strait's in {names.progress.topic} on {flow.target}: "
+                          f"nothing to hand over")
+    moved = sorted(key for key, progress in after.items() if before.get(key) != progress)
+    if moved:
+        raise ResumeError(f"flow {flow.name} is still copying ({moved[0][0]}[{moved[0][1]}] moved in {settle:.0f}s): "
+                          f"stop it first (strait flow disable {flow.name}, or stop the replicator)")
+    admin = admin_client(target.librdkafka_config("admin"))
+    create_topics(admin, flow.target, [TopicSpec(names.mm2_offsets.topic, CONNECT_OFFSETS_PARTITIONS,
+                                                 flow.internal_topic_replication_factor("offset_syncs"),
+                                                 {"cleanup.policy": "compact"})], timeout)
+    producer = Producer({**target.librdkafka_config("producer"), "partitioner": "murmur2",
+                         "logger": librdkafka_log})
+    errors: list[KafkaError] = []
+
+    def delivered(err: KafkaError | None, _msg: object) -> None:
+        if err is not None:
+            errors.append(err)
+    for (topic, partition), progress in sorted(after.items()):
+        record = SourceOffset(MIRROR_SOURCE_CONNECTOR, flow.source, topic, partition, progress.next_offset - 1)
+        producer.produce(names.mm2_offsets.topic, key=record.key_bytes(), value=record.value_bytes(),
+                         on_delivery=delivered)
+    left = producer.flush(timeout)
+    if errors or left:
+        raise ResumeError(f"flow {flow.name}: writing to {names.mm2_offsets.topic} on {flow.target} failed: "
+                          f"{errors[0].str() if errors else f'{left} records not acknowledged'}")
+    log.info("flow=%s handed over to MirrorMaker 2 partitions=%d topic=%s", flow.name, len(after),
+             names.mm2_offsets.topic)
+    return {key: progress.next_offset for key, progress in after.items()}
