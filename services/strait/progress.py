@@ -373,7 +373,7 @@ STILL_COPYING_CHECK_SECONDS = 3.0
 
 def hand_over_to_mm2(config: StraitConfig, flow: FlowConfig, timeout: float = DEFAULT_TIMEOUT,
                      settle: float = STILL_COPYING_CHECK_SECONDS) -> dict[Key, int]:
-    """Write strait's progress of every partition into MM2's Connect offsets topic, so MirrorMaker 2
+    """Write strait's progress of every partition of the flow's topics into MM2's Connect offsets topic, so MirrorMaker 2
     started afterwards goes on where strait's copies end; returns each partition's next offset.
 
     The records land in the partition Connect's producer would choose (Kafka's murmur2 of the key),
@@ -389,9 +389,11 @@ def hand_over_to_mm2(config: StraitConfig, flow: FlowConfig, timeout: float = DE
         after = reader.read(timeout)
     finally:
         reader.close()
+    topics = flow.topic_filter()
+    after = {key: progress for key, progress in after.items() if topics.should_replicate_topic(key[0])}
     if not after:
-        raise ResumeError(f"flow {flow.name}: no progress of strait's in {names.progress.topic} on {flow.target}: "
-                          f"nothing to hand over")
+        raise ResumeError(f"flow {flow.name}: no progress of strait's for the flow's topics in {names.progress.topic} "
+                          f"on {flow.target}: nothing to hand over")
     moved = sorted(key for key, progress in after.items() if before.get(key) != progress)
     if moved:
         raise ResumeError(f"flow {flow.name} is still copying ({moved[0][0]}[{moved[0][1]}] moved in {settle:.0f}s): "

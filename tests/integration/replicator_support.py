@@ -112,19 +112,20 @@ def last_values(cluster: KafkaCluster, topic: str) -> dict[int, bytes | None]:
 
 
 def produce_numbered(cluster: KafkaCluster, topic: str, partitions: int, total: int, rate: float = 10_000,
-                     stop: threading.Event | None = None) -> int:
-    """Produce ``total`` records numbered by partition ("<partition>:<sequence>") at ``rate``; how many."""
+                     stop: threading.Event | None = None, first: int = 0) -> int:
+    """Produce ``total`` records numbered by partition ("<partition>:<sequence>") at ``rate``, record i
+    to partition i % partitions, from i = ``first`` (the records produced before); how many."""
     producer = Producer({**cluster.client_config(), "linger.ms": 5, "enable.idempotence": True})
     started = time.monotonic()
     sent = 0
-    for i in range(total):
+    for i in range(first, first + total):
         if stop is not None and stop.is_set():
             break
         partition = i % partitions
         producer.produce(topic, key=f"k{i}".encode(), value=f"{partition}:{i // partitions}".encode(),
                          partition=partition)
         sent += 1
-        if i % 100 == 99:
+        if sent % 100 == 0:
             producer.poll(0)
             time.sleep(max(0.0, started + sent / rate - time.monotonic()))
     assert producer.flush(60) == 0

@@ -39,7 +39,9 @@ def _exactly_once_except(target: KafkaCluster, remote: str, total: int) -> int:
     duplicates = 0
     for partition in range(PARTITIONS):
         got = copies.get(partition, [])
-        assert set(got) == set(range(len(range(partition, total, PARTITIONS)))), f"partition {partition} lost records"
+        missing = sorted(set(range(len(range(partition, total, PARTITIONS)))) - set(got))
+        assert not missing, (f"partition {partition} lost {len(missing)} records, {missing[:3]}..{missing[-3:]}; "
+                             f"{len(got)} copies, first {got[:3]}, last {got[-3:]}")
         duplicates += len(got) - len(set(got))
     return duplicates
 
@@ -62,7 +64,8 @@ def test_strait_takes_over_from_mirrormaker2_and_hands_back(
             mm2.stop()
         else:  # mid-stream: records keep arriving, MM2 dies between two offset commits
             loader = threading.Thread(target=lambda: under_load.append(
-                produce_numbered(source_cluster, topic, PARTITIONS, 10**9, rate=2_000, stop=stop)), daemon=True)
+                produce_numbered(source_cluster, topic, PARTITIONS, 10**9, rate=2_000, stop=stop, first=produced)),
+                daemon=True)
             loader.start()
             wait_for(lambda: count(target_cluster, remote) >= produced + 3_000, 60, "MirrorMaker 2 copying under load")
             mm2.kill()
@@ -72,7 +75,7 @@ def test_strait_takes_over_from_mirrormaker2_and_hands_back(
     finally:
         stop.set()
         mm2.stop()
-    produced += produce_numbered(source_cluster, topic, PARTITIONS, 10_000, rate=20_000)
+    produced += produce_numbered(source_cluster, topic, PARTITIONS, 10_000, rate=20_000, first=produced)
 
     config = write_config(tmp_path / "mm2.properties.yaml", flow_config(source_cluster, target_cluster, [topic]))
     strait = StraitProcess("replicator", ["--config", str(config), "--state-dir", str(tmp_path / "state")],
@@ -95,7 +98,7 @@ def test_strait_takes_over_from_mirrormaker2_and_hands_back(
                              "--config", str(config)], capture_output=True, text=True, timeout=120)
     assert handed.returncode == 0, handed.stderr
     assert f"wrote {PARTITIONS} partitions to mm2-offsets.A.internal" in handed.stdout
-    produced += produce_numbered(source_cluster, topic, PARTITIONS, 5_000, rate=20_000)
+    produced += produce_numbered(source_cluster, topic, PARTITIONS, 5_000, rate=20_000, first=produced)
     mm2 = start_mm2(source_cluster, target_cluster, [topic], BenchOptions(), tmp_path / "mm2-back", MM2_SETTINGS)
     try:
         wait_for(lambda: count(target_cluster, remote) >= produced + duplicates, 180, "MirrorMaker 2 taking back over")

@@ -115,7 +115,7 @@ def test_a_remote_topic_with_records_no_evidence_explains_waits_for_the_users_ch
         process.start(timeout=120)
         wait_for(lambda: resume_evidence(process, topic), 60, "the copy to start")
         assert resume_evidence(process, topic)[0][0] == "start-latest"
-        produce_numbered(source_cluster, topic, PARTITIONS, 30)
+        produce_numbered(source_cluster, topic, PARTITIONS, 30, first=300)
         wait_for(lambda: count(target_cluster, remote) >= 60, 60, "the new records copied")
         time.sleep(2)
         assert count(target_cluster, remote) == 60, "only what was produced after the start"
