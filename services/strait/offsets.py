@@ -105,6 +105,11 @@ class PartitionTranslator:
             return None
         return SyncPoint(self._upstreams[-1], self._downstreams[-1])
 
+    def last_below(self, upstream: int) -> SyncPoint | None:
+        """The sync of the greatest upstream offset below ``upstream``, or None."""
+        i = bisect.bisect_left(self._upstreams, upstream) - 1
+        return SyncPoint(self._upstreams[i], self._downstreams[i]) if i >= 0 else None
+
     def translate(self, committed: int) -> int | None:
         """The target offset to resume from for a source group that committed ``committed``.
 

@@ -181,6 +181,7 @@ class PartitionEvidence:
     progress: Progress | None = None
     mm2_next: int | None = None
     newest_sync: tuple[int, int] | None = None
+    sync_below_mm2: tuple[int, int] | None = None  # the newest sync below ``mm2_next``
     earliest: int = 0
     latest: int = 0
 
@@ -203,10 +204,15 @@ def decide_start(key: Key, found: PartitionEvidence, start: str | None) -> Resum
         duplicates = min(max(0, held), max(0, found.remote_end - at.target_offset - 1)) if at.target_offset >= 0 else -1
         return Resume(at.next_offset, "strait-progress", duplicates if held > 0 else 0)
     if found.mm2_next is not None:
-        return Resume(found.mm2_next, "mm2-offsets", _bound_after(found, found.mm2_next))
+        # Right after an offset sync, never between two: a committed source offset between MM2's last
+        # sync and strait's first would otherwise translate past records MM2 copied (a consumer failing
+        # over would skip them). The records from there to MM2's commit are copied again.
+        anchor = found.sync_below_mm2
+        start = found.mm2_next if anchor is None else anchor[0] + 1
+        return Resume(start, "mm2-offsets", _bound_after(found, start, anchor or found.newest_sync))
     if found.newest_sync is not None:
         upstream, _downstream = found.newest_sync
-        return Resume(upstream + 1, "offset-syncs", _bound_after(found, upstream + 1))
+        return Resume(upstream + 1, "offset-syncs", _bound_after(found, upstream + 1, found.newest_sync))
     if held <= 0:
         return Resume(found.latest if start == "latest" else found.earliest, "empty-remote", 0)
     if start == "earliest":
@@ -216,18 +222,18 @@ def decide_start(key: Key, found: PartitionEvidence, start: str | None) -> Resum
     return None
 
 
-def _bound_after(found: PartitionEvidence, start: int) -> int:
+def _bound_after(found: PartitionEvidence, start: int, sync: tuple[int, int] | None) -> int:
     """At most how many records on the remote partition are copies of source offsets >= ``start``.
 
-    Past the newest sync (u, d) the remote holds ``end - d - 1`` records; when the sync lies at or
-    past ``start`` the records of source offsets ``start..u`` (at most one each) are copies too.
+    Past a sync (u, d) the remote holds ``end - d - 1`` records; when the sync lies at or past
+    ``start`` the records of source offsets ``start..u`` (at most one each) are copies too.
     """
     held = found.remote_end - found.remote_start
     if held <= 0:
         return 0
-    if found.newest_sync is None:
+    if sync is None:
         return held
-    upstream, downstream = found.newest_sync
+    upstream, downstream = sync
     return max(0, min(held, found.remote_end - downstream - 1 + max(0, upstream - start + 1)))
 
 
@@ -297,11 +303,13 @@ def gather_evidence(sources: ResumeSources, keys: Sequence[Key],
     missing = [key for key in keys if key not in progress and remote[key][1] > remote[key][0]]
     mm2 = _mm2_offsets(sources, timeout) if missing else {}
     syncs: dict[Key, tuple[int, int]] = {}
+    below_mm2: dict[Key, tuple[int, int]] = {}
     if missing and sources.syncs is not None:
         follower = SyncsFollower(dict(sources.syncs_consumer), sources.syncs, timeout)
         try:
             follower.catch_up(timeout)
             syncs = newest_syncs(missing, follower.index)
+            below_mm2 = syncs_below(follower.index, {key: mm2[key].next_offset for key in missing if key in mm2})
         finally:
             follower.close()
     partitions = [TopicPartition(t, p) for t, p in keys]
@@ -310,6 +318,7 @@ def gather_evidence(sources: ResumeSources, keys: Sequence[Key],
     return {key: PartitionEvidence(
         remote_start=remote[key][0], remote_end=remote[key][1], progress=progress.get(key),
         mm2_next=mm2[key].next_offset if key in mm2 and key in missing else None, newest_sync=syncs.get(key),
+        sync_below_mm2=below_mm2.get(key),
         earliest=max(0, earliest.get(key, 0)), latest=max(0, latest.get(key, 0))) for key in keys}
 
 
@@ -352,6 +361,17 @@ def newest_syncs(keys: Iterable[Key], index: SyncIndex) -> dict[Key, tuple[int, 
     for topic, partition in keys:
         history = index.history(topic, partition)
         point = history.translator.last_copied() if history is not None else None
+        if point is not None:
+            found[(topic, partition)] = (point.upstream, point.downstream)
+    return found
+
+
+def syncs_below(index: SyncIndex, limits: Mapping[Key, int]) -> dict[Key, tuple[int, int]]:
+    """The sync of the greatest upstream offset below each partition's limit, where there is one."""
+    found: dict[Key, tuple[int, int]] = {}
+    for (topic, partition), limit in limits.items():
+        history = index.history(topic, partition)
+        point = history.translator.last_below(limit) if history is not None else None
         if point is not None:
             found[(topic, partition)] = (point.upstream, point.downstream)
     return found

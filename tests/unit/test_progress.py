@@ -12,6 +12,7 @@ from strait.progress import (
     EVIDENCE, PartitionEvidence, Progress, Resume, ResumeError, decide_start, decide_starts, progress_record,
     summarize,
 )
+from strait.offsets import PartitionTranslator, SyncPoint
 from strait.records import MIRROR_SOURCE_CONNECTOR, RecordFormatError, SourceOffset
 
 offsets = st.integers(0, 10**9)
@@ -49,6 +50,7 @@ evidence = st.builds(
     progress=st.none() | st.builds(Progress, offsets, st.integers(-1, 10_000)),
     mm2_next=st.none() | offsets,
     newest_sync=st.none() | st.tuples(offsets, st.integers(0, 10_000)),
+    sync_below_mm2=st.none() | st.tuples(offsets, st.integers(0, 10_000)),
     earliest=st.integers(0, 100), latest=st.integers(100, 1000),
 )
 
@@ -61,7 +63,8 @@ def test_the_strongest_evidence_decides_and_an_unexplained_remote_copy_needs_a_c
     if found.progress is not None:
         assert resume is not None and (resume.offset, resume.evidence) == (found.progress.next_offset, "strait-progress")
     elif found.mm2_next is not None:
-        assert resume is not None and (resume.offset, resume.evidence) == (found.mm2_next, "mm2-offsets")
+        anchored = found.mm2_next if found.sync_below_mm2 is None else found.sync_below_mm2[0] + 1
+        assert resume is not None and (resume.offset, resume.evidence) == (anchored, "mm2-offsets")
     elif found.newest_sync is not None:
         assert resume is not None and (resume.offset, resume.evidence) == (found.newest_sync[0] + 1, "offset-syncs")
     elif held <= 0:
@@ -84,6 +87,11 @@ def test_duplicates_are_bounded_by_what_the_target_holds_past_the_evidence() -> 
     # a sync past the commit: the records 800..850 on the target are copies too
     ahead = decide_start(("t", 0), PartitionEvidence(remote_end=1000, mm2_next=800, newest_sync=(850, 850)), None)
     assert ahead == Resume(800, "mm2-offsets", 200)
+    # with MM2's last sync below its commit, the copy goes on right after that sync: exact translation
+    # across the switch, for the price of the records between sync and commit
+    anchored = decide_start(("t", 0), PartitionEvidence(remote_end=1000, mm2_next=800, newest_sync=(850, 850),
+                                                        sync_below_mm2=(700, 700)), None)
+    assert anchored == Resume(701, "mm2-offsets", 299)
 
 
 def test_the_error_names_the_remote_topics_and_says_how_to_choose() -> None:
@@ -101,3 +109,13 @@ def test_a_topic_reports_its_weakest_evidence_and_the_total_bound() -> None:
                ("u", 0): Resume(3, "mm2-offsets", -1)}
     assert summarize(decided) == {"t": ("empty-remote", 2), "u": ("mm2-offsets", -1)}
     assert EVIDENCE.index("strait-progress") == 0
+
+
+@given(st.lists(st.integers(0, 1000), unique=True, max_size=30), st.integers(0, 1100))
+def test_the_sync_below_an_offset_is_the_greatest_one_under_it(upstreams: list[int], limit: int) -> None:
+    translator = PartitionTranslator()
+    for i, upstream in enumerate(sorted(upstreams)):
+        translator.add(SyncPoint(upstream, i))
+    below = [u for u in upstreams if u < limit]
+    found = translator.last_below(limit)
+    assert (found.upstream if found else None) == (max(below) if below else None)
