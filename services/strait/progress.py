@@ -29,7 +29,9 @@ import json
 import logging
 import time
 from collections.abc import Iterable, Mapping, Sequence
-from dataclasses import dataclass
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from typing import Any
 
 from confluent_kafka import Consumer, KafkaError, KafkaException, Producer, TopicPartition
 from confluent_kafka.admin import AdminClient
@@ -56,15 +58,19 @@ class ResumeError(StraitError):
 class Progress:
     """A partition's progress record: every source offset below ``next_offset`` is on the target
     (copied, or nothing to copy); ``target_offset`` is where the last copied record landed (-1:
-    unknown, e.g. MM2's records or a repartitioning flow)."""
+    unknown, e.g. MM2's records or a repartitioning flow); ``live``: what the replicator's task
+    reports with it (:mod:`strait_replicator.live`), opaque here."""
 
     next_offset: int
     target_offset: int = -1
+    live: Mapping[str, Any] | None = field(default=None, compare=False)
 
     def value_bytes(self) -> bytes:
         """Connect's value: MM2 reads ``offset`` (the last offset done) and ignores the rest."""
-        return json.dumps({"offset": self.next_offset - 1, "target_offset": self.target_offset},
-                          separators=(",", ":")).encode()
+        value: dict[str, Any] = {"offset": self.next_offset - 1, "target_offset": self.target_offset}
+        if self.live is not None:
+            value["live"] = self.live
+        return json.dumps(value, separators=(",", ":")).encode()
 
 
 def progress_record(cluster: str, topic: str, partition: int, progress: Progress) -> tuple[bytes, bytes]:
@@ -78,12 +84,17 @@ class OffsetsTopic:
 
     :meth:`read` reads up to the end every partition had when it was called, so what it returns is
     at least as new as any record acknowledged before; later calls read only what came since.
-    A topic that does not exist holds no progress. Not thread-safe.
+    ``start_at`` is where reading begins in each partition of the topic: ``"beginning"``, ``"end"``
+    (only what is written from now on), or the offsets a reader got to (:attr:`positions`).
+    ``on_record`` sees every progress record read, in order. A topic that does not exist holds no
+    progress. Not thread-safe.
     """
 
     def __init__(self, settings: Mapping[str, str], location: SyncsLocation, cluster: str,
-                 connector: str = MIRROR_SOURCE_CONNECTOR) -> None:
+                 connector: str = MIRROR_SOURCE_CONNECTOR, start_at: str | Mapping[int, int] = "beginning",
+                 on_record: Callable[[Key, Progress], None] | None = None) -> None:
         self.location, self.cluster, self.connector = location, cluster, connector
+        self._start_at, self._on_record = start_at, on_record
         self._consumer = Consumer({**settings, "group.id": "strait-progress", "enable.auto.commit": False,
                                    "enable.auto.offset.store": False, "enable.partition.eof": False,
                                    "isolation.level": "read_committed", "logger": librdkafka_log})
@@ -103,8 +114,11 @@ class OffsetsTopic:
                     behind = {p: end - self._positions.get(p, 0) for p, end in ends.items()}
                     raise ResumeError(f"cluster {self.location.alias}: reading topic {self.location.topic} took over "
                                       f"{timeout:.0f}s ({sum(behind.values())} records left); is the cluster up?")
-                for message in self._consumer.consume(1000, min(left, 1.0)):
+                messages = self._consumer.consume(1000, min(left, 0.2))
+                for message in messages:
                     self._add(message)
+                if not messages:  # past transaction markers, which no message shows
+                    self._note_positions()
         except KafkaException as exc:
             raise ResumeError(f"cluster {self.location.alias}: reading topic {self.location.topic}: "
                               f"{exc.args[0].str() if exc.args else exc}") from None
@@ -124,13 +138,31 @@ class OffsetsTopic:
                 raise KafkaException(metadata.error)
             return {}
         self.exists = True
+        marks = {p: self._consumer.get_watermark_offsets(TopicPartition(topic, p), timeout=timeout)
+                 for p in metadata.partitions}
         new = [p for p in metadata.partitions if p not in self._positions]
+        for p in new:
+            low, high = marks[p]
+            if self._start_at == "end":
+                self._positions[p] = high
+            elif isinstance(self._start_at, Mapping):
+                self._positions[p] = min(max(low, self._start_at.get(p, low)), high)
+            else:
+                self._positions[p] = low
         if new:
-            for p in new:
-                self._positions[p] = 0
-            self._consumer.incremental_assign([TopicPartition(topic, p, -2) for p in new])
-        return {p: self._consumer.get_watermark_offsets(TopicPartition(topic, p), timeout=timeout)[1]
-                for p in metadata.partitions}
+            self._consumer.incremental_assign([TopicPartition(topic, p, self._positions[p]) for p in new])
+        return {p: high for p, (_low, high) in marks.items()}
+
+    def _note_positions(self) -> None:
+        topic = self.location.topic
+        for tp in self._consumer.position([TopicPartition(topic, p) for p in self._positions]):
+            if tp.offset >= 0:
+                self._positions[tp.partition] = max(self._positions[tp.partition], tp.offset)
+
+    @property
+    def positions(self) -> dict[int, int]:
+        """The next offset to read in each partition of the topic (for another reader's ``start_at``)."""
+        return dict(self._positions)
 
     def _add(self, message: object) -> None:
         error = message.error()  # type: ignore[attr-defined]
@@ -152,9 +184,13 @@ class OffsetsTopic:
             return
         if offset.connector != self.connector or offset.cluster != self.cluster:
             return
-        target = json.loads(value).get("target_offset", -1) if value else -1
-        self.progress[(offset.topic, offset.partition)] = Progress(offset.next_offset,
-                                                                   target if isinstance(target, int) else -1)
+        parsed = json.loads(value) if value else {}
+        target, live = parsed.get("target_offset", -1), parsed.get("live")
+        progress = Progress(offset.next_offset, target if isinstance(target, int) else -1,
+                            live if isinstance(live, dict) else None)
+        self.progress[(offset.topic, offset.partition)] = progress
+        if self._on_record is not None:
+            self._on_record((offset.topic, offset.partition), progress)
 
 
 def read_offsets_topic(settings: Mapping[str, str], location: SyncsLocation, cluster: str,

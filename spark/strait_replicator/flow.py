@@ -29,11 +29,14 @@ from strait.kafka.admin import (
     list_offsets,
 )
 from strait.metrics import set_flow_state
-from strait.progress import ResumeError, ResumeSources, decide_starts, gather_evidence, keys_of, summarize
+from strait.config.model import SyncsLocation
+from strait.progress import (
+    OffsetsTopic, Progress, ResumeError, ResumeSources, decide_starts, gather_evidence, keys_of, summarize,
+)
 from strait.retry import FlowTrouble
 from strait.remote_topics import RemoteTopic, reconcile_remote_topics, replicated_topics
 from strait_replicator import metrics
-from strait_replicator.live import LIVE_DIR, PartitionReport, read_reports, remove_reports
+from strait_replicator.live import PartitionReport, RunReport, run_report
 from strait_replicator.source import (
     FORMAT, LIST_TIMEOUT, PLAN_OPTION, STOP_FILE, CopySource, EpochOffsets, Offsets, SourcePlan, TopicPartitionKey,
     batch_ids, cached_admin, epoch_of_log_file,
@@ -50,6 +53,7 @@ MAX_RECORDS_PER_EPOCH = 20_000_000
 # Interrupting a query inside its foreachBatch callback can wedge py4j's callback channel, so a stop
 # first ends the running epoch (the stop file) and waits for Spark to commit it.
 GRACEFUL_STOP_SECONDS = 120.0
+LIVE_READ_SECONDS = 2.0  # the control loop waits at most this long for the live progress (a target down)
 PLAN_POLL_SECONDS = 0.1  # how often a control loop waiting for a plan looks at the stop request
 _TASK_ERROR = re.compile(r"(?:ReplicationWriteError|ReplicationReadError|StraitError|KafkaException): (.+)")
 _ANY_ERROR = re.compile(r"^\S*(?:Error|Exception): (.+)$", re.MULTILINE)
@@ -94,7 +98,7 @@ class FlowRunner:
         self._next_refresh = 0.0
         self._logged_batch: int | None = None
         self._stopping = threading.Event()
-        self.live = LiveMetrics(flow_name, self.checkpoint / LIVE_DIR)
+        self.live = LiveMetrics(flow_name)
         set_flow_state(metrics.SERVICE, flow_name, "starting")
 
     # -- planning --------------------------------------------------------------------------------
@@ -275,6 +279,7 @@ class FlowRunner:
             carry_over=self.spark.sparkContext.master.startswith("local"),
             resume=tuple(sorted(resume.items())),
             progress=(plan.resume.target_consumer, plan.resume.progress.topic))
+        self.live.follow(dict(plan.resume.target_consumer), plan.resume.progress, plan.writer.source_alias)
         self.spark.dataSource.register(CopySource)
         self._stopping = threading.Event()
         return (self.spark.readStream.format(FORMAT).option(PLAN_OPTION, source.encode()).load().writeStream
@@ -506,49 +511,65 @@ def _begun_offsets(rows: list[Any], starts: Offsets) -> Offsets:
 
 
 class LiveMetrics:
-    """Turns the running tasks' live reports into the flow's metrics (records, bytes, syncs, latency, lag).
+    """Turns the running tasks' live progress into the flow's metrics (records, bytes, syncs, latency, lag).
 
-    Each report holds running totals of one task run; what grew since the last look is counted. The
-    reports found when the process starts were counted by the process before it.
+    It tails the flow's progress topic on the target (:mod:`strait_replicator.live`) from where it
+    stood when the query started: each record holds running totals of one task run, and what grew
+    since the run's last record is counted. What was written before was counted by the process
+    before this one.
     """
 
-    def __init__(self, flow: str, folder: Path) -> None:
+    def __init__(self, flow: str) -> None:
         self.flow = flow
-        self.folder = folder
         self._lock = threading.Lock()
-        self._counted: dict[tuple[str, TopicPartitionKey], PartitionReport] = {}
-        self._epoch_of: dict[str, int] = {}
+        self._reader: OffsetsTopic | None = None
+        self._counted: dict[tuple[str, TopicPartitionKey], RunReport] = {}
         self._lag_at: dict[TopicPartitionKey, float] = {}
         self.records = 0  # records counted since the process started
-        for report in read_reports(folder):
-            self._note(report, count=False)
+
+    def follow(self, settings: dict[str, str], location: SyncsLocation, source_alias: str) -> None:
+        """Tail this progress topic from now on (a new query; the same topic goes on being read)."""
+        with self._lock:
+            if self._reader is not None and self._reader.location == location:
+                return
+            if self._reader is not None:
+                self._reader.close()
+            self._reader = OffsetsTopic(settings, location, source_alias, start_at="end", on_record=self._note)
 
     def poll(self) -> None:
         """Count what every task reported since the last poll."""
         with self._lock:
-            for report in read_reports(self.folder):
-                self._note(report, count=True)
+            if self._reader is None:
+                return
+            try:
+                self._reader.read(LIVE_READ_SECONDS)
+            except ResumeError as exc:
+                log.warning("flow=%s live progress not read (metrics wait): %s", self.flow, exc)
 
     def forget(self, before_epoch: int) -> None:
-        """Delete the reports of epochs before ``before_epoch`` (committed: no run of them resumes)."""
+        """Drop what is kept of the runs of epochs before ``before_epoch`` (committed: they report no more)."""
         with self._lock:
-            remove_reports(self.folder, before_epoch)
-            for task in [t for t, epoch in self._epoch_of.items() if epoch < before_epoch]:
-                del self._epoch_of[task]
-                for key in [k for k in self._counted if k[0] == task]:
-                    del self._counted[key]
+            for key in [k for k, run in self._counted.items() if run.epoch < before_epoch]:
+                del self._counted[key]
 
-    def _note(self, report: Any, count: bool) -> None:
-        self._epoch_of[report.task] = report.epoch
-        for part in report.partitions:
-            before = self._counted.get((report.task, part.key))
-            self._counted[(report.task, part.key)] = part
-            if count:
-                self._count(part, before)
-            if part.lag >= 0 and report.written_at >= self._lag_at.get(part.key, 0.0):
-                self._lag_at[part.key] = report.written_at
-                if count:
-                    metrics.SOURCE_LAG.labels(flow=self.flow, topic=part.topic, partition=part.partition).set(part.lag)
+    def close(self) -> None:
+        """Close the reader."""
+        with self._lock:
+            if self._reader is not None:
+                self._reader.close()
+                self._reader = None
+
+    def _note(self, key: TopicPartitionKey, progress: Progress) -> None:
+        run = run_report(key, progress)
+        if run is None:
+            return
+        before = self._counted.get((run.task, key))
+        self._counted[(run.task, key)] = run
+        self._count(run.partition, before.partition if before else None)
+        part = run.partition
+        if part.lag >= 0 and run.written_at >= self._lag_at.get(key, 0.0):
+            self._lag_at[key] = run.written_at
+            metrics.SOURCE_LAG.labels(flow=self.flow, topic=part.topic, partition=part.partition).set(part.lag)
 
     def _count(self, part: PartitionReport, before: PartitionReport | None) -> None:
         flow, topic = self.flow, part.topic

@@ -27,7 +27,7 @@ from strait.errors import StraitError
 
 log = logging.getLogger(__name__)
 
-LOCKS_DIR = "locks"
+LOCKS_DIR = "strait-locks"  # in the checkpoint folder
 CLAIM_TIMEOUT_SECONDS = 60.0
 CLAIM_POLL_SECONDS = 0.005
 # A carry-over the next epoch never claims (the query stopped, the partition moved) ends by itself.

@@ -43,7 +43,7 @@ from strait.progress import OffsetsTopic, ResumeError
 from strait.retry import retry_transient
 from strait_replicator.handover import CARRY_OVER_SECONDS, LOCKS_DIR, CarryOver, PartitionLocks, claim, \
     start_carry_over
-from strait_replicator.live import LIVE_DIR, LiveReporter, read_reports, resume_points
+from strait_replicator.live import LiveRun, progress_since
 from strait_replicator.writer import SUMMARY_FIELDS, SUMMARY_SCHEMA, CopyRange, EpochLimits, WriterSettings, copy_ranges
 
 log = logging.getLogger(__name__)
@@ -134,6 +134,7 @@ class CopyTask(InputPartition):  # type: ignore[misc]
     epoch: int
     ranges: tuple[CopyRange, ...]
     limits: EpochLimits
+    progress_from: tuple[tuple[int, int], ...] = ()  # where the driver had read the progress topic
 
 
 class CopySource(DataSource):  # type: ignore[misc]
@@ -205,15 +206,16 @@ class CopyStreamReader(DataSourceStreamReader):  # type: ignore[misc]
             stop_file=str(self.checkpoint / STOP_FILE),
             ends_at=time.time() + seconds,
         )
-        return [CopyTask(epoch.epoch, tuple(group), limits) for group in groups]
+        read_to = tuple(sorted(self._progress_reader().positions.items())) if self.plan.progress else ()
+        return [CopyTask(epoch.epoch, tuple(group), limits, read_to) for group in groups]
 
     def read(self, partition: CopyTask) -> Iterator[tuple[Any, ...]]:
-        live = self.checkpoint / LIVE_DIR
+        locks_dir = self.checkpoint / LOCKS_DIR
         keys = [(r.topic, r.partition) for r in partition.ranges]
-        locks = claim(live / LOCKS_DIR, keys) if self.plan.carry_over else PartitionLocks(live, {})
-        try:  # a carry-over that held these partitions has written its final report: resume after it
-            ranges = resumed_ranges(partition, read_reports(live, partition.epoch), self.plan.writer.flow)
-            rows = copy_ranges(ranges, self.plan.writer, partition.limits, LiveReporter(live, partition.epoch))
+        locks = claim(locks_dir, keys) if self.plan.carry_over else PartitionLocks(locks_dir, {})
+        try:  # a carry-over that held these partitions has written its final progress: resume after it
+            ranges = resumed_ranges(partition, self._progress_since(partition), self.plan.writer.flow)
+            rows = copy_ranges(ranges, self.plan.writer, partition.limits, LiveRun(partition.epoch))
         except BaseException:
             locks.release()
             raise
@@ -237,28 +239,43 @@ class CopyStreamReader(DataSourceStreamReader):  # type: ignore[misc]
             return None
         following = [CopyRange(topic, p, start) for (topic, p), start in starts.items()]
         limits = EpochLimits(seconds=CARRY_OVER_SECONDS, max_records=sys.maxsize, stop_file=stop_file)
-        reporter = LiveReporter(self.checkpoint / LIVE_DIR, task.epoch + 1)
+        carried = LiveRun(task.epoch + 1)
 
         def run(interrupt: Callable[[], bool]) -> None:
-            copy_ranges(following, self.plan.writer, limits, reporter, interrupt=interrupt)
+            copy_ranges(following, self.plan.writer, limits, carried, interrupt=interrupt)
         return CarryOver(run, locks)
 
     def commit(self, end: dict[str, Any]) -> None:
-        """Nothing to do: progress lives in Spark's checkpoint, the copies on the target."""
+        """Nothing to do: the progress lives on the target, beside the copies."""
+
+    def _progress_reader(self) -> OffsetsTopic:
+        """This process's reader of the flow's progress topic (read on from where it got to)."""
+        assert self.plan.progress is not None
+        reader = _progress_readers.get(self.plan.progress)
+        if reader is None:
+            settings, topic = self.plan.progress
+            location = SyncsLocation(self.plan.writer.target_alias, topic)
+            reader = _progress_readers[self.plan.progress] = OffsetsTopic(dict(settings), location,
+                                                                          self.plan.writer.source_alias)
+        return reader
+
+    def _progress_since(self, task: CopyTask) -> Offsets:
+        """Where the copies of the task's partitions got to since its epoch was planned (a retried task,
+        a carry-over that went on meanwhile); read on the worker, from the target."""
+        if self.plan.progress is None or not task.progress_from:
+            return {}
+        settings, topic = self.plan.progress
+        return progress_since(dict(settings), SyncsLocation(self.plan.writer.target_alias, topic),
+                              self.plan.writer.source_alias, dict(task.progress_from),
+                              [(r.topic, r.partition) for r in task.ranges])
 
     def _progress(self) -> Offsets:
         """Each planned partition's progress on the target; none when it cannot be read now (the copy
         then starts where the epoch says: records may be copied again, none is skipped)."""
         if self.plan.progress is None:
             return {}
-        settings, topic = self.plan.progress
-        reader = _progress_readers.get(self.plan.progress)
-        if reader is None:
-            location = SyncsLocation(self.plan.writer.target_alias, topic)
-            reader = _progress_readers[self.plan.progress] = OffsetsTopic(dict(settings), location,
-                                                                          self.plan.writer.source_alias)
         try:
-            found = reader.read(LIST_TIMEOUT)
+            found = self._progress_reader().read(LIST_TIMEOUT)
         except ResumeError as exc:
             log.warning("flow=%s progress not read, epochs start where the last one did: %s", self.plan.writer.flow, exc)
             return {}
@@ -310,17 +327,17 @@ def cached_admin(config: tuple[tuple[str, str], ...]) -> RenewableAdmin:
     return _admins[config]
 
 
-def resumed_ranges(task: CopyTask, reports: Sequence[Any], flow: str) -> list[CopyRange]:
-    """The task's ranges, each starting where earlier runs of its epoch put records on the target."""
+def resumed_ranges(task: CopyTask, progress: Offsets, flow: str) -> list[CopyRange]:
+    """The task's ranges, each starting where the progress written since its epoch was planned says
+    the copies got to, when that is further."""
     starts = {(r.topic, r.partition): r.start for r in task.ranges if r.start is not None}
-    points = resume_points(reports, starts) if reports else starts
+    points = {key: max(start, progress.get(key, start)) for key, start in starts.items()}
     moved = {key: offset for key, offset in points.items() if offset != starts[key]}
     if moved:
         setup_logging()  # a Python worker's first task: its lines go to the worker's stderr
         for (topic, partition), offset in sorted(moved.items()):
-            log.info("flow=%s epoch=%d topic=%s partition=%d resumes at offset %d: an earlier run of this epoch "
-                     "copied from %d up to there", flow, task.epoch, topic, partition, offset,
-                     starts[(topic, partition)])
+            log.info("flow=%s epoch=%d topic=%s partition=%d resumes at offset %d: the progress on the target "
+                     "(planned at %d)", flow, task.epoch, topic, partition, offset, starts[(topic, partition)])
     return [CopyRange(r.topic, r.partition, points.get((r.topic, r.partition), r.start), r.end) for r in task.ranges]
 
 

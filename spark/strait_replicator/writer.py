@@ -31,7 +31,7 @@ from strait.offsets import OffsetTranslationError, SyncPoint
 from strait.policy import ReplicationPolicy
 from strait.progress import Progress, progress_record
 from strait.records import OffsetSync
-from strait_replicator.live import LiveReporter, PartitionReport
+from strait_replicator.live import LiveRun, PartitionReport, live_value
 
 log = logging.getLogger(__name__)
 
@@ -290,33 +290,35 @@ class _SyncWriter:
 
 
 class _ProgressWriter:
-    """Writes a partition's progress record (:mod:`strait.progress`) to the target whenever it moved.
+    """Writes a partition's progress record (:mod:`strait.progress`) to the target whenever its report
+    changed, with the run's live totals (:mod:`strait_replicator.live`).
 
     Positions come from settles whose offset syncs are acknowledged, so a progress record never
     runs ahead of the syncs; a record that fails to arrive fails the task like a copied one.
     """
 
-    def __init__(self, settings: WriterSettings, producer: Producer, starts: Mapping[tuple[str, int], int]) -> None:
+    def __init__(self, settings: WriterSettings, producer: Producer, run: LiveRun | None) -> None:
         self.settings, self.producer = settings, producer
+        self.run = run or LiveRun(-1)
         self.errors: list[KafkaError] = []
-        self.written = dict(starts)  # a partition's start is known progress already
+        self.written: dict[tuple[str, int], PartitionReport] = {}
 
     def _on_delivery(self, err: KafkaError | None, _msg: Any) -> None:
         if err is not None:
             self.errors.append(err)
 
-    def write(self, positions: Mapping[tuple[str, int], tuple[int, int]]) -> None:
-        """Produce the progress of each partition whose (next offset, target offset) moved."""
+    def write(self, reports: Mapping[tuple[str, int], tuple[PartitionReport, int]], final: bool = False) -> None:
+        """Produce the progress of each partition whose (report, target offset of its last record) changed."""
         if not self.settings.progress_topic:
             return
-        for (topic, partition), (next_offset, target_offset) in positions.items():
-            if next_offset <= 0 or self.written.get((topic, partition)) == next_offset:
+        for (topic, partition), (report, target_offset) in reports.items():
+            if report.acked <= 0 or (self.written.get((topic, partition)) == report and not final):
                 continue
-            key, value = progress_record(self.settings.source_alias, topic, partition,
-                                         Progress(next_offset, target_offset))
+            progress = Progress(report.acked, target_offset, live_value(self.run, report, final))
+            key, value = progress_record(self.settings.source_alias, topic, partition, progress)
             _produce(self.producer, self.settings.progress_topic, key=key, value=value, partition=0,
                      on_delivery=self._on_delivery)
-            self.written[(topic, partition)] = next_offset
+            self.written[(topic, partition)] = report
 
     def check(self) -> None:
         """Fail the task if a progress record was not written."""
@@ -483,13 +485,14 @@ def _produce(producer: Producer, topic: str, **kwargs: Any) -> None:
 
 
 def copy_ranges(ranges: list[CopyRange], settings: WriterSettings, limits: EpochLimits | None = None,
-                reporter: LiveReporter | None = None,
+                run: LiveRun | None = None,
                 interrupt: Callable[[], bool] | None = None) -> list[tuple[Any, ...]]:
     """Copy each range to its remote topic with its offset syncs; one summary row per range.
 
     Without ``limits`` every range must be bounded and is copied to its end; with them, open
-    ranges are copied live until the epoch ends, or until ``interrupt`` returns True. ``reporter``
-    gets a live report about every half second and a final one once everything is on the target.
+    ranges are copied live until the epoch ends, or until ``interrupt`` returns True. With the
+    flow's progress topic, each partition's progress and ``run``'s live totals go there about every
+    half second, and once more when everything is on the target.
     """
     started = time.monotonic()
     producer = _producer(settings.target_producer)
@@ -500,9 +503,9 @@ def copy_ranges(ranges: list[CopyRange], settings: WriterSettings, limits: Epoch
               for r in ranges if r.has_records}
     first_sent_at = 0.0
     flush_timeout = settings.flush_timeout
-    progress = _ProgressWriter(settings, producer, {key: r.start for key, r in copied.items() if r.start is not None})
+    progress = _ProgressWriter(settings, producer, run)
     if copied:
-        loop = _CopyLoop(_consumer(settings), producer, syncs, copied, settings, limits, errors, reporter, progress)
+        loop = _CopyLoop(_consumer(settings), producer, syncs, copied, settings, limits, errors, progress)
         loop.interrupt = interrupt
         loop.run()
         first_sent_at = loop.first_sent_at
@@ -518,11 +521,10 @@ def copy_ranges(ranges: list[CopyRange], settings: WriterSettings, limits: Epoch
                 f"not acknowledged")
     syncs.flush(flush_timeout)
     if settings.progress_topic:
-        progress.write({key: part.settled() for key, part in copied.items()})
+        progress.write({key: (part.report(part.settled_position()), part.last_target) for key, part in copied.items()},
+                       final=True)
         _flush(producer, settings, errors, flush_timeout)
         progress.check()
-    if reporter is not None:
-        reporter.write([part.report(part.settled_position()) for part in copied.values()], final=True)
     if log.isEnabledFor(logging.DEBUG):
         log.debug("flow=%s ranges=%d records=%d read_s=%.3f flush_s=%.3f first_record_s=%.3f worker=%d",
                   settings.flow, len(copied), sum(p.records for p in copied.values()), read - started,
@@ -535,10 +537,9 @@ class _CopyLoop:
 
     def __init__(self, consumer: Consumer, producer: Producer, syncs: _SyncWriter,
                  copied: dict[tuple[str, int], _Copied], settings: WriterSettings, limits: EpochLimits | None,
-                 errors: list[tuple[str, int, Any]], reporter: LiveReporter | None = None,
-                 progress: _ProgressWriter | None = None) -> None:
+                 errors: list[tuple[str, int, Any]], progress: _ProgressWriter | None = None) -> None:
         self.consumer, self.producer, self.syncs, self.copied = consumer, producer, syncs, copied
-        self.settings, self.limits, self.errors, self.reporter = settings, limits, errors, reporter
+        self.settings, self.limits, self.errors = settings, limits, errors
         self.progress = progress if progress is not None and settings.progress_topic else None
         self.pending = dict(copied)
         self.sent = 0
@@ -627,24 +628,22 @@ class _CopyLoop:
         """Turn acknowledged records into offset syncs and latency counts."""
         for part in self.copied.values():
             part.settle(self.syncs)
-        if self.reporter is not None or self.progress is not None:
+        if self.progress is not None:
             self._settles.append((self.syncs.sent, {key: p.settled() for key, p in self.copied.items()}))
 
     def _report(self) -> None:
-        """Write the live report and the progress: positions of the newest settle whose offset syncs are
-        all acknowledged."""
-        if self.reporter is None and self.progress is None:
+        """Write the progress with the live totals: positions of the newest settle whose offset syncs
+        are all acknowledged."""
+        if self.progress is None:
             return
         if self.syncs.producer is not self.producer:
             self.syncs.producer.poll(0)
         while self._settles and self._settles[0][0] <= self.syncs.delivered:
             self._acked = self._settles.pop(0)[1]
-        if self.progress is not None:
-            self.progress.write(self._acked)
-            self.progress.check()
-        if self.reporter is not None:
-            _note_lag(self.consumer, self.copied)
-            self.reporter.write([part.report(self._acked[key][0]) for key, part in self.copied.items()])
+        _note_lag(self.consumer, self.copied)
+        self.progress.write({key: (part.report(self._acked[key][0]), self._acked[key][1])
+                             for key, part in self.copied.items()})
+        self.progress.check()
 
     def _raise_if_stalled(self) -> None:
         """A bounded range that does not reach its end fails the task (its records exist on the source)."""

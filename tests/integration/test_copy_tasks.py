@@ -20,7 +20,8 @@ from strait_lab.clients import Record, create_topic, produce
 from strait_lab.kafka import KafkaCluster
 from strait.policy import DefaultReplicationPolicy
 from strait_replicator import handover, writer
-from strait_replicator.live import LIVE_DIR, read_reports
+from strait.config.model import SyncsLocation
+from strait.progress import OffsetsTopic
 from strait_replicator.source import STOP_FILE, CopyStreamReader, CopyTask, SourcePlan
 from strait_replicator.writer import CopyRange, EpochLimits, WriterSettings, copy_ranges
 from tests.integration.replicator_support import count, records_by_partition, wait_for
@@ -43,7 +44,12 @@ def topics(source_cluster: KafkaCluster, target_cluster: KafkaCluster,
     create_topic(source_cluster.admin(), topic, 2)
     create_topic(source_cluster.admin(), syncs, 1)
     create_topic(target_cluster.admin(), remote, 2)
+    create_topic(target_cluster.admin(), _progress_topic(topic), 1)
     return topic, remote, syncs
+
+
+def _progress_topic(topic: str) -> str:
+    return f"{topic}-progress"
 
 
 def _settings(source: KafkaCluster, target: KafkaCluster, topic: str, remote: str, syncs: str) -> WriterSettings:
@@ -51,7 +57,8 @@ def _settings(source: KafkaCluster, target: KafkaCluster, topic: str, remote: st
         flow=f"{source.alias}->{target.alias}", source_alias=source.alias, target_alias=target.alias,
         policy=DefaultReplicationPolicy(), target_producer=target.client_config(),
         syncs_producer=source.client_config(), syncs_topic=syncs, syncs_alias=source.alias,
-        source_consumer=source.client_config(), remote_names={topic: remote})
+        source_consumer=source.client_config(), remote_names={topic: remote},
+        progress_topic=_progress_topic(topic))
 
 
 def _epoch(settings: WriterSettings, topic: str, starts: dict[int, int]) -> dict[int, int]:
@@ -96,9 +103,10 @@ def test_epoch_tasks_in_one_worker_copy_exactly_from_each_start(
     assert [r.value for r in copied[1]] == _values(sent, 1)
 
 
-def _task(epoch: int, topic: str, starts: dict[int, int], seconds: float, stop_file: Path) -> CopyTask:
+def _task(epoch: int, topic: str, starts: dict[int, int], seconds: float, stop_file: Path,
+          progress_from: tuple[tuple[int, int], ...] = ()) -> CopyTask:
     limits = EpochLimits(seconds=seconds, max_records=1_000_000, stop_file=str(stop_file), ends_at=time.time() + seconds)
-    return CopyTask(epoch, tuple(CopyRange(topic, p, start) for p, start in starts.items()), limits)
+    return CopyTask(epoch, tuple(CopyRange(topic, p, start) for p, start in starts.items()), limits, progress_from)
 
 
 def _ends(rows: list[tuple]) -> dict[int, int]:
@@ -110,25 +118,30 @@ def test_a_worker_copies_on_between_epochs_and_the_next_task_resumes_exactly_aft
         tmp_path: Path, clients_released: None) -> None:
     topic, remote, syncs = topics
     settings = _settings(source_cluster, target_cluster, topic, remote, syncs)
+    progress = (tuple(sorted(target_cluster.client_config().items())), _progress_topic(topic))
     plan = SourcePlan(((topic, 2),), (), 1, str(tmp_path), settings, epoch_seconds=1.5, max_records_per_epoch=10**6,
-                      carry_over=True)
+                      carry_over=True, progress=progress)
     reader = CopyStreamReader(plan)
     stop_file = tmp_path / STOP_FILE
     sent = _send(source_cluster, topic, 0, 100)
+    planned = OffsetsTopic(target_cluster.client_config(), SyncsLocation(target_cluster.alias, progress[1]),
+                           source_cluster.alias)
     try:
         first = _ends(list(reader.read(_task(0, topic, {0: 0, 1: 0}, 1.5, stop_file))))
         assert first == {0: 50, 1: 50}
+        planned.read()  # where the driver stands in the progress topic when it plans epoch 1
         # Between the epochs the worker's carry-over copies what arrives, as a run of epoch 1.
         sent += _send(source_cluster, topic, 100, 100)
         wait_for(lambda: count(target_cluster, remote) == 200, 30, "the records sent between epochs")
-        # Epoch 1 starts where epoch 0 ended; its task stops the carry-over and resumes after it.
-        second = _ends(list(reader.read(_task(1, topic, first, 1.5, stop_file))))
+        # Epoch 1 starts where epoch 0 ended; its task stops the carry-over and resumes after it,
+        # where the carry-over's progress on the target says.
+        task = _task(1, topic, first, 1.5, stop_file, tuple(sorted(planned.positions.items())))
+        second = _ends(list(reader.read(task)))
         assert second == {0: 100, 1: 100}
-        resumed = [r for r in read_reports(tmp_path / LIVE_DIR, 1) if r.partitions[0].start == 100]
-        assert resumed, "epoch 1's task did not resume after the carry-over"
     finally:
         stop_file.touch()  # ends the last carry-over, as a graceful stop does
         handover.stop_carry_over()
+        planned.close()
     copied = records_by_partition(target_cluster, remote)
     assert [[r.value for r in copied[p]] for p in (0, 1)] == [_values(sent, 0), _values(sent, 1)]  # no duplicate
 
