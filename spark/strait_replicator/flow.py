@@ -14,12 +14,13 @@ import logging
 import re
 import threading
 import time
+import uuid
 from dataclasses import dataclass, field
 from functools import partial
 from pathlib import Path
 from typing import Any
 
-from confluent_kafka import TopicPartition
+from confluent_kafka import Producer, TopicPartition
 from pyspark.sql import DataFrame, SparkSession
 from pyspark.sql.streaming import StreamingQuery
 
@@ -36,7 +37,7 @@ from strait.progress import (
 from strait.retry import FlowTrouble
 from strait.remote_topics import RemoteTopic, reconcile_remote_topics, replicated_topics
 from strait_replicator import metrics
-from strait_replicator.live import PartitionReport, RunReport, run_report
+from strait_replicator.live import PartitionReport, RunReport, run_report, stop_record
 from strait_replicator.source import (
     FORMAT, LIST_TIMEOUT, PLAN_OPTION, STOP_FILE, CopySource, EpochOffsets, Offsets, SourcePlan, TopicPartitionKey,
     batch_ids, cached_admin, epoch_of_log_file,
@@ -47,14 +48,15 @@ log = logging.getLogger(__name__)
 
 # An epoch also ends after this many records, so a large backlog is balanced over the tasks again
 # now and then. Every change of epochs stops the copy for Spark's commit, planning and task launch
-# (about half a second), so epochs are long; a crash copies again only what the live reports had
+# (about half a second), so epochs are long; a crash copies again only what the progress records had
 # not yet covered (about a second), not the epoch.
 MAX_RECORDS_PER_EPOCH = 20_000_000
 # Interrupting a query inside its foreachBatch callback can wedge py4j's callback channel, so a stop
-# first ends the running epoch (the stop file) and waits for Spark to commit it.
+# first ends the running epoch (the stop record and file) and waits for Spark to commit it.
 GRACEFUL_STOP_SECONDS = 120.0
 LIVE_READ_SECONDS = 2.0  # the control loop waits at most this long for the live progress (a target down)
-PLAN_POLL_SECONDS = 0.1  # how often a control loop waiting for a plan looks at the stop request
+PLAN_POLL_SECONDS = 0.1
+STOP_RECORD_SECONDS = 2.0  # how often a control loop waiting for a plan looks at the stop request
 _TASK_ERROR = re.compile(r"(?:ReplicationWriteError|ReplicationReadError|StraitError|KafkaException): (.+)")
 _ANY_ERROR = re.compile(r"^\S*(?:Error|Exception): (.+)$", re.MULTILINE)
 
@@ -98,6 +100,7 @@ class FlowRunner:
         self._next_refresh = 0.0
         self._logged_batch: int | None = None
         self._stopping = threading.Event()
+        self._query_id = ""
         self.live = LiveMetrics(flow_name)
         set_flow_state(metrics.SERVICE, flow_name, "starting")
 
@@ -267,6 +270,18 @@ class FlowRunner:
                      duplicates if duplicates >= 0 else "unknown")
         return {key: resume.offset for key, resume in decided.items()}
 
+    def _request_stop(self) -> None:
+        """Ask the running query's tasks, wherever they run, to end their epoch: a stop record in the
+        progress topic (the stop file reaches the tasks on this machine at once)."""
+        if self.plan is None or not self.plan.writer.progress_topic:
+            return
+        key, value = stop_record(self.flow_name, self._query_id)
+        producer = Producer({**self.plan.writer.target_producer, "logger": logging.getLogger("strait.librdkafka")})
+        producer.produce(self.plan.writer.progress_topic, key=key, value=value, partition=0)
+        if producer.flush(STOP_RECORD_SECONDS):
+            log.warning("flow=%s stop record not written to %s: tasks on other hosts end their epoch at its deadline",
+                        self.flow_name, self.plan.writer.progress_topic)
+
     def _start_query(self, plan: FlowPlan, resume: dict[TopicPartitionKey, int]) -> StreamingQuery:
         checkpoint = self.checkpoint
         checkpoint.mkdir(parents=True, exist_ok=True)
@@ -278,8 +293,10 @@ class FlowRunner:
             records_per_second=plan.records_per_second,
             carry_over=self.spark.sparkContext.master.startswith("local"),
             resume=tuple(sorted(resume.items())),
-            progress=(plan.resume.target_consumer, plan.resume.progress.topic))
+            progress=(plan.resume.target_consumer, plan.resume.progress.topic),
+            query=self._query_id)
         self.live.follow(dict(plan.resume.target_consumer), plan.resume.progress, plan.writer.source_alias)
+        self._query_id = uuid.uuid4().hex[:12]
         self.spark.dataSource.register(CopySource)
         self._stopping = threading.Event()
         return (self.spark.readStream.format(FORMAT).option(PLAN_OPTION, source.encode()).load().writeStream
@@ -315,7 +332,7 @@ class FlowRunner:
         Without ``deadline`` the epoch gets GRACEFUL_STOP_SECONDS to end, then the query is stopped
         anyway. With one (monotonic: the process is about to exit), an epoch still running then (its
         tasks wait on a cluster that does not answer) is left as it is, uncommitted: interrupting
-        it could wedge py4j, and a restart copies it again from its live reports. Returns False
+        it could wedge py4j, and a restart copies it again from its progress records. Returns False
         when the epoch was left so, True otherwise.
         """
         ended = True
@@ -323,6 +340,7 @@ class FlowRunner:
             try:
                 self._stopping.set()
                 (self.checkpoint / STOP_FILE).touch()
+                self._request_stop()
                 started = time.monotonic()
                 ended = self._wait_for_batch_end(deadline or started + GRACEFUL_STOP_SECONDS)
                 log.info("flow=%s running epoch ended=%s seconds=%.1f", self.flow_name, ended,
@@ -335,7 +353,7 @@ class FlowRunner:
                     self.query.stop()
                 else:
                     log.warning("flow=%s running epoch not ended at the stop deadline: left uncommitted, the "
-                                "next start copies it again from its live reports", self.flow_name)
+                                "next start copies it again from its progress records", self.flow_name)
             except Exception as exc:  # e.g. the JVM already went down with the process group
                 log.warning("flow=%s stopping its query failed: %s", self.flow_name, str(exc).splitlines()[0])
             finally:
@@ -356,7 +374,7 @@ class FlowRunner:
         return True
 
     def observe(self) -> None:
-        """Export the running epoch's live reports as metrics; notice a failed query."""
+        """Export the running epoch's live progress as metrics; notice a failed query."""
         self.live.poll()
         if self.query is None:
             return
@@ -385,7 +403,7 @@ def _first_task_error(text: str) -> str:
 
 @dataclass
 class EpochCheck:
-    """What the driver does after each epoch: account for losses, record progress, notice stalls.
+    """What the driver does after each epoch: account for losses, notice stalls.
 
     Losses: the source may delete records before they are copied (retention, ``delete_records``)
     and a topic may be deleted and re-created with lower offsets; the consumer then moves to the
@@ -403,7 +421,7 @@ class EpochCheck:
     stalled_since: dict[TopicPartitionKey, float] = field(default_factory=dict)
 
     def after_epoch(self, batch_id: int, rows: list[Any]) -> int | None:
-        """Check the epoch's rows against its plan, then record where each partition ended; the epoch."""
+        """Check the epoch's rows against its plan (records lost on the source, stalls); the epoch."""
         epoch = epoch_of_log_file(self.checkpoint / "offsets" / str(batch_id))
         if epoch is None:
             log.warning("flow=%s epoch of batch %d not found in the checkpoint: its progress is not recorded "
@@ -418,7 +436,7 @@ class EpochCheck:
         """A partition that went on past where its task began lost the records below the source's
         log start (gaps above it are compaction or transaction markers); one that went back was
         re-created. A task begins at the epoch's start, or past it where an earlier run of the
-        epoch had copied (its live report)."""
+        epoch had copied (its progress on the target)."""
         gaps: Offsets = {}
         resets: list[TopicPartitionKey] = []
         for key, seen in reached.items():

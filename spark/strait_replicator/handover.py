@@ -3,12 +3,12 @@
 Between two epochs Spark commits the one that ended, plans the next and launches its tasks: half a
 second or more in which no task runs. So when an epoch task ends at its deadline, its Python worker
 goes on copying the same partitions in a background thread (a *carry-over*) as a run of the next
-epoch, with live reports of that epoch. The next epoch's task for a partition claims it: it stops
+epoch, with progress records of that epoch. The next epoch's task for a partition claims it: it stops
 the carry-over (its own worker's directly, another worker's through a ``.want`` file), and resumes
-where the carry-over's final report says the target holds every record and its syncs.
+where the carry-over's final progress record says the target holds every record and its syncs.
 
 Two copiers of one partition would break its order on the target, so whoever copies a partition
-holds an exclusive ``flock`` on the partition's lock file in the checkpoint's live folder. The
+holds an exclusive ``flock`` on the partition's lock file in the checkpoint's ``strait-locks`` folder. The
 kernel drops the lock of a process that dies. ``flock`` is only sound on one machine, so carry-overs
 run in Spark's local mode only.
 """

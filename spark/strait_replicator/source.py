@@ -15,7 +15,8 @@ end offsets when it was planned (``until``). Where a partition's copy got to liv
 the tasks write each partition's progress there (:mod:`strait.progress`), and every epoch, a
 replayed one too, starts each partition where its progress says; a partition without progress
 starts where the query's evidence decided (``SourcePlan.resume``). A task that copies an epoch
-again resumes each partition where earlier runs' live reports got to (:mod:`strait_replicator.live`).
+again resumes each partition where the progress written since the epoch was planned says, and every
+task ends its epoch early on a stop record (:mod:`strait_replicator.live`).
 """
 
 from __future__ import annotations
@@ -43,7 +44,7 @@ from strait.progress import OffsetsTopic, ResumeError
 from strait.retry import retry_transient
 from strait_replicator.handover import CARRY_OVER_SECONDS, LOCKS_DIR, CarryOver, PartitionLocks, claim, \
     start_carry_over
-from strait_replicator.live import LiveRun, progress_since
+from strait_replicator.live import LiveRun, progress_since, stop_watch
 from strait_replicator.writer import SUMMARY_FIELDS, SUMMARY_SCHEMA, CopyRange, EpochLimits, WriterSettings, copy_ranges
 
 log = logging.getLogger(__name__)
@@ -83,6 +84,7 @@ class SourcePlan:
     carry_over: bool = False  # workers copy on between epochs (strait_replicator.handover; local mode only)
     resume: tuple[tuple[tuple[str, int], int], ...] = ()  # where each partition starts when it has no progress
     progress: tuple[tuple[tuple[str, str], ...], str] | None = None  # target consumer settings, progress topic
+    query: str = ""  # this run of the flow's query: what a stop record names
 
     def encode(self) -> str:
         """The plan as a data source option value."""
@@ -215,7 +217,8 @@ class CopyStreamReader(DataSourceStreamReader):  # type: ignore[misc]
         locks = claim(locks_dir, keys) if self.plan.carry_over else PartitionLocks(locks_dir, {})
         try:  # a carry-over that held these partitions has written its final progress: resume after it
             ranges = resumed_ranges(partition, self._progress_since(partition), self.plan.writer.flow)
-            rows = copy_ranges(ranges, self.plan.writer, partition.limits, LiveRun(partition.epoch))
+            rows = copy_ranges(ranges, self.plan.writer, partition.limits, LiveRun(partition.epoch),
+                               stop=self._stop_watch(partition))
         except BaseException:
             locks.release()
             raise
@@ -268,6 +271,14 @@ class CopyStreamReader(DataSourceStreamReader):  # type: ignore[misc]
         return progress_since(dict(settings), SyncsLocation(self.plan.writer.target_alias, topic),
                               self.plan.writer.source_alias, dict(task.progress_from),
                               [(r.topic, r.partition) for r in task.ranges])
+
+    def _stop_watch(self, task: CopyTask) -> Callable[[], bool] | None:
+        """What tells the task a stop was requested: the stop record in the progress topic."""
+        if self.plan.progress is None or not task.progress_from or not self.plan.query:
+            return None
+        settings, topic = self.plan.progress
+        return stop_watch(dict(settings)).watch(topic, dict(task.progress_from), self.plan.writer.flow,
+                                                self.plan.query).requested
 
     def _progress(self) -> Offsets:
         """Each planned partition's progress on the target; none when it cannot be read now (the copy

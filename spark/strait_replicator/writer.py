@@ -77,14 +77,14 @@ IDLE_WAIT_SECONDS = 0.1
 # A copy that another may interrupt (a carry-over between epochs) looks this often, busy or idle.
 INTERRUPT_CHECK_SECONDS = 0.01
 # How often acknowledged records turn into offset syncs and latency counts while an epoch runs, and
-# the live report is written (with what the previous settle's acknowledged syncs cover: a restart
+# the progress is written (with what the previous settle's acknowledged syncs cover: a restart
 # copies again about two of these).
 SETTLE_SECONDS = 0.5
 STOP_CHECK_SECONDS = 0.1
 # Once a stop is requested, what is still unacknowledged gets this long: the process exits a few
 # seconds after SIGTERM. A cluster that does not answer (a dead source holding the offset syncs)
 # then fails the task, so its epoch is not committed and the next start copies it again from the
-# live reports, instead of committing progress whose syncs were never written.
+# progress on the target, instead of committing progress whose syncs were never written.
 STOP_FLUSH_SECONDS = 3.0
 MIN_TASK_SECONDS = 1.0
 UNKNOWN_PARTITION_WAIT_SECONDS = 60.0
@@ -485,12 +485,13 @@ def _produce(producer: Producer, topic: str, **kwargs: Any) -> None:
 
 
 def copy_ranges(ranges: list[CopyRange], settings: WriterSettings, limits: EpochLimits | None = None,
-                run: LiveRun | None = None,
-                interrupt: Callable[[], bool] | None = None) -> list[tuple[Any, ...]]:
+                run: LiveRun | None = None, interrupt: Callable[[], bool] | None = None,
+                stop: Callable[[], bool] | None = None) -> list[tuple[Any, ...]]:
     """Copy each range to its remote topic with its offset syncs; one summary row per range.
 
     Without ``limits`` every range must be bounded and is copied to its end; with them, open
-    ranges are copied live until the epoch ends, or until ``interrupt`` returns True. With the
+    ranges are copied live until the epoch ends, until ``interrupt`` returns True, or until a stop is
+    requested (the limits' stop file, or ``stop`` returning True: the flow stops). With the
     flow's progress topic, each partition's progress and ``run``'s live totals go there about every
     half second, and once more when everything is on the target.
     """
@@ -506,7 +507,7 @@ def copy_ranges(ranges: list[CopyRange], settings: WriterSettings, limits: Epoch
     progress = _ProgressWriter(settings, producer, run)
     if copied:
         loop = _CopyLoop(_consumer(settings), producer, syncs, copied, settings, limits, errors, progress)
-        loop.interrupt = interrupt
+        loop.interrupt, loop.stop = interrupt, stop
         loop.run()
         first_sent_at = loop.first_sent_at
         if loop.stop_requested:
@@ -549,7 +550,8 @@ class _CopyLoop:
         self._settles: list[tuple[int, dict[tuple[str, int], tuple[int, int]]]] = []
         self._acked = {key: (-1, -1) for key in copied}
         self.interrupt: Callable[[], bool] | None = None
-        self.stop_requested = False  # the loop ended on the stop file
+        self.stop: Callable[[], bool] | None = None
+        self.stop_requested = False  # the loop ended on a stop request
 
     def run(self) -> None:
         """Assign, copy until done, note each partition's lag; keep or drop the assignment."""
@@ -593,7 +595,7 @@ class _CopyLoop:
         idle_wait = min(IDLE_WAIT_SECONDS, check_every)
         while self.pending and now < deadline and self.sent < cap:
             if now >= next_stop_check:
-                if limits and limits.stop_file and os.path.exists(limits.stop_file):
+                if (limits and limits.stop_file and os.path.exists(limits.stop_file)) or (self.stop and self.stop()):
                     self.stop_requested = True
                     return
                 if self.interrupt is not None and self.interrupt():
