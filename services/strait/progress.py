@@ -186,8 +186,11 @@ class OffsetsTopic:
             return
         parsed = json.loads(value) if value else {}
         target, live = parsed.get("target_offset", -1), parsed.get("live")
-        progress = Progress(offset.next_offset, target if isinstance(target, int) else -1,
-                            live if isinstance(live, dict) else None)
+        target = target if isinstance(target, int) else -1
+        earlier = self.progress.get((offset.topic, offset.partition))
+        if target < 0 and earlier is not None and earlier.next_offset == offset.next_offset:
+            target = earlier.target_offset  # a run that copied nothing yet: the same position, still known
+        progress = Progress(offset.next_offset, target, live if isinstance(live, dict) else None)
         self.progress[(offset.topic, offset.partition)] = progress
         if self._on_record is not None:
             self._on_record((offset.topic, offset.partition), progress)

@@ -286,6 +286,7 @@ class FlowRunner:
         checkpoint = self.checkpoint
         checkpoint.mkdir(parents=True, exist_ok=True)
         (checkpoint / STOP_FILE).unlink(missing_ok=True)
+        self._query_id = uuid.uuid4().hex[:12]
         source = SourcePlan(
             partitions=tuple((t.source, t.partitions) for t in plan.topics), source_admin=plan.source_admin,
             tasks=plan.tasks, checkpoint=str(checkpoint), writer=plan.writer,
@@ -296,7 +297,6 @@ class FlowRunner:
             progress=(plan.resume.target_consumer, plan.resume.progress.topic),
             query=self._query_id)
         self.live.follow(dict(plan.resume.target_consumer), plan.resume.progress, plan.writer.source_alias)
-        self._query_id = uuid.uuid4().hex[:12]
         self.spark.dataSource.register(CopySource)
         self._stopping = threading.Event()
         return (self.spark.readStream.format(FORMAT).option(PLAN_OPTION, source.encode()).load().writeStream
