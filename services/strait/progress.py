@@ -436,8 +436,9 @@ def hand_over_to_mm2(config: StraitConfig, flow: FlowConfig, timeout: float = DE
     started afterwards goes on where strait's copies end; returns each partition's next offset.
 
     The records land in the partition Connect's producer would choose (Kafka's murmur2 of the key),
-    so MM2 reads them as its own. ResumeError when strait has no progress of the flow, or when it
-    still moves (the flow still copies: stop it first).
+    so MM2 reads them as its own. strait's own progress records of those partitions are removed
+    (tombstones), so a later take-over reads MM2's. ResumeError when strait has no progress of the
+    flow, or when it still moves (the flow still copies: stop it first).
     """
     names = flow.topic_names()
     target = config.cluster(flow.target)
@@ -472,10 +473,40 @@ def hand_over_to_mm2(config: StraitConfig, flow: FlowConfig, timeout: float = DE
         record = SourceOffset(MIRROR_SOURCE_CONNECTOR, flow.source, topic, partition, progress.next_offset - 1)
         producer.produce(names.mm2_offsets.topic, key=record.key_bytes(), value=record.value_bytes(),
                          on_delivery=delivered)
-    left = producer.flush(timeout)
-    if errors or left:
-        raise ResumeError(f"flow {flow.name}: writing to {names.mm2_offsets.topic} on {flow.target} failed: "
-                          f"{errors[0].str() if errors else f'{left} records not acknowledged'}")
+    _flushed(producer, errors, timeout, f"flow {flow.name}: writing to {names.mm2_offsets.topic} on {flow.target}")
+    # strait's own progress now belongs to MM2: a later take-over must read MM2's, which moves on
+    for topic, partition in sorted(after):
+        key, _value = progress_record(flow.source, topic, partition, after[(topic, partition)])
+        producer.produce(names.progress.topic, key=key, value=None, partition=0, on_delivery=delivered)
+    _flushed(producer, errors, timeout, f"flow {flow.name}: removing strait's progress from {names.progress.topic}")
     log.info("flow=%s handed over to MirrorMaker 2 partitions=%d topic=%s", flow.name, len(after),
              names.mm2_offsets.topic)
     return {key: progress.next_offset for key, progress in after.items()}
+
+
+def _flushed(producer: Producer, errors: list[KafkaError], timeout: float, action: str) -> None:
+    left = producer.flush(timeout)
+    if errors or left:
+        raise ResumeError(f"{action} failed: {errors[0].str() if errors else f'{left} records not acknowledged'}")
+
+
+def resume_report_key(namespace: str, flow: str) -> str:
+    """Redis key of the flow's last resume report (published by the replicator, read by `strait status`)."""
+    return f"{namespace}:resume:{flow}"
+
+
+def resume_report(decided: Mapping[Key, Resume]) -> dict[str, Any]:
+    """What `strait status` shows of a query start: per topic the evidence and the duplicates bound."""
+    return {"at": round(time.time(), 3),
+            "topics": {topic: {"evidence": evidence, "duplicates_at_most": bound}
+                       for topic, (evidence, bound) in summarize(decided).items()}}
+
+
+def read_resume_report(client: Any, flow: str, namespace: str = "strait") -> dict[str, Any] | None:
+    """The flow's last resume report, or None (none published, or unreadable)."""
+    raw = client.get(resume_report_key(namespace, flow))
+    try:
+        value = json.loads(raw) if raw else None
+    except ValueError:
+        return None
+    return value if isinstance(value, dict) else None

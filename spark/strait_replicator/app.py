@@ -8,13 +8,16 @@ flows keep running on the last configuration.
 
 from __future__ import annotations
 
+import json
 import logging
 import threading
 import time
 from dataclasses import dataclass
+from typing import Any
 
 from strait.coord.redis_client import connect
 from strait.paths import cache_dir
+from strait.progress import resume_report_key
 from strait.service import ConfigFeed, follow_config, run_service, stop_time_left
 from strait.settings import Settings
 from strait_replicator import metrics
@@ -42,6 +45,7 @@ class Replicator:
         self.spark = build_session(options.master)
         self.runners: dict[str, FlowRunner] = {}
         self.feed = ConfigFeed()
+        self.client: Any = None  # the coordination Redis (None: run from a file)
 
     def step(self, stop: threading.Event | None = None) -> None:
         """One control-loop pass: reconcile every flow, export progress; ``stop`` cuts planning short."""
@@ -60,7 +64,8 @@ class Replicator:
             runner = self.runners.get(name)
             if runner is None:
                 runner = self.runners[name] = FlowRunner(self.spark, name, self.state_dir / _dirname(name),
-                                                         self.options.trigger_seconds, self.options.epoch_seconds)
+                                                         self.options.trigger_seconds, self.options.epoch_seconds,
+                                                         publish=self._publish_resume)
             # An epoch's tasks hold their task slots for the whole epoch: flows share the slots.
             runner.tasks = max(1, self.spark.sparkContext.defaultParallelism // len(wanted))
             try:
@@ -79,7 +84,7 @@ class Replicator:
         """
         client = None
         if self.settings.config_file is None:
-            client = connect(self.settings.coordination_url())
+            client = self.client = connect(self.settings.coordination_url())
         watcher = follow_config(self.feed, self.settings, client, metrics.SERVICE)
         try:
             while not stop.is_set():
@@ -96,6 +101,16 @@ class Replicator:
                 self.spark.stop()
             else:
                 log.warning("stopping with an epoch still running: Spark is left to the process exit")
+
+
+    def _publish_resume(self, flow: str, report: dict[str, Any]) -> None:
+        """Store a flow's resume report for `strait status` (Redis gone: only the log and metrics have it)."""
+        if self.client is None:
+            return
+        try:
+            self.client.set(resume_report_key("strait", flow), json.dumps(report, separators=(",", ":")))
+        except Exception as exc:  # noqa: BLE001 - Redis down must not stop a query from starting
+            log.warning("flow=%s resume report not stored in Redis: %s", flow, exc)
 
 
 def _dirname(flow: str) -> str:

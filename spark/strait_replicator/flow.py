@@ -15,6 +15,7 @@ import re
 import threading
 import time
 import uuid
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from functools import partial
 from pathlib import Path
@@ -32,7 +33,8 @@ from strait.kafka.admin import (
 from strait.metrics import set_flow_state
 from strait.config.model import SyncsLocation
 from strait.progress import (
-    OffsetsTopic, Progress, ResumeError, ResumeSources, decide_starts, gather_evidence, keys_of, summarize,
+    OffsetsTopic, Progress, ResumeError, ResumeSources, decide_starts, gather_evidence, keys_of, resume_report,
+    summarize,
 )
 from strait.retry import FlowTrouble
 from strait.remote_topics import RemoteTopic, reconcile_remote_topics, replicated_topics
@@ -84,8 +86,9 @@ class FlowRunner:
     """
 
     def __init__(self, spark: SparkSession, flow_name: str, state_dir: Path, trigger_seconds: float,
-                 epoch_seconds: float) -> None:
+                 epoch_seconds: float, publish: Callable[[str, dict[str, Any]], None] | None = None) -> None:
         self.spark = spark
+        self.publish = publish  # where the resume report goes for `strait status` (Redis), if anywhere
         self.flow_name = flow_name
         self.state_dir = state_dir
         self.trigger_seconds = trigger_seconds
@@ -268,6 +271,8 @@ class FlowRunner:
             metrics.RESUME_DUPLICATES.labels(flow=self.flow_name, topic=topic).set(duplicates)
             log.info("flow=%s topic=%s resumes evidence=%s duplicates_at_most=%s", self.flow_name, topic, evidence,
                      duplicates if duplicates >= 0 else "unknown")
+        if self.publish is not None:
+            self.publish(self.flow_name, resume_report(decided))
         return {key: resume.offset for key, resume in decided.items()}
 
     def _request_stop(self) -> None:

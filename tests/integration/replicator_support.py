@@ -142,3 +142,20 @@ def resume_evidence(process: StraitProcess, topic: str) -> list[tuple[str, str]]
     """(evidence, duplicates bound) of every resume line the process logged for ``topic``."""
     pattern = re.compile(rf"topic={re.escape(topic)} resumes evidence=(\S+) duplicates_at_most=(\S+)")
     return pattern.findall(process.process.log_path.read_text(errors="replace"))
+
+
+class NumberedLoad:
+    """:func:`produce_numbered` at ``rate`` in a thread until :meth:`stop`; ``produced`` then says how many."""
+
+    def __init__(self, cluster: KafkaCluster, topic: str, partitions: int, rate: float, first: int = 0) -> None:
+        self._stop = threading.Event()
+        self._sent: list[int] = []
+        self._thread = threading.Thread(target=lambda: self._sent.append(
+            produce_numbered(cluster, topic, partitions, 10**9, rate, self._stop, first)), daemon=True)
+        self._thread.start()
+
+    def stop(self) -> int:
+        """Stop producing (idempotent); the records produced."""
+        self._stop.set()
+        self._thread.join(60)
+        return self._sent[0] if self._sent else 0

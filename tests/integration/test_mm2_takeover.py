@@ -1,17 +1,17 @@
 """Replacing MirrorMaker 2 without a second copy, and handing back to it (issue 24), against MM2 itself.
 
-MM2 (dedicated mode, the project's Kafka jars) copies a topic A->B; it is stopped by SIGTERM or
-SIGKILLed under load; strait's replicator then starts on the same clusters and reads where MM2 got
-to from MM2's Connect offsets topic (or its offset syncs). Each source record must be on B exactly
-once except the window strait reports. Then strait hands the flow back (`strait handover --to mm2`)
-and MM2 goes on from strait's progress.
+One topic, MM2 (dedicated mode, the project's Kafka jars) and strait taking turns on the same
+clusters: MM2 copies and is stopped by SIGTERM; strait's replicator starts and reads where MM2 got to
+from MM2's Connect offsets topic; strait hands the flow back (`strait handover --to mm2`) and MM2
+goes on from strait's progress; MM2 is SIGKILLed under load; strait takes over again, from MM2's
+offsets or offset syncs. After each switch every source record is on B exactly once, except the
+window strait reports.
 """
 
 from __future__ import annotations
 
 import subprocess
 import sys
-import threading
 import time
 from collections.abc import Callable
 from pathlib import Path
@@ -22,9 +22,10 @@ from strait_bench.options import BenchOptions
 from strait_bench.systems import start_mm2
 from strait_lab.clients import create_topic
 from strait_lab.kafka import KafkaCluster
+from strait_lab.process import ManagedProcess
 from strait_lab.services import StraitProcess
 from tests.integration.replicator_support import (
-    count, flow_config, numbered_copies, produce_numbered, resume_evidence, wait_for, write_config,
+    NumberedLoad, count, flow_config, numbered_copies, produce_numbered, resume_evidence, wait_for, write_config,
 )
 
 pytestmark = pytest.mark.slow
@@ -33,78 +34,97 @@ PARTITIONS = 3
 MM2_SETTINGS = {"emit.heartbeats.enabled": "false", "offset.flush.interval.ms": "2000"}
 
 
-def _exactly_once_except(target: KafkaCluster, remote: str, total: int) -> int:
-    """Assert every sequence number up to ``total`` is on ``remote`` in each partition; the duplicates."""
+def _duplicates(target: KafkaCluster, remote: str, total: int) -> int:
+    """Assert every sequence number below ``total`` is on ``remote``; how many records are there twice."""
     copies = numbered_copies(target, remote)
     duplicates = 0
     for partition in range(PARTITIONS):
         got = copies.get(partition, [])
         missing = sorted(set(range(len(range(partition, total, PARTITIONS)))) - set(got))
-        assert not missing, (f"partition {partition} lost {len(missing)} records, {missing[:3]}..{missing[-3:]}; "
-                             f"{len(got)} copies, first {got[:3]}, last {got[-3:]}")
+        assert not missing, f"partition {partition} lost {len(missing)} records, {missing[:3]}..{missing[-3:]}"
         duplicates += len(got) - len(set(got))
     return duplicates
 
 
-@pytest.mark.parametrize("ending", ["sigterm", "sigkill"])
-def test_strait_takes_over_from_mirrormaker2_and_hands_back(
-    source_cluster: KafkaCluster, target_cluster: KafkaCluster, unique_name: Callable[[str], str],
-    tmp_path: Path, lab_root: Path, ending: str,
-) -> None:
-    topic = unique_name(f"mm2-{ending}")
-    remote = f"A.{topic}"
-    create_topic(source_cluster.admin(), topic, partitions=PARTITIONS, config={"retention.ms": "-1"})
-    produced = produce_numbered(source_cluster, topic, PARTITIONS, 20_000, rate=20_000)
-    mm2 = start_mm2(source_cluster, target_cluster, [topic], BenchOptions(), tmp_path / "mm2", MM2_SETTINGS)
-    stop = threading.Event()
-    under_load: list[int] = []
-    try:
-        wait_for(lambda: count(target_cluster, remote) >= produced, 180, "MirrorMaker 2 copying the first records")
-        if ending == "sigterm":
-            mm2.stop()
-        else:  # mid-stream: records keep arriving, MM2 dies between two offset commits
-            loader = threading.Thread(target=lambda: under_load.append(
-                produce_numbered(source_cluster, topic, PARTITIONS, 10**9, rate=2_000, stop=stop, first=produced)),
-                daemon=True)
-            loader.start()
-            wait_for(lambda: count(target_cluster, remote) >= produced + 3_000, 60, "MirrorMaker 2 copying under load")
-            mm2.kill()
-            stop.set()
-            loader.join(60)
-            produced += under_load[0]
-    finally:
-        stop.set()
-        mm2.stop()
-    produced += produce_numbered(source_cluster, topic, PARTITIONS, 10_000, rate=20_000, first=produced)
+class Turns:
+    """The topic, what was produced to it, and MM2 and strait taking turns on it."""
 
-    config = write_config(tmp_path / "mm2.properties.yaml", flow_config(source_cluster, target_cluster, [topic]))
-    strait = StraitProcess("replicator", ["--config", str(config), "--state-dir", str(tmp_path / "state")],
-                           lab_root / "replicator", name=f"replicator-takeover-{topic}")
+    def __init__(self, source: KafkaCluster, target: KafkaCluster, topic: str, tmp_path: Path,
+                 lab_root: Path) -> None:
+        self.source, self.target, self.topic, self.remote = source, target, topic, f"A.{topic}"
+        self.tmp_path, self.lab_root = tmp_path, lab_root
+        self.config = write_config(tmp_path / "flow.yaml", flow_config(source, target, [topic]))
+        self.produced = 0
+        self.turn = 0
+
+    def produce(self, total: int, rate: float = 20_000) -> None:
+        self.produced += produce_numbered(self.source, self.topic, PARTITIONS, total, rate, first=self.produced)
+
+    def caught_up(self, what: str, extra: int = 0) -> None:
+        wait_for(lambda: count(self.target, self.remote) >= self.produced + extra, 180, what)
+
+    def mm2(self) -> ManagedProcess:
+        self.turn += 1
+        return start_mm2(self.source, self.target, [self.topic], BenchOptions(), self.tmp_path / f"mm2-{self.turn}",
+                         MM2_SETTINGS)
+
+    def strait(self, what: str) -> tuple[str, int, int]:
+        """strait's replicator from a new state dir until it caught up: (evidence, bound reported, duplicates)."""
+        self.turn += 1
+        process = StraitProcess("replicator", ["--config", str(self.config), "--state-dir",
+                                               str(self.tmp_path / f"state-{self.turn}")],
+                                self.lab_root / "replicator", name=f"replicator-{self.turn}-{self.topic}")
+        try:
+            process.start(timeout=120)
+            self.caught_up(what)
+            time.sleep(2)
+        finally:
+            process.stop()
+        evidence, bound = resume_evidence(process, self.topic)[0]
+        duplicates = _duplicates(self.target, self.remote, self.produced)
+        print(f"{what}: strait resumed from {evidence}, reported at most {bound}, found {duplicates}")
+        return evidence, int(bound), duplicates
+
+
+def test_strait_takes_over_from_mirrormaker2_hands_back_and_takes_over_after_a_crash(
+    source_cluster: KafkaCluster, target_cluster: KafkaCluster, unique_name: Callable[[str], str],
+    tmp_path: Path, lab_root: Path,
+) -> None:
+    turns = Turns(source_cluster, target_cluster, unique_name("mm2-turns"), tmp_path, lab_root)
+    create_topic(source_cluster.admin(), turns.topic, partitions=PARTITIONS, config={"retention.ms": "-1"})
+
+    turns.produce(20_000)
+    mm2 = turns.mm2()
     try:
-        strait.start(timeout=120)
-        wait_for(lambda: count(target_cluster, remote) >= produced, 180, "strait catching up")
-        time.sleep(2)
+        turns.caught_up("MirrorMaker 2 copying")
     finally:
-        strait.stop()
-    evidence, bound = resume_evidence(strait, topic)[0]
-    duplicates = _exactly_once_except(target_cluster, remote, produced)
-    print(f"MM2 {ending}: strait resumed from {evidence}, reported at most {bound} duplicates, found {duplicates}")
-    assert evidence in ("mm2-offsets", "offset-syncs")
-    if ending == "sigterm":
-        assert evidence == "mm2-offsets" and duplicates == 0, "MM2 committed its offsets when it stopped"
-    assert duplicates <= int(bound), "the reported bound holds"
+        mm2.stop()  # SIGTERM: MM2 commits its offsets
+    turns.produce(10_000)
+    evidence, _bound, after_sigterm = turns.strait("taking over from MM2 stopped by SIGTERM")
+    assert (evidence, after_sigterm) == ("mm2-offsets", 0), "MM2 committed its offsets when it stopped"
 
     handed = subprocess.run([sys.executable, "-m", "strait.cli", "handover", "--to", "mm2", "--flow", "A->B",
-                             "--config", str(config)], capture_output=True, text=True, timeout=120)
+                             "--config", str(turns.config)], capture_output=True, text=True, timeout=120)
     assert handed.returncode == 0, handed.stderr
     assert f"wrote {PARTITIONS} partitions to mm2-offsets.A.internal" in handed.stdout
-    produced += produce_numbered(source_cluster, topic, PARTITIONS, 5_000, rate=20_000, first=produced)
-    mm2 = start_mm2(source_cluster, target_cluster, [topic], BenchOptions(), tmp_path / "mm2-back", MM2_SETTINGS)
+    turns.produce(5_000)
+    load: NumberedLoad | None = None
+    mm2 = turns.mm2()
     try:
-        wait_for(lambda: count(target_cluster, remote) >= produced + duplicates, 180, "MirrorMaker 2 taking back over")
-        time.sleep(5)  # anything MM2 would copy a second time arrives meanwhile
+        turns.caught_up("MirrorMaker 2 taking back over")
+        time.sleep(3)  # anything MM2 would copy a second time arrives meanwhile
+        after_handback = _duplicates(target_cluster, turns.remote, turns.produced)
+        print(f"MM2 after the hand-back copied {after_handback} records a second time")
+        assert after_handback == 0, "MirrorMaker 2 went on where strait's copies end"
+        before = count(target_cluster, turns.remote)
+        load = NumberedLoad(source_cluster, turns.topic, PARTITIONS, 2_000, first=turns.produced)
+        wait_for(lambda: count(target_cluster, turns.remote) >= before + 6_000, 60, "MirrorMaker 2 copying under load")
+        mm2.kill()  # mid-stream, between two offset commits
     finally:
+        if load is not None:
+            turns.produced += load.stop()
         mm2.stop()
-    after_handback = _exactly_once_except(target_cluster, remote, produced) - duplicates
-    print(f"MM2 after the hand-back copied {after_handback} records a second time")
-    assert after_handback == 0, "MirrorMaker 2 went on where strait's copies end"
+    turns.produce(10_000)
+    evidence, bound, after_sigkill = turns.strait("taking over from MM2 SIGKILLed under load")
+    assert evidence in ("mm2-offsets", "offset-syncs")
+    assert after_sigkill <= bound, "the reported bound holds"

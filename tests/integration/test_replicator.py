@@ -2,8 +2,11 @@
 
 from __future__ import annotations
 
+import json
 import os
 import random
+import subprocess
+import sys
 import time
 from collections.abc import Callable
 from pathlib import Path
@@ -203,6 +206,13 @@ def test_live_control_from_redis_without_restart(
     assert count(target_cluster, f"A.{second}") < 1 + 2000  # 200 records/s cannot copy 3,000 in 5 s
     wait_for(lambda: count(target_cluster, f"A.{second}") == 3001, 120, "the rest at the limited rate")
     assert process.process.pid == pid and process.process.alive()  # one process throughout
+
+    # Each query start published where its topics resumed and on what evidence, for `strait status`.
+    status = subprocess.run([sys.executable, "-m", "strait.cli", "status", "--redis-url", redis_url, "--json"],
+                            capture_output=True, text=True, timeout=60)
+    resumed = json.loads(status.stdout)["flows"][0]["resumed"]["topics"]
+    assert resumed[first] == {"evidence": "strait-progress", "duplicates_at_most": 0}
+    assert resumed[second]["evidence"] in ("strait-progress", "empty-remote")
 
 
 def test_unreachable_target_is_an_error_of_that_flow_only(

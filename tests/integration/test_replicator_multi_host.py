@@ -13,7 +13,6 @@ from __future__ import annotations
 
 import os
 import sys
-import threading
 import time
 from collections.abc import Callable, Iterator
 from pathlib import Path
@@ -29,7 +28,7 @@ from strait_lab.ports import free_port
 from strait_lab.process import ManagedProcess
 from strait_lab.services import StraitProcess
 from tests.integration.replicator_support import (
-    count, flow_config, produce_numbered, records_by_partition, wait_for, write_config,
+    NumberedLoad, count, flow_config, records_by_partition, wait_for, write_config,
 )
 
 pytestmark = pytest.mark.slow
@@ -113,11 +112,7 @@ def test_workers_that_share_no_disk_with_the_driver_copy_under_load_and_survive_
     create_topic(source_cluster.admin(), topic, partitions=PARTITIONS, config={"retention.ms": "-1"})
     config = write_config(tmp_path / "s.yaml", flow_config(source_cluster, target_cluster, [topic]))
     args = ["--config", str(config), "--master", other_hosts.url, "--state-dir", str(tmp_path / "state")]
-    stop = threading.Event()
-    produced: list[int] = []
-    loader = threading.Thread(target=lambda: produced.append(
-        produce_numbered(source_cluster, topic, PARTITIONS, 10**9, RATE, stop=stop)), daemon=True)
-    loader.start()
+    load = NumberedLoad(source_cluster, topic, PARTITIONS, RATE)
     drivers: list[StraitProcess] = []
     try:
         driver = StraitProcess("replicator", [*args, "--epoch-seconds", "20"], lab_root / "replicator", env=ENV,
@@ -146,16 +141,14 @@ def test_workers_that_share_no_disk_with_the_driver_copy_under_load_and_survive_
         driver.start(timeout=120)
         before = count(target_cluster, remote)
         wait_for(lambda: count(target_cluster, remote) > before + 3 * RATE, 180, "copying after the driver loss")
-        stop.set()
-        loader.join(60)
-        total = produced[0]
+        total = load.stop()
         wait_for(lambda: count(target_cluster, remote) >= total, 300, f"{remote} caught up")
         time.sleep(2)
         driver.stop()
         assert "running epoch ended=True" in driver.log_text(), \
             "the tasks on the other hosts did not see the stop record: the epoch was left running"
     finally:
-        stop.set()
+        load.stop()
         for process in drivers:
             process.stop()
 

@@ -1,4 +1,7 @@
-"""The replicator on a Spark standalone cluster: as a driver with a master URL, and via spark-submit."""
+"""The replicator submitted with spark-submit to a Spark standalone cluster.
+
+A driver given a master URL, with workers on other "hosts", is tested in test_replicator_multi_host.py.
+"""
 
 from __future__ import annotations
 
@@ -53,17 +56,6 @@ def _replicate_through(command: list[str], name: str, source: KafkaCluster, targ
         wait_for(lambda: count(target, f"A.{topic}") == 500, 240, f"{topic} replicated through {name}")
     finally:
         process.stop(timeout=60)
-
-
-def test_driver_with_a_standalone_master(
-    spark_master: str, source_cluster: KafkaCluster, target_cluster: KafkaCluster,
-    unique_name: Callable[[str], str], tmp_path: Path, lab_root: Path,
-) -> None:
-    topic = unique_name("standalone")
-    config = write_config(tmp_path / "s.yaml", flow_config(source_cluster, target_cluster, [topic]))
-    command = [sys.executable, "-m", "strait.cli", "run", "replicator", "--config", str(config),
-               "--master", spark_master, "--state-dir", str(tmp_path / "state")]
-    _replicate_through(command, f"driver-{topic}", source_cluster, target_cluster, topic, lab_root)
 
 
 def test_spark_submit_to_a_standalone_master(

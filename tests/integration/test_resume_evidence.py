@@ -7,7 +7,6 @@ and after a SIGKILL), and a remote topic that already holds records no evidence 
 from __future__ import annotations
 
 import shutil
-import threading
 import time
 from collections.abc import Callable
 from pathlib import Path
@@ -17,7 +16,7 @@ from strait_lab.clients import create_topic
 from strait_lab.kafka import KafkaCluster
 from strait_lab.services import StraitProcess
 from tests.integration.replicator_support import (
-    count, flow_config, numbered_copies, produce_numbered, resume_evidence, wait_for, write_config,
+    NumberedLoad, count, flow_config, numbered_copies, produce_numbered, resume_evidence, wait_for, write_config,
 )
 
 pytestmark = pytest.mark.slow
@@ -35,11 +34,7 @@ def test_a_replicator_whose_state_is_lost_goes_on_where_the_copies_end(
     create_topic(source_cluster.admin(), topic, partitions=PARTITIONS, config={"retention.ms": "-1"})
     config = write_config(tmp_path / "s.yaml", flow_config(source_cluster, target_cluster, [topic]))
     state = tmp_path / "state"
-    stop = threading.Event()
-    produced: list[int] = []
-    loader = threading.Thread(target=lambda: produced.append(
-        produce_numbered(source_cluster, topic, PARTITIONS, 10**9, RATE, stop=stop)), daemon=True)
-    loader.start()
+    load = NumberedLoad(source_cluster, topic, PARTITIONS, RATE)
     runs: list[StraitProcess] = []
     try:
         for run, ending in enumerate(("sigterm", "sigkill", "end")):
@@ -56,13 +51,11 @@ def test_a_replicator_whose_state_is_lost_goes_on_where_the_copies_end(
                 process.kill()
             shutil.rmtree(state, ignore_errors=True)  # a replaced host: the state dir is gone
             print(f"run {run} ended by {ending}; state dir deleted")
-        stop.set()
-        loader.join(60)
-        total = produced[0]
+        total = load.stop()
         wait_for(lambda: count(target_cluster, remote) >= total, 180, f"{remote} to catch up")
         time.sleep(2)
     finally:
-        stop.set()
+        load.stop()
         for process in runs:
             process.stop()
 

@@ -14,6 +14,7 @@ from typing import Any
 from strait.settings import settings_of
 from strait.config.store import ConfigStoreError, load_stored_config
 from strait.coord.redis_client import connect
+from strait.progress import read_resume_report
 from strait.source_watch import SourceView, read_source_view
 from strait_configsync.drift import FlowReport, age, read_reports
 
@@ -43,6 +44,9 @@ def _status(args: argparse.Namespace) -> int:
         source = _source(read_source_view(client, row["flow"]))
         if source is not None:  # published by the heartbeat service's source watch
             row["source"] = source
+        resumed = read_resume_report(client, row["flow"])
+        if resumed is not None:  # published by the replicator when the flow's query last started
+            row["resumed"] = resumed
     topology = read_topology(client)
     if args.json:
         print(json.dumps({"flows": rows, "topology": topology}, indent=2, sort_keys=True))
@@ -51,6 +55,10 @@ def _status(args: argparse.Namespace) -> int:
     for row in rows:
         if "source" in row:
             print(f"{row['flow']}: {row['source']['summary']}")
+        for topic, how in sorted(row.get("resumed", {}).get("topics", {}).items()):
+            bound = how["duplicates_at_most"]
+            print(f"{row['flow']}: {topic} resumed from {how['evidence']} at {_utc(row['resumed']['at'])}, "
+                  f"at most {'an unknown number of' if bound < 0 else bound} record(s) copied twice")
     if topology:
         print("\ntopology (from heartbeat topics: cluster <- upstream clusters and hops)")
         for alias, cluster in sorted(topology.items()):
