@@ -36,7 +36,7 @@ from strait.progress import (
     OffsetsTopic, Progress, ResumeError, ResumeSources, decide_starts, gather_evidence, keys_of, resume_report,
     summarize,
 )
-from strait.retry import FlowTrouble
+from strait.retry import FlowTrouble, retry_transient
 from strait.remote_topics import RemoteTopic, reconcile_remote_topics, replicated_topics
 from strait_replicator import metrics
 from strait_replicator.live import PartitionReport, RunReport, run_report, stop_record
@@ -58,7 +58,8 @@ MAX_RECORDS_PER_EPOCH = 20_000_000
 GRACEFUL_STOP_SECONDS = 120.0
 LIVE_READ_SECONDS = 2.0  # the control loop waits at most this long for the live progress (a target down)
 PLAN_POLL_SECONDS = 0.1
-STOP_RECORD_SECONDS = 2.0  # how often a control loop waiting for a plan looks at the stop request
+STOP_RECORD_SECONDS = 2.0
+RESUME_SECONDS = 60.0  # how long passing cluster states may hold up reading where a query starts  # how often a control loop waiting for a plan looks at the stop request
 _TASK_ERROR = re.compile(r"(?:ReplicationWriteError|ReplicationReadError|StraitError|KafkaException): (.+)")
 _ANY_ERROR = re.compile(r"^\S*(?:Error|Exception): (.+)$", re.MULTILINE)
 
@@ -248,6 +249,8 @@ class FlowRunner:
             self.plan = None  # planned again after the pause, evidence read again
             self._fail("resume", str(exc), exc)
             return
+        if self._trouble.kind == "resume":
+            self._recovered()
         self.query = self._start_query(plan, resume)
         if self._trouble.kind != "query":  # after a failed query: running once the new one copies (observe)
             set_flow_state(metrics.SERVICE, self.flow_name, "running")
@@ -263,8 +266,13 @@ class FlowRunner:
         """Where each partition's copy starts, decided from the evidence in Kafka (:mod:`strait.progress`);
         the evidence and the bound on records copied again are logged and exported per topic."""
         keys = keys_of([(t.source, t.partitions) for t in plan.topics])
-        decided = decide_starts(self.flow_name, gather_evidence(plan.resume, keys), plan.resume.start,
-                                dict(plan.resume.remote_names))
+        # A remote topic just created may not have its leaders yet: such passing states are retried
+        deadline = time.monotonic() + RESUME_SECONDS
+        evidence = retry_transient(lambda: gather_evidence(plan.resume, keys), f"flow={self.flow_name} reading "
+                                   f"resume evidence", lambda: time.monotonic() > deadline)
+        if evidence is None:
+            raise ResumeError(f"flow {self.flow_name}: the resume evidence could not be read in {RESUME_SECONDS:.0f}s")
+        decided = decide_starts(self.flow_name, evidence, plan.resume.start, dict(plan.resume.remote_names))
         metrics.RESUMED_FROM.clear()
         for topic, (evidence, duplicates) in summarize(decided).items():
             metrics.RESUMED_FROM.labels(flow=self.flow_name, topic=topic, evidence=evidence).set(1)
@@ -558,6 +566,10 @@ class LiveMetrics:
             if self._reader is not None:
                 self._reader.close()
             self._reader = OffsetsTopic(settings, location, source_alias, start_at="end", on_record=self._note)
+            try:  # where the topic ends now: what the new query's tasks write from here on is counted
+                self._reader.read(LIVE_READ_SECONDS)
+            except ResumeError as exc:
+                log.warning("flow=%s live progress not read yet (metrics wait): %s", self.flow, exc)
 
     def poll(self) -> None:
         """Count what every task reported since the last poll."""
