@@ -108,8 +108,11 @@ def test_rolling_restart_with_mirrormaker2(rig: Rig, mode: Mode) -> None:
     """The same rolling restart with MirrorMaker 2 (dedicated mode, Kafka's jars) copying instead of strait.
 
     MM2 copies a topic of its own (outside strait's flow) to the same target; its stall is the peer's
-    number for the report. Nothing is asserted of MM2 beyond having copied every record in the end.
+    number for the report. Nothing is asserted of MM2 beyond having copied every record in the end,
+    so it runs with the full drills only (``STRAIT_FAULTS=full``): a peer's number, not a strait check.
     """
+    if mode.name != "full":
+        pytest.skip("MM2's rolling-restart number is measured with STRAIT_FAULTS=full")
     topic = rig.topic("mm2-rolling-restart")
     rig.create_topic(topic)
     internal_rf = {f"{name}.replication.factor": "3" for name in (

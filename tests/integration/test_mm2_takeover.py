@@ -1,8 +1,9 @@
 """Replacing MirrorMaker 2 without a second copy, and handing back to it (issue 24), against MM2 itself.
 
 One topic, MM2 (dedicated mode, the project's Kafka jars) and strait taking turns on the same
-clusters: MM2 copies and is stopped by SIGTERM; strait's replicator starts and reads where MM2 got to
-from MM2's Connect offsets topic; strait hands the flow back (`strait handover --to mm2`) and MM2
+clusters: MM2 copies, checkpoints a consumer group and is stopped by SIGTERM; strait's replicator
+starts and reads where MM2 got to from MM2's Connect offsets topic, and the group fails over through
+strait from MM2's checkpoints and syncs; strait hands the flow back (`strait handover --to mm2`) and MM2
 goes on from strait's progress; MM2 is SIGKILLed under load; strait takes over again, from MM2's
 offsets or offset syncs. After each switch every source record is on B exactly once, except the
 window strait reports.
@@ -10,6 +11,7 @@ window strait reports.
 
 from __future__ import annotations
 
+import json
 import subprocess
 import sys
 import time
@@ -17,7 +19,9 @@ from collections.abc import Callable
 from pathlib import Path
 
 import pytest
+from confluent_kafka import Consumer, TopicPartition
 
+from strait.translation import read_stored_checkpoints
 from strait_bench.options import BenchOptions
 from strait_bench.systems import start_mm2
 from strait_lab.clients import create_topic
@@ -31,7 +35,9 @@ from tests.integration.replicator_support import (
 pytestmark = pytest.mark.slow
 
 PARTITIONS = 3
-MM2_SETTINGS = {"emit.heartbeats.enabled": "false", "offset.flush.interval.ms": "2000"}
+MM2_SETTINGS = {"emit.heartbeats.enabled": "false", "offset.flush.interval.ms": "2000",
+                "emit.checkpoints.interval.seconds": "1"}
+CONSUMED = 3_000  # per partition, by the group MM2 checkpoints
 
 
 def _duplicates(target: KafkaCluster, remote: str, total: int) -> int:
@@ -94,14 +100,18 @@ def test_strait_takes_over_from_mirrormaker2_hands_back_and_takes_over_after_a_c
     create_topic(source_cluster.admin(), turns.topic, partitions=PARTITIONS, config={"retention.ms": "-1"})
 
     turns.produce(20_000)
+    group = f"{turns.topic}-group"
+    _consume_and_commit(source_cluster, turns.topic, group, CONSUMED)
     mm2 = turns.mm2()
     try:
         turns.caught_up("MirrorMaker 2 copying")
+        wait_for(lambda: len(_mm2_checkpoints(target_cluster, group)) == PARTITIONS, 120, "MM2 checkpointing the group")
     finally:
         mm2.stop()  # SIGTERM: MM2 commits its offsets
     turns.produce(10_000)
     evidence, _bound, after_sigterm = turns.strait("taking over from MM2 stopped by SIGTERM")
     assert (evidence, after_sigterm) == ("mm2-offsets", 0), "MM2 committed its offsets when it stopped"
+    _fails_over_through_strait_with_nothing_lost(turns, group)
 
     handed = subprocess.run([sys.executable, "-m", "strait.cli", "handover", "--to", "mm2", "--flow", "A->B",
                              "--config", str(turns.config)], capture_output=True, text=True, timeout=120)
@@ -128,3 +138,37 @@ def test_strait_takes_over_from_mirrormaker2_hands_back_and_takes_over_after_a_c
     evidence, bound, after_sigkill = turns.strait("taking over from MM2 SIGKILLed under load")
     assert evidence in ("mm2-offsets", "offset-syncs")
     assert after_sigkill <= bound, "the reported bound holds"
+
+
+def _consume_and_commit(cluster: KafkaCluster, topic: str, group: str, per_partition: int) -> None:
+    """A source consumer group that read the first ``per_partition`` records of each partition."""
+    consumer = Consumer({**cluster.client_config(), "group.id": group, "enable.auto.commit": False})
+    consumer.assign([TopicPartition(topic, p, 0) for p in range(PARTITIONS)])
+    consumer.commit(offsets=[TopicPartition(topic, p, per_partition) for p in range(PARTITIONS)], asynchronous=False)
+    consumer.close()
+
+
+def _mm2_checkpoints(target: KafkaCluster, group: str) -> dict[tuple[str, str, int], object]:
+    stored = read_stored_checkpoints(target.client_config(), "A.checkpoints.internal", timeout=30)
+    return {key: value for key, value in stored.items()
+            if key[0] == group and value.checkpoint.upstream_offset == CONSUMED}
+
+
+def _fails_over_through_strait_with_nothing_lost(turns: Turns, group: str) -> None:
+    """The group checkpointed by MM2 translates through strait, from MM2's checkpoints (the source down)
+    and from the offset syncs MM2 and strait wrote: a consumer starting there on B misses nothing."""
+    target = numbered_copies(turns.target, turns.remote)
+    for source_down in (True, False):
+        argv = [sys.executable, "-m", "strait.cli", "offsets", "translate", "--flow", "A->B", "--group", group,
+                "--config", str(turns.config), "--json", *(["--source-down"] if source_down else [])]
+        done = subprocess.run(argv, capture_output=True, text=True, timeout=120)
+        assert done.returncode == 0, done.stderr
+        rows = json.loads(done.stdout)["partitions"]
+        assert len(rows) == PARTITIONS, rows
+        for row in rows:
+            resumed_at = target[row["partition"]][row["downstream"]]
+            print(f"group {group} partition {row['partition']} source_down={source_down}: target offset "
+                  f"{row['downstream']} holds record {resumed_at} (the group consumed {CONSUMED})")
+            assert resumed_at <= CONSUMED, "the group would skip records on the target"
+            if not source_down:
+                assert resumed_at == CONSUMED, "translated exactly from the offset syncs"

@@ -22,14 +22,14 @@ from tests.integration.replicator_support import count, flow_config, last_values
 pytestmark = pytest.mark.slow
 
 PARTITIONS = 6
-TOTAL = 200_000
-KILLS = 3
-TICKS = 800  # of 0.1 s: the load lasts past the kills, each after its run's start-up and first copies
+TOTAL = 120_000
+KILLS = 2
+TICKS = 480  # of 0.1 s: the load lasts past the kills, each after its run's start-up and first copies
 RATE = TOTAL / (TICKS * 0.1)  # records/s
 
 
 def _load(cluster: KafkaCluster, topic: str, stop: threading.Event, done: threading.Event) -> None:
-    """Produce TOTAL keyed records, value "<partition>:<sequence>", over about 80 seconds."""
+    """Produce TOTAL keyed records, value "<partition>:<sequence>", over about 48 seconds."""
     producer = Producer({**cluster.client_config(), "linger.ms": 5, "enable.idempotence": True})
     per_tick = TOTAL // TICKS
     for tick in range(TICKS):
