@@ -55,6 +55,9 @@ def _replicator_arguments(parser: argparse.ArgumentParser) -> None:
                         help="shortest time between the starts of two epochs (micro-batches)")
     parser.add_argument("--epoch-seconds", type=float, default=60.0,
                         help="how long each epoch's tasks copy live before Spark commits their progress")
+    parser.add_argument("--start", choices=("earliest", "latest", "from-target"),
+                        help="for every flow, where a partition starts when its remote topic holds records no "
+                             "evidence in Kafka explains (overrides the flows' start)")
 
 
 def _replicator_options(args: argparse.Namespace) -> Any:
@@ -65,7 +68,7 @@ def _replicator_options(args: argparse.Namespace) -> Any:
     from strait_replicator.app import ReplicatorOptions
 
     return ReplicatorOptions(master=args.master, trigger_seconds=args.trigger_seconds,
-                             epoch_seconds=args.epoch_seconds)
+                             epoch_seconds=args.epoch_seconds, start=args.start)
 
 
 def _configsync_arguments(parser: argparse.ArgumentParser) -> None:

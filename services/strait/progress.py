@@ -17,7 +17,10 @@ this order, and reported with a bound on the records copied a second time:
    strait write the same format there), which bounds where the earlier copy got to;
 4. ``empty-remote``: the remote partition holds no records: a first copy, from the earliest offset
    (or the latest with ``start: latest``);
-5. ``start-earliest`` / ``start-latest``: the flow's explicit ``start`` choice.
+5. ``start-earliest`` / ``start-latest``: the flow's explicit ``start`` choice; ``from-target``:
+   the remote partition is taken for a copy made without progress records (by another tool), and
+   the copy goes on after the source record equal to the remote's last one (same timestamp, key,
+   value and headers), found from that timestamp on.
 
 A remote partition that holds records with none of that evidence is never copied again from the
 earliest offset silently: :class:`ResumeError` names the topics and says how to choose.
@@ -47,7 +50,10 @@ librdkafka_log = logging.getLogger("strait.librdkafka")
 
 Key = tuple[str, int]
 DEFAULT_TIMEOUT = 30.0
-EVIDENCE = ("strait-progress", "mm2-offsets", "offset-syncs", "empty-remote", "start-earliest", "start-latest")
+EVIDENCE = ("strait-progress", "mm2-offsets", "offset-syncs", "empty-remote", "from-target", "start-earliest",
+            "start-latest")
+# from-target compares at most this many source records from the remote's last timestamp on
+MATCH_SCAN_RECORDS = 100_000
 
 
 class ResumeError(StraitError):
@@ -221,6 +227,7 @@ class PartitionEvidence:
     mm2_next: int | None = None
     newest_sync: tuple[int, int] | None = None
     sync_below_mm2: tuple[int, int] | None = None  # the newest sync below ``mm2_next``
+    target_match: int | None = None  # from-target: the source offset after the remote's last record
     earliest: int = 0
     latest: int = 0
 
@@ -254,6 +261,8 @@ def decide_start(key: Key, found: PartitionEvidence, start: str | None) -> Resum
         return Resume(upstream + 1, "offset-syncs", _bound_after(found, upstream + 1, found.newest_sync))
     if held <= 0:
         return Resume(found.latest if start == "latest" else found.earliest, "empty-remote", 0)
+    if start == "from-target":
+        return None if found.target_match is None else Resume(found.target_match, "from-target", 0)
     if start == "earliest":
         return Resume(found.earliest, "start-earliest", held)
     if start == "latest":
@@ -287,6 +296,12 @@ def decide_starts(flow: str, evidence: Mapping[Key, PartitionEvidence], start: s
             unknown.setdefault(key[0], []).append(key[1])
         else:
             decided[key] = resume
+    if unknown and start == "from-target":
+        named = ", ".join(f"{remote_names.get(t, t)}[{p}]" for t, ps in sorted(unknown.items()) for p in ps)
+        raise ResumeError(
+            f"flow {flow}: start is from-target, but no source record equals the last record of {named} (same "
+            f"timestamp, key, value and headers): those remote partitions are not copies of the source's. "
+            f"Choose start: earliest or start: latest for them")
     if unknown:
         named = "; ".join(f"{remote_names.get(t, t)} (partitions {', '.join(map(str, ps))}, "
                           f"{sum(evidence[(t, p)].remote_end - evidence[(t, p)].remote_start for p in ps)} records)"
@@ -324,6 +339,7 @@ class ResumeSources:
     source_admin: tuple[tuple[str, str], ...]
     target_admin: tuple[tuple[str, str], ...]
     target_consumer: tuple[tuple[str, str], ...]
+    source_consumer: tuple[tuple[str, str], ...]
     syncs_consumer: tuple[tuple[str, str], ...]
     remote_names: tuple[tuple[str, str], ...]
     repartitioned: bool = False
@@ -351,14 +367,72 @@ def gather_evidence(sources: ResumeSources, keys: Sequence[Key],
             below_mm2 = syncs_below(follower.index, {key: mm2[key].next_offset for key in missing if key in mm2})
         finally:
             follower.close()
+    unexplained = [key for key in missing if key not in mm2 and key not in syncs]
+    matches = _matches_on_source(sources, unexplained, names, remote, timeout) \
+        if sources.start == "from-target" and not sources.repartitioned else {}
     partitions = [TopicPartition(t, p) for t, p in keys]
     earliest = list_offsets(source_admin, sources.source_alias, partitions, "earliest", timeout=timeout)
     latest = list_offsets(source_admin, sources.source_alias, partitions, "latest", timeout=timeout)
     return {key: PartitionEvidence(
         remote_start=remote[key][0], remote_end=remote[key][1], progress=progress.get(key),
         mm2_next=mm2[key].next_offset if key in mm2 and key in missing else None, newest_sync=syncs.get(key),
-        sync_below_mm2=below_mm2.get(key),
+        sync_below_mm2=below_mm2.get(key), target_match=matches.get(key),
         earliest=max(0, earliest.get(key, 0)), latest=max(0, latest.get(key, 0))) for key in keys}
+
+
+def _matches_on_source(sources: ResumeSources, keys: Sequence[Key], names: Mapping[str, str],
+                       remote: Mapping[Key, tuple[int, int]], timeout: float) -> dict[Key, int]:
+    """from-target: for each partition, the source offset after the record equal to its remote's last one."""
+    found: dict[Key, int] = {}
+    target = Consumer({**dict(sources.target_consumer), "group.id": "strait-progress", "enable.auto.commit": False,
+                       "logger": librdkafka_log})
+    source = Consumer({**dict(sources.source_consumer), "group.id": "strait-progress", "enable.auto.commit": False,
+                       "enable.partition.eof": True, "logger": librdkafka_log})
+    try:
+        for key in keys:
+            remote_topic, partition = remote_partition_of(names, key)
+            last = _one_record(target, TopicPartition(remote_topic, partition, remote[key][1] - 1), timeout)
+            if last is not None:
+                match = _find_on_source(source, key, last, timeout)
+                if match is not None:
+                    found[key] = match
+                    log.info("flow=%s topic=%s partition=%d from-target: the remote's last record is source offset "
+                             "%d", sources.flow, key[0], key[1], match - 1)
+    finally:
+        target.close()
+        source.close()
+    return found
+
+
+def _one_record(consumer: Consumer, where: TopicPartition, timeout: float) -> Any:
+    consumer.assign([where])
+    message = consumer.poll(timeout)
+    consumer.unassign()
+    return message if message is not None and message.error() is None else None
+
+
+def _find_on_source(consumer: Consumer, key: Key, last: Any, timeout: float) -> int | None:
+    """The offset after the source record of ``key`` equal to ``last``, searched from the first record
+    with its timestamp on (timestamps need not grow, so the search goes on up to MATCH_SCAN_RECORDS)."""
+    stamp = last.timestamp()[1]
+    start = consumer.offsets_for_times([TopicPartition(key[0], key[1], stamp)], timeout=timeout)[0].offset
+    if start < 0:
+        return None
+    consumer.assign([TopicPartition(key[0], key[1], start)])
+    try:
+        deadline = time.monotonic() + timeout
+        for _ in range(MATCH_SCAN_RECORDS // 1000):
+            messages = consumer.consume(1000, max(0.0, deadline - time.monotonic()))
+            for message in messages:
+                if message.error() is not None:
+                    return None  # the end of the partition: no equal record
+                if (message.key(), message.value(), message.headers()) == (last.key(), last.value(), last.headers()):
+                    return message.offset() + 1
+            if not messages:
+                return None
+        return None
+    finally:
+        consumer.unassign()
 
 
 def _mm2_offsets(sources: ResumeSources, timeout: float) -> dict[Key, Progress]:

@@ -34,6 +34,7 @@ class ReplicatorOptions:
     master: str | None = None
     trigger_seconds: float = 0.25
     epoch_seconds: float = 60.0
+    start: str | None = None  # overrides every flow's start (strait.progress)
 
 
 class Replicator:
@@ -65,7 +66,7 @@ class Replicator:
             if runner is None:
                 runner = self.runners[name] = FlowRunner(self.spark, name, self.state_dir / _dirname(name),
                                                          self.options.trigger_seconds, self.options.epoch_seconds,
-                                                         publish=self._publish_resume)
+                                                         publish=self._publish_resume, start=self.options.start)
             # An epoch's tasks hold their task slots for the whole epoch: flows share the slots.
             runner.tasks = max(1, self.spark.sparkContext.defaultParallelism // len(wanted))
             try:

@@ -27,7 +27,7 @@ from pyspark.sql.streaming import StreamingQuery
 
 from strait.config.model import FlowConfig, StraitConfig
 from strait.kafka.admin import (
-    KafkaAdminError, admin_client, check_distinct_clusters, cluster_topics, create_topics, internal_topic,
+    KafkaAdminError, TopicSpec, admin_client, check_distinct_clusters, cluster_topics, create_topics, internal_topic,
     list_offsets,
 )
 from strait.metrics import set_flow_state
@@ -87,9 +87,11 @@ class FlowRunner:
     """
 
     def __init__(self, spark: SparkSession, flow_name: str, state_dir: Path, trigger_seconds: float,
-                 epoch_seconds: float, publish: Callable[[str, dict[str, Any]], None] | None = None) -> None:
+                 epoch_seconds: float, publish: Callable[[str, dict[str, Any]], None] | None = None,
+                 start: str | None = None) -> None:
         self.spark = spark
         self.publish = publish  # where the resume report goes for `strait status` (Redis), if anywhere
+        self.start = start  # the command line's start, over the flow's
         self.flow_name = flow_name
         self.state_dir = state_dir
         self.trigger_seconds = trigger_seconds
@@ -105,6 +107,7 @@ class FlowRunner:
         self._logged_batch: int | None = None
         self._stopping = threading.Event()
         self._query_id = ""
+        self._resume_labels: list[tuple[str, str, str]] = []
         self.live = LiveMetrics(flow_name)
         set_flow_state(metrics.SERVICE, flow_name, "starting")
 
@@ -125,8 +128,8 @@ class FlowRunner:
         if flow.writes_offset_syncs:
             create_topics(source_admin if syncs.alias == flow.source else target_admin, syncs.alias,
                           [internal_topic(syncs.topic, flow.internal_topic_replication_factor("offset_syncs"))])
-        create_topics(target_admin, flow.target,
-                      [internal_topic(names.progress.topic, flow.internal_topic_replication_factor("offset_syncs"))])
+        create_topics(target_admin, flow.target, [progress_topic(names.progress.topic,
+                                                                 flow.internal_topic_replication_factor("offset_syncs"))])
         target_producer = target.librdkafka_config("producer")
         if flow.repartitions:  # Kafka's default partitioner for keys, keyless records spread at random
             target_producer = {**target_producer, "partitioner": "murmur2_random"}
@@ -146,9 +149,10 @@ class FlowRunner:
             source_admin=_pairs(source.librdkafka_config("admin")),
             target_admin=_pairs(target.librdkafka_config("admin")),
             target_consumer=_pairs(target.librdkafka_config("consumer")),
+            source_consumer=_pairs(source.librdkafka_config("consumer")),
             syncs_consumer=_pairs(config.cluster(syncs.alias).librdkafka_config("consumer")),
             remote_names=tuple(sorted((t.source, t.remote) for t in topics)),
-            repartitioned=flow.repartitions, start=flow.start,
+            repartitioned=flow.repartitions, start=self.start or flow.start,
         )
         return FlowPlan(
             topics=tuple(topics),
@@ -273,8 +277,11 @@ class FlowRunner:
         if evidence is None:
             raise ResumeError(f"flow {self.flow_name}: the resume evidence could not be read in {RESUME_SECONDS:.0f}s")
         decided = decide_starts(self.flow_name, evidence, plan.resume.start, dict(plan.resume.remote_names))
-        metrics.RESUMED_FROM.clear()
+        for labels in self._resume_labels:  # this flow's previous start only: other flows keep theirs
+            metrics.RESUMED_FROM.remove(*labels)
+        self._resume_labels = []
         for topic, (evidence, duplicates) in summarize(decided).items():
+            self._resume_labels.append((self.flow_name, topic, evidence))
             metrics.RESUMED_FROM.labels(flow=self.flow_name, topic=topic, evidence=evidence).set(1)
             metrics.RESUME_DUPLICATES.labels(flow=self.flow_name, topic=topic).set(duplicates)
             log.info("flow=%s topic=%s resumes evidence=%s duplicates_at_most=%s", self.flow_name, topic, evidence,
@@ -401,6 +408,12 @@ class FlowRunner:
             self._logged_batch = progress.get("batchId")
             log.debug("flow=%s batch=%s rows=%s durations_ms=%s", self.flow_name, progress.get("batchId"),
                       progress.get("numInputRows"), json.dumps(progress.get("durationMs", {}), sort_keys=True))
+
+
+def progress_topic(name: str, replication_factor: int) -> TopicSpec:
+    """The progress topic: compacted, with segments rolled every 10 minutes so compaction keeps it to
+    about one record per partition (tasks write one every half second per moving partition)."""
+    return TopicSpec(name, 1, replication_factor, {"cleanup.policy": "compact", "segment.ms": "600000"})
 
 
 def _pairs(settings: dict[str, str]) -> tuple[tuple[str, str], ...]:

@@ -5,8 +5,8 @@ clusters: MM2 copies, checkpoints a consumer group and is stopped by SIGTERM; st
 starts and reads where MM2 got to from MM2's Connect offsets topic, and the group fails over through
 strait from MM2's checkpoints and syncs; strait hands the flow back (`strait handover --to mm2`) and MM2
 goes on from strait's progress; MM2 is SIGKILLed under load; strait takes over again, from MM2's
-offsets or offset syncs. After each switch every source record is on B exactly once, except the
-window strait reports.
+offsets or offset syncs, while the load goes on. After each switch every source record is on B exactly
+once, except the window strait reports.
 """
 
 from __future__ import annotations
@@ -74,17 +74,24 @@ class Turns:
         return start_mm2(self.source, self.target, [self.topic], BenchOptions(), self.tmp_path / f"mm2-{self.turn}",
                          MM2_SETTINGS)
 
-    def strait(self, what: str) -> tuple[str, int, int]:
-        """strait's replicator from a new state dir until it caught up: (evidence, bound reported, duplicates)."""
+    def strait(self, what: str, load: NumberedLoad | None = None) -> tuple[str, int, int]:
+        """strait's replicator from a new state dir until it caught up (with ``load`` still producing
+        until it copies): (evidence, bound reported, duplicates)."""
         self.turn += 1
         process = StraitProcess("replicator", ["--config", str(self.config), "--state-dir",
                                                str(self.tmp_path / f"state-{self.turn}")],
                                 self.lab_root / "replicator", name=f"replicator-{self.turn}-{self.topic}")
         try:
             process.start(timeout=120)
+            if load is not None:
+                before = count(self.target, self.remote)
+                wait_for(lambda: count(self.target, self.remote) > before + 3_000, 120, f"{what}: copying")
+                self.produced += load.stop()
             self.caught_up(what)
             time.sleep(2)
         finally:
+            if load is not None:
+                load.stop()  # counted above, or the turn failed
             process.stop()
         evidence, bound = resume_evidence(process, self.topic)[0]
         duplicates = _duplicates(self.target, self.remote, self.produced)
@@ -129,13 +136,14 @@ def test_strait_takes_over_from_mirrormaker2_hands_back_and_takes_over_after_a_c
         before = count(target_cluster, turns.remote)
         load = NumberedLoad(source_cluster, turns.topic, PARTITIONS, 2_000, first=turns.produced)
         wait_for(lambda: count(target_cluster, turns.remote) >= before + 6_000, 60, "MirrorMaker 2 copying under load")
-        mm2.kill()  # mid-stream, between two offset commits
-    finally:
+        mm2.kill()  # mid-stream, between two offset commits; the load goes on
+    except BaseException:
         if load is not None:
-            turns.produced += load.stop()
+            load.stop()
+        raise
+    finally:
         mm2.stop()
-    turns.produce(10_000)
-    evidence, bound, after_sigkill = turns.strait("taking over from MM2 SIGKILLed under load")
+    evidence, bound, after_sigkill = turns.strait("taking over under load from MM2 SIGKILLed", load)
     assert evidence in ("mm2-offsets", "offset-syncs")
     assert after_sigkill <= bound, "the reported bound holds"
 

@@ -51,11 +51,12 @@ evidence = st.builds(
     mm2_next=st.none() | offsets,
     newest_sync=st.none() | st.tuples(offsets, st.integers(0, 10_000)),
     sync_below_mm2=st.none() | st.tuples(offsets, st.integers(0, 10_000)),
+    target_match=st.none() | offsets,
     earliest=st.integers(0, 100), latest=st.integers(100, 1000),
 )
 
 
-@given(evidence, st.sampled_from([None, "earliest", "latest"]))
+@given(evidence, st.sampled_from([None, "earliest", "latest", "from-target"]))
 def test_the_strongest_evidence_decides_and_an_unexplained_remote_copy_needs_a_choice(
         found: PartitionEvidence, start: str | None) -> None:
     resume = decide_start(("t", 0), found, start)
@@ -69,8 +70,10 @@ def test_the_strongest_evidence_decides_and_an_unexplained_remote_copy_needs_a_c
         assert resume is not None and (resume.offset, resume.evidence) == (found.newest_sync[0] + 1, "offset-syncs")
     elif held <= 0:
         assert resume == Resume(found.latest if start == "latest" else found.earliest, "empty-remote", 0)
-    elif start is None:
+    elif start is None or (start == "from-target" and found.target_match is None):
         assert resume is None, "a non-empty remote partition with no evidence is never copied again silently"
+    elif start == "from-target":
+        assert resume == Resume(found.target_match, "from-target", 0)
     else:
         assert resume is not None and resume.evidence == f"start-{start}"
     if resume is not None:
@@ -102,6 +105,15 @@ def test_the_error_names_the_remote_topics_and_says_how_to_choose() -> None:
     message = str(caught.value)
     assert "A.orders (partitions 0, 1, 15 records)" in message and "start: earliest" in message
     assert "fresh" not in message
+
+
+def test_from_target_names_the_remote_partitions_no_source_record_matches() -> None:
+    found = {("orders", 0): PartitionEvidence(remote_end=10, target_match=4),
+             ("orders", 1): PartitionEvidence(remote_end=5)}
+    with pytest.raises(ResumeError, match=r"no source record equals the last record of A.orders\[1\]"):
+        decide_starts("A->B", found, "from-target", {"orders": "A.orders"})
+    assert decide_starts("A->B", {("orders", 0): found[("orders", 0)]}, "from-target", {}) == {
+        ("orders", 0): Resume(4, "from-target", 0)}
 
 
 def test_a_topic_reports_its_weakest_evidence_and_the_total_bound() -> None:

@@ -33,7 +33,7 @@ from strait.policy import ReplicationPolicy, policy_from_name
 DEFAULT_REDIS_URL = "redis://127.0.0.1:19079/0"
 POLICY_NAMES = ("default", "identity")
 OFFSET_SYNCS_LOCATIONS = ("source", "target")
-START_CHOICES = ("earliest", "latest")
+START_CHOICES = ("earliest", "latest", "from-target")
 CLIENT_ROLES = ("consumer", "producer", "admin")
 DEFAULT_CHECKPOINT_SHARDS = 6  # spreads evenly over 1, 2, 3 or 6 checkpoint replicas
 MAX_CHECKPOINT_SHARDS = 256
@@ -171,8 +171,8 @@ class FlowConfig:
     no offset syncs and no checkpoints. ``rate_limit_records_per_second``
     of None means unlimited. ``checkpoint_shards`` splits the flow's consumer groups (by a hash of
     the group id) into that many work items, which the checkpoint replicas share; use at least as
-    many shards as replicas. ``start`` (``earliest`` or ``latest``) is where the copy of a
-    partition starts when Kafka holds no evidence of an earlier copy (:mod:`strait.progress`);
+    many shards as replicas. ``start`` (``earliest``, ``latest`` or ``from-target``) is where the
+    copy of a partition starts when Kafka holds no evidence of an earlier copy (:mod:`strait.progress`);
     ``mm2_offsets_topic`` is the Connect offsets topic MirrorMaker 2 kept its progress in, on the
     target (default ``mm2-offsets.<source>.internal``, dedicated mode's).
     """
