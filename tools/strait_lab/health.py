@@ -33,8 +33,8 @@ def scrape(urls: Iterable[str], timeout: float = 2.0) -> Samples:
 
 
 def _values(samples: Samples, name: str, flow: str, **labels: str) -> list[float]:
-    return [v for n, l, v in samples
-            if n == name and l.get("flow") == flow and all(l.get(k) == x for k, x in labels.items())]
+    return [v for n, found, v in samples
+            if n == name and found.get("flow") == flow and all(found.get(k) == x for k, x in labels.items())]
 
 
 @dataclass(frozen=True)
@@ -54,11 +54,11 @@ class FlowHealth:
 
 def flow_health(samples: Samples) -> list[FlowHealth]:
     """Rows for every flow that appears in the samples."""
-    flows = sorted({l["flow"] for _, l, _ in samples if l.get("flow")})
+    flows = sorted({found["flow"] for _, found, _ in samples if found.get("flow")})
     rows = []
     for flow in flows:
-        states = sorted({l.get("state", "") for n, l, v in samples
-                         if n == "strait_flow_state" and l.get("flow") == flow and v == 1})
+        states = sorted({found.get("state", "") for n, found, v in samples
+                         if n == "strait_flow_state" and found.get("flow") == flow and v == 1})
         heartbeat, checkpoint = _values(samples, "strait_heartbeat_age_seconds", flow), \
             _values(samples, "strait_checkpoint_age_seconds", flow)
         in_sync, missing = _values(samples, "strait_topics_in_sync", flow), _values(samples, "strait_topics_missing", flow)
