@@ -31,8 +31,7 @@ from __future__ import annotations
 import json
 import logging
 import time
-from collections.abc import Iterable, Mapping, Sequence
-from collections.abc import Callable
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -58,6 +57,13 @@ MATCH_SCAN_RECORDS = 100_000
 
 class ResumeError(StraitError):
     """Where a partition's copy starts cannot be decided from evidence, or the evidence cannot be read."""
+
+
+class ResumeNotAuthorizedError(ResumeError):
+    """The principal may not read a topic holding evidence (an ACL is missing)."""
+
+
+_NOT_AUTHORIZED = (KafkaError.TOPIC_AUTHORIZATION_FAILED, KafkaError.GROUP_AUTHORIZATION_FAILED)
 
 
 @dataclass(frozen=True)
@@ -126,8 +132,10 @@ class OffsetsTopic:
                 if not messages:  # past transaction markers, which no message shows
                     self._note_positions()
         except KafkaException as exc:
-            raise ResumeError(f"cluster {self.location.alias}: reading topic {self.location.topic}: "
-                              f"{exc.args[0].str() if exc.args else exc}") from None
+            error = exc.args[0] if exc.args and isinstance(exc.args[0], KafkaError) else None
+            kind = ResumeNotAuthorizedError if error is not None and error.code() in _NOT_AUTHORIZED else ResumeError
+            raise kind(f"cluster {self.location.alias}: reading topic {self.location.topic}: "
+                       f"{error.str() if error is not None else exc}") from None
         return self.progress
 
     def close(self) -> None:
@@ -179,18 +187,19 @@ class OffsetsTopic:
         self._positions[message.partition()] = message.offset() + 1  # type: ignore[attr-defined]
         key, value = message.key(), message.value()  # type: ignore[attr-defined]
         try:
-            offset = SourceOffset.from_record(key, value)
+            parsed_key = json.loads(key or b"null")
+            parsed = None if value is None else json.loads(value)
+            offset = SourceOffset.from_parsed(parsed_key, parsed)
             if offset is None:  # a tombstone: that partition's progress was removed
-                where = json.loads(key)[1]
-                if json.loads(key)[0] == self.connector and where.get("cluster") == self.cluster:
+                connector, where = parsed_key
+                if connector == self.connector and where.get("cluster") == self.cluster:
                     self.progress.pop((str(where["topic"]), int(where["partition"])), None)
                 return
-        except (RecordFormatError, ValueError, TypeError, KeyError, IndexError):
+        except (RecordFormatError, ValueError, TypeError, KeyError, AttributeError):
             self.skipped += 1
             return
         if offset.connector != self.connector or offset.cluster != self.cluster:
             return
-        parsed = json.loads(value) if value else {}
         target, live = parsed.get("target_offset", -1), parsed.get("live")
         target = target if isinstance(target, int) else -1
         earlier = self.progress.get((offset.topic, offset.partition))
@@ -363,8 +372,8 @@ def gather_evidence(sources: ResumeSources, keys: Sequence[Key],
         follower = SyncsFollower(dict(sources.syncs_consumer), sources.syncs, timeout)
         try:
             follower.catch_up(timeout)
-            syncs = newest_syncs(missing, follower.index)
-            below_mm2 = syncs_below(follower.index, {key: mm2[key].next_offset for key in missing if key in mm2})
+            syncs = sync_points(follower.index, {key: None for key in missing})
+            below_mm2 = sync_points(follower.index, {key: mm2[key].next_offset for key in missing if key in mm2})
         finally:
             follower.close()
     unexplained = [key for key in missing if key not in mm2 and key not in syncs]
@@ -439,9 +448,7 @@ def _mm2_offsets(sources: ResumeSources, timeout: float) -> dict[Key, Progress]:
     """MM2's committed offsets; none (with a warning) when the replicator may not read its topic."""
     try:
         return read_offsets_topic(dict(sources.target_consumer), sources.mm2_offsets, sources.source_alias, timeout)
-    except ResumeError as exc:
-        if "authoriz" not in str(exc).lower():
-            raise
+    except ResumeNotAuthorizedError as exc:
         log.warning("flow=%s MirrorMaker 2's offsets not read (grant READ and DESCRIBE on %s to use them): %s",
                     sources.flow, sources.mm2_offsets.topic, exc)
         return {}
@@ -468,23 +475,15 @@ def _remote_offsets(admin: AdminClient, sources: ResumeSources, keys: Sequence[K
                   max(0, high.get(remote_partition_of(names, key), 0))) for key in keys}
 
 
-def newest_syncs(keys: Iterable[Key], index: SyncIndex) -> dict[Key, tuple[int, int]]:
-    """The newest (upstream, downstream) offset sync of each partition in the index."""
-    found: dict[Key, tuple[int, int]] = {}
-    for topic, partition in keys:
-        history = index.history(topic, partition)
-        point = history.translator.last_copied() if history is not None else None
-        if point is not None:
-            found[(topic, partition)] = (point.upstream, point.downstream)
-    return found
-
-
-def syncs_below(index: SyncIndex, limits: Mapping[Key, int]) -> dict[Key, tuple[int, int]]:
-    """The sync of the greatest upstream offset below each partition's limit, where there is one."""
+def sync_points(index: SyncIndex, limits: Mapping[Key, int | None]) -> dict[Key, tuple[int, int]]:
+    """Each partition's (upstream, downstream) sync of the greatest upstream offset below its limit
+    (None: the newest sync), where there is one."""
     found: dict[Key, tuple[int, int]] = {}
     for (topic, partition), limit in limits.items():
         history = index.history(topic, partition)
-        point = history.translator.last_below(limit) if history is not None else None
+        if history is None:
+            continue
+        point = history.translator.last_copied() if limit is None else history.translator.last_below(limit)
         if point is not None:
             found[(topic, partition)] = (point.upstream, point.downstream)
     return found
@@ -498,6 +497,15 @@ def remote_partition_of(remote_names: Mapping[str, str], key: Key) -> Key:
 def keys_of(partitions: Sequence[tuple[str, int]]) -> list[Key]:
     """Every (topic, partition) of (topic, partition count) pairs."""
     return [(topic, p) for topic, count in partitions for p in range(count)]
+
+
+PROGRESS_SEGMENT_MS = "600000"  # segments roll every 10 min, so compaction keeps about a record per partition
+
+
+def progress_topic_spec(name: str, replication_factor: int) -> TopicSpec:
+    """The progress topic as the replicator creates it: 1 partition, compacted, segments rolled often
+    (tasks write a record every half second per moving partition)."""
+    return TopicSpec(name, 1, replication_factor, {"cleanup.policy": "compact", "segment.ms": PROGRESS_SEGMENT_MS})
 
 
 CONNECT_OFFSETS_PARTITIONS = 25  # Kafka Connect's default for an offsets topic it creates

@@ -14,6 +14,7 @@ from __future__ import annotations
 import json
 import struct
 from dataclasses import dataclass
+from typing import Any
 
 from strait.errors import StraitError
 
@@ -269,12 +270,21 @@ class SourceOffset:
         connector's record of another shape is one).
         """
         try:
-            connector, where = json.loads(key or b"null")
-            offset = None if value is None else json.loads(value)["offset"]
-            parsed = (str(connector), str(where["cluster"]), str(where["topic"]), int(where["partition"]))
-        except (ValueError, TypeError, KeyError) as exc:
+            return cls.from_parsed(json.loads(key or b"null"), None if value is None else json.loads(value))
+        except ValueError as exc:
             raise RecordFormatError(f"not a MirrorSourceConnector offset record ({exc}): key {key[:120]!r}"
                                     if key else "an offsets record without a key") from None
+
+    @classmethod
+    def from_parsed(cls, key: Any, value: Any) -> SourceOffset | None:
+        """:meth:`from_record` of a key and value already parsed from JSON (value None: a tombstone)."""
+        try:
+            connector, where = key
+            offset = None if value is None else value["offset"]
+            parsed = (str(connector), str(where["cluster"]), str(where["topic"]), int(where["partition"]))
+        except (ValueError, TypeError, KeyError) as exc:
+            raise RecordFormatError(f"not a MirrorSourceConnector offset record ({exc}): key {str(key)[:120]}") \
+                from None
         return None if offset is None else cls(*parsed, int(offset))
 
 

@@ -109,7 +109,7 @@ class Replicator:
         if self.client is None:
             return
         try:
-            self.client.set(resume_report_key("strait", flow), json.dumps(report, separators=(",", ":")))
+            self.client.set(resume_report_key(self.settings.namespace, flow), json.dumps(report, separators=(",", ":")))
         except Exception as exc:  # noqa: BLE001 - Redis down must not stop a query from starting
             log.warning("flow=%s resume report not stored in Redis: %s", flow, exc)
 

@@ -27,14 +27,14 @@ from pyspark.sql.streaming import StreamingQuery
 
 from strait.config.model import FlowConfig, StraitConfig
 from strait.kafka.admin import (
-    KafkaAdminError, TopicSpec, admin_client, check_distinct_clusters, cluster_topics, create_topics, internal_topic,
+    KafkaAdminError, admin_client, check_distinct_clusters, cluster_topics, create_topics, internal_topic,
     list_offsets,
 )
 from strait.metrics import set_flow_state
 from strait.config.model import SyncsLocation
 from strait.progress import (
-    OffsetsTopic, Progress, ResumeError, ResumeSources, decide_starts, gather_evidence, keys_of, resume_report,
-    summarize,
+    OffsetsTopic, Progress, ResumeError, ResumeSources, decide_starts, gather_evidence, keys_of, progress_topic_spec,
+    resume_report, summarize,
 )
 from strait.retry import FlowTrouble, retry_transient
 from strait.remote_topics import RemoteTopic, reconcile_remote_topics, replicated_topics
@@ -57,9 +57,9 @@ MAX_RECORDS_PER_EPOCH = 20_000_000
 # first ends the running epoch (the stop record and file) and waits for Spark to commit it.
 GRACEFUL_STOP_SECONDS = 120.0
 LIVE_READ_SECONDS = 2.0  # the control loop waits at most this long for the live progress (a target down)
-PLAN_POLL_SECONDS = 0.1
+PLAN_POLL_SECONDS = 0.1  # how often a control loop waiting for a plan looks at the stop request
 STOP_RECORD_SECONDS = 2.0
-RESUME_SECONDS = 60.0  # how long passing cluster states may hold up reading where a query starts  # how often a control loop waiting for a plan looks at the stop request
+RESUME_SECONDS = 60.0  # how long passing cluster states may hold up reading where a query starts
 _TASK_ERROR = re.compile(r"(?:ReplicationWriteError|ReplicationReadError|StraitError|KafkaException): (.+)")
 _ANY_ERROR = re.compile(r"^\S*(?:Error|Exception): (.+)$", re.MULTILINE)
 
@@ -128,8 +128,8 @@ class FlowRunner:
         if flow.writes_offset_syncs:
             create_topics(source_admin if syncs.alias == flow.source else target_admin, syncs.alias,
                           [internal_topic(syncs.topic, flow.internal_topic_replication_factor("offset_syncs"))])
-        create_topics(target_admin, flow.target, [progress_topic(names.progress.topic,
-                                                                 flow.internal_topic_replication_factor("offset_syncs"))])
+        create_topics(target_admin, flow.target, [progress_topic_spec(
+            names.progress.topic, flow.internal_topic_replication_factor("offset_syncs"))])
         target_producer = target.librdkafka_config("producer")
         if flow.repartitions:  # Kafka's default partitioner for keys, keyless records spread at random
             target_producer = {**target_producer, "partitioner": "murmur2_random"}
@@ -410,12 +410,6 @@ class FlowRunner:
                       progress.get("numInputRows"), json.dumps(progress.get("durationMs", {}), sort_keys=True))
 
 
-def progress_topic(name: str, replication_factor: int) -> TopicSpec:
-    """The progress topic: compacted, with segments rolled every 10 minutes so compaction keeps it to
-    about one record per partition (tasks write one every half second per moving partition)."""
-    return TopicSpec(name, 1, replication_factor, {"cleanup.policy": "compact", "segment.ms": "600000"})
-
-
 def _pairs(settings: dict[str, str]) -> tuple[tuple[str, str], ...]:
     """librdkafka settings as a hashable, comparable value."""
     return tuple(sorted(settings.items()))
@@ -579,20 +573,13 @@ class LiveMetrics:
             if self._reader is not None:
                 self._reader.close()
             self._reader = OffsetsTopic(settings, location, source_alias, start_at="end", on_record=self._note)
-            try:  # where the topic ends now: what the new query's tasks write from here on is counted
-                self._reader.read(LIVE_READ_SECONDS)
-            except ResumeError as exc:
-                log.warning("flow=%s live progress not read yet (metrics wait): %s", self.flow, exc)
+            self._read()  # where the topic ends now: what the new query's tasks write from here on is counted
 
     def poll(self) -> None:
         """Count what every task reported since the last poll."""
         with self._lock:
-            if self._reader is None:
-                return
-            try:
-                self._reader.read(LIVE_READ_SECONDS)
-            except ResumeError as exc:
-                log.warning("flow=%s live progress not read (metrics wait): %s", self.flow, exc)
+            if self._reader is not None:
+                self._read()
 
     def forget(self, before_epoch: int) -> None:
         """Drop what is kept of the runs of epochs before ``before_epoch`` (committed: they report no more)."""
@@ -606,6 +593,12 @@ class LiveMetrics:
             if self._reader is not None:
                 self._reader.close()
                 self._reader = None
+
+    def _read(self) -> None:
+        try:
+            self._reader.read(LIVE_READ_SECONDS)  # type: ignore[union-attr]
+        except ResumeError as exc:
+            log.warning("flow=%s live progress not read (metrics wait): %s", self.flow, exc)
 
     def _note(self, key: TopicPartitionKey, progress: Progress) -> None:
         run = run_report(key, progress)

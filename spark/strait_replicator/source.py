@@ -40,7 +40,7 @@ from strait.config.model import SyncsLocation
 from strait.errors import StraitError
 from strait.kafka.admin import KafkaRetriableError, RenewableAdmin, list_offsets_per_leader
 from strait.logs import setup_logging
-from strait.progress import OffsetsTopic, ResumeError
+from strait.progress import OffsetsTopic, ResumeError, keys_of
 from strait.retry import retry_transient
 from strait_replicator.handover import CARRY_OVER_SECONDS, LOCKS_DIR, CarryOver, PartitionLocks, claim, \
     start_carry_over
@@ -97,7 +97,7 @@ class SourcePlan:
 
     def keys(self) -> list[TopicPartitionKey]:
         """Every source partition of the plan."""
-        return [(topic, p) for topic, count in self.partitions for p in range(count)]
+        return keys_of(self.partitions)
 
 
 class CheckpointFormatError(StraitError):
