@@ -10,8 +10,12 @@ pair of neighbours spans a break. So a committed source offset translates exactl
 - the consumer has processed every record below ``committed``;
 - take the greatest sync ``r`` with ``r.upstream < committed`` and the next one ``n``;
 - if ``r``-``n`` is linear, the target position is ``r.downstream + (committed - r.upstream)``;
-  otherwise the records between do not exist upstream (or their first copies are superseded), so
-  the position is ``n.downstream``;
+- otherwise a break lies between them, and the position is ``r.downstream + 1``. For strait's own
+  syncs that is exact: both sides of a break are synced, so ``n.downstream == r.downstream + 1``
+  (a replay starts right after a synced record, so none lies inside its pair). MirrorMaker 2 syncs
+  only the record *after* a break, every ``offset.lag.max`` records: the break may lie anywhere
+  between its two syncs, so resuming after ``r`` re-reads records rather than skipping some (MM2's
+  own rule), and a group MM2 copied keeps its records after the switch to strait;
 - when ``committed`` is beyond the last copied record + 1, the records in between are not on the
   target yet: there is no exact answer until replication catches up.
 
@@ -126,4 +130,6 @@ class PartitionTranslator:
         up_n, down_n = self._upstreams[r + 1], self._downstreams[r + 1]
         if up_n - up_r == down_n - down_r:
             return down_r + (committed - up_r)
-        return down_n
+        if committed == up_n:
+            return down_n
+        return down_r + 1  # conservative: see the module's docstring

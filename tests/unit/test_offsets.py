@@ -163,3 +163,66 @@ def _check_never_wrong(translator: PartitionTranslator, target_log: list[tuple[i
         if position is not None:
             replicated = [s for s in source if s <= copied[-1]]
             assert _valid(target_log, replicated, committed, position), (committed, position)
+
+
+# -- MirrorMaker 2's syncs, then strait taking over ------------------------------------------------
+
+def mm2_sync_points(source_offsets: list[int], target_offsets: list[int], max_lag: int) -> list[SyncPoint]:
+    """The syncs MM2's OffsetSyncWriter emits for one task lifetime: the first record, the record after
+    every upstream skip, and whenever translation would lag ``max_lag`` records (nothing before a skip)."""
+    points: list[SyncPoint] = []
+    previous_up = None
+    for up, down in zip(source_offsets, target_offsets):
+        lagged = bool(points) and down - (points[-1].downstream + 1) >= max_lag
+        skipped = previous_up is not None and up - previous_up != 1
+        if not points or lagged or skipped:
+            points.append(SyncPoint(up, down))
+        previous_up = up
+    return points
+
+
+def test_a_break_between_two_mm2_syncs_re_reads_instead_of_skipping() -> None:
+    t = PartitionTranslator()
+    # source 0..9 then 20..29 (compacted away in between), copied to target 0..19; MM2 synced
+    # 0 and the record after the skip, 20, not 9.
+    for p in mm2_sync_points(list(range(10)) + list(range(20, 30)), list(range(20)), max_lag=100):
+        t.add(p)
+    assert len(t) == 2
+    assert t.translate(5) == 1  # right after the sync of 0: re-reads 1..4, never skips 5..9
+    assert t.translate(20) == 10  # exactly at a sync
+    assert t.translate(21) == 11
+    assert t.translate(25) is None  # past the newest sync + 1: not known to be copied
+
+
+@settings(max_examples=300, deadline=None)
+@given(gaps=st.lists(st.integers(0, 4), min_size=2, max_size=80), max_lag=st.integers(1, 12),
+       committed_at=st.floats(0, 1), batch=st.integers(1, 9))
+def test_translation_never_skips_over_mm2_syncs_and_strait_taking_over(
+    gaps: list[int], max_lag: int, committed_at: float, batch: int,
+) -> None:
+    source, current = [], 0
+    for gap in gaps:
+        current += gap
+        source.append(current)
+        current += 1
+    copied_by_mm2 = source[:max(1, int(len(source) * committed_at))]
+    target_log = list(enumerate(copied_by_mm2))  # (target offset, source offset)
+    translator = PartitionTranslator()
+    for p in mm2_sync_points(copied_by_mm2, list(range(len(copied_by_mm2))), max_lag):
+        translator.add(p)
+    # strait starts right after MM2's newest sync (the anchor of strait.progress), copying again
+    # what MM2 copied after it, in batches with its own syncs.
+    anchor = translator.last_copied()
+    assert anchor is not None
+    rest = [s for s in source if s > anchor.upstream]
+    for i in range(0, len(rest), batch):
+        records = rest[i:i + batch]
+        targets = list(range(len(target_log), len(target_log) + len(records)))
+        target_log.extend(zip(targets, records))
+        for p in sync_points(records, targets):
+            translator.add(p)
+    for committed in range(source[0], source[-1] + 2):
+        position = translator.translate(committed)
+        assert position is not None, committed
+        after = {s for t, s in target_log if t >= position}
+        assert {s for s in source if s >= committed} <= after, f"committed {committed} resumes at {position}"
