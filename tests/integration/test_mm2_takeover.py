@@ -1,12 +1,14 @@
 """Replacing MirrorMaker 2 without a second copy, and handing back to it (issue 24), against MM2 itself.
 
 One topic, MM2 (dedicated mode, the project's Kafka jars) and strait taking turns on the same
-clusters: MM2 copies, checkpoints a consumer group and is stopped by SIGTERM; strait's replicator
-starts and reads where MM2 got to from MM2's Connect offsets topic, and the group fails over through
-strait from MM2's checkpoints and syncs; strait hands the flow back (`strait handover --to mm2`) and MM2
-goes on from strait's progress; MM2 is SIGKILLed under load; strait takes over again, from MM2's
-offsets or offset syncs, while the load goes on. After each switch every source record is on B exactly
-once, except the window strait reports.
+clusters: MM2 copies and checkpoints two consumer groups; a load starts and MM2 is stopped by
+SIGTERM; strait's replicator starts while the load goes on and reads where MM2 got to from MM2's
+Connect offsets topic. Then the groups continue through strait: one translates (`strait offsets
+translate`) and fails over (`strait failover --source-down`) from MM2's checkpoints, the other gets
+its next checkpoints from strait's checkpoint service, never behind MM2's. strait hands the flow back
+(`strait handover --to mm2`) and MM2 goes on from strait's progress; MM2 is SIGKILLed under load;
+strait takes over again, from MM2's offsets or offset syncs, while the load goes on. After each
+switch every source record is on B exactly once, except the window strait reports.
 """
 
 from __future__ import annotations
@@ -19,9 +21,12 @@ from collections.abc import Callable
 from pathlib import Path
 
 import pytest
+import redis
 from confluent_kafka import Consumer, TopicPartition
 
-from strait.translation import read_stored_checkpoints
+from strait.config import load_config
+from strait.config.store import apply_config
+from strait.translation import StoredCheckpoint, read_stored_checkpoints
 from strait_bench.options import BenchOptions
 from strait_bench.systems import start_mm2
 from strait_lab.clients import create_topic
@@ -56,10 +61,12 @@ class Turns:
     """The topic, what was produced to it, and MM2 and strait taking turns on it."""
 
     def __init__(self, source: KafkaCluster, target: KafkaCluster, topic: str, tmp_path: Path,
-                 lab_root: Path) -> None:
+                 lab_root: Path, redis_url: str) -> None:
         self.source, self.target, self.topic, self.remote = source, target, topic, f"A.{topic}"
         self.tmp_path, self.lab_root = tmp_path, lab_root
-        self.config = write_config(tmp_path / "flow.yaml", flow_config(source, target, [topic]))
+        config = flow_config(source, target, [topic], groups={"include": [f"{topic}-.*"]},
+                             emit_checkpoints={"interval_seconds": 1})
+        self.config = write_config(tmp_path / "flow.yaml", {**config, "redis_url": redis_url})
         self.produced = 0
         self.turn = 0
 
@@ -101,24 +108,38 @@ class Turns:
 
 def test_strait_takes_over_from_mirrormaker2_hands_back_and_takes_over_after_a_crash(
     source_cluster: KafkaCluster, target_cluster: KafkaCluster, unique_name: Callable[[str], str],
-    tmp_path: Path, lab_root: Path,
+    tmp_path: Path, lab_root: Path, redis_url: str, services: Callable[..., StraitProcess],
 ) -> None:
-    turns = Turns(source_cluster, target_cluster, unique_name("mm2-turns"), tmp_path, lab_root)
+    turns = Turns(source_cluster, target_cluster, unique_name("mm2-turns"), tmp_path, lab_root, redis_url)
     create_topic(source_cluster.admin(), turns.topic, partitions=PARTITIONS, config={"retention.ms": "-1"})
 
     turns.produce(20_000)
-    group = f"{turns.topic}-group"
-    _consume_and_commit(source_cluster, turns.topic, group, CONSUMED)
+    failing_over, checkpointed = f"{turns.topic}-failover", f"{turns.topic}-checkpointed"
+    for group in (failing_over, checkpointed):
+        _consume_and_commit(source_cluster, turns.topic, group, CONSUMED)
     mm2 = turns.mm2()
+    load: NumberedLoad | None = None
     try:
         turns.caught_up("MirrorMaker 2 copying")
-        wait_for(lambda: len(_mm2_checkpoints(target_cluster, group)) == PARTITIONS, 120, "MM2 checkpointing the group")
+        wait_for(lambda: len(_mm2_checkpoints(target_cluster, failing_over)) == PARTITIONS
+                 and len(_mm2_checkpoints(target_cluster, checkpointed)) == PARTITIONS, 120,
+                 "MM2 checkpointing the groups")
+        load = NumberedLoad(source_cluster, turns.topic, PARTITIONS, 1_000, first=turns.produced)
+        time.sleep(3)
+        mm2.stop()  # SIGTERM mid-stream: MM2 commits its offsets; the load goes on
+    except BaseException:
+        if load is not None:
+            load.stop()
+        raise
     finally:
-        mm2.stop()  # SIGTERM: MM2 commits its offsets
-    turns.produce(10_000)
-    evidence, _bound, after_sigterm = turns.strait("taking over from MM2 stopped by SIGTERM")
-    assert (evidence, after_sigterm) == ("mm2-offsets", 0), "MM2 committed its offsets when it stopped"
-    _fails_over_through_strait_with_nothing_lost(turns, group)
+        mm2.stop()
+    mm2_checkpoints = _mm2_checkpoints(target_cluster, checkpointed)
+    evidence, bound, after_sigterm = turns.strait("taking over under load from MM2 stopped by SIGTERM", load)
+    assert evidence == "mm2-offsets", "MM2 committed its offsets when it stopped"
+    assert after_sigterm <= bound, "the reported bound holds"
+    _translates_through_strait_with_nothing_lost(turns, failing_over)
+    _fails_over_from_mm2_checkpoints_with_nothing_lost(turns, failing_over, redis_url)
+    _strait_checkpoints_continue_mm2s(turns, checkpointed, mm2_checkpoints, services)
 
     handed = subprocess.run([sys.executable, "-m", "strait.cli", "handover", "--to", "mm2", "--flow", "A->B",
                              "--config", str(turns.config)], capture_output=True, text=True, timeout=120)
@@ -156,13 +177,13 @@ def _consume_and_commit(cluster: KafkaCluster, topic: str, group: str, per_parti
     consumer.close()
 
 
-def _mm2_checkpoints(target: KafkaCluster, group: str) -> dict[tuple[str, str, int], object]:
+def _mm2_checkpoints(target: KafkaCluster, group: str) -> dict[tuple[str, str, int], StoredCheckpoint]:
     stored = read_stored_checkpoints(target.client_config(), "A.checkpoints.internal", timeout=30)
     return {key: value for key, value in stored.items()
             if key[0] == group and value.checkpoint.upstream_offset == CONSUMED}
 
 
-def _fails_over_through_strait_with_nothing_lost(turns: Turns, group: str) -> None:
+def _translates_through_strait_with_nothing_lost(turns: Turns, group: str) -> None:
     """The group checkpointed by MM2 translates through strait, from MM2's checkpoints (the source down)
     and from the offset syncs MM2 and strait wrote: a consumer starting there on B misses nothing."""
     target = numbered_copies(turns.target, turns.remote)
@@ -180,3 +201,62 @@ def _fails_over_through_strait_with_nothing_lost(turns: Turns, group: str) -> No
             assert resumed_at <= CONSUMED, "the group would skip records on the target"
             if not source_down:
                 assert resumed_at == CONSUMED, "translated exactly from the offset syncs"
+
+
+def _fails_over_from_mm2_checkpoints_with_nothing_lost(turns: Turns, group: str, redis_url: str) -> None:
+    """`strait failover --source-down` moves the group to MM2's checkpoints (strait wrote none for it):
+    a consumer of the group on B starts at or before the first record it had not consumed."""
+    config = load_config(turns.config)
+    apply_config(redis.Redis.from_url(redis_url), config, "MM2 takeover drill")
+    done = subprocess.run([sys.executable, "-m", "strait.cli", "failover", "--flow", "A->B", "--group", group,
+                           "--source-down", "--json", "--redis-url", redis_url],
+                          capture_output=True, text=True, timeout=180)
+    assert done.returncode in (0, 3), f"failover failed ({done.returncode}): {done.stdout}\n{done.stderr}"
+    moved = [g for g in json.loads(done.stdout)["groups"] if g["group"] == group]
+    assert [g["state"] for g in moved] == ["written"], moved
+    target = numbered_copies(turns.target, turns.remote)
+    committed = _committed_on(turns.target, group, turns.remote)
+    assert sorted(committed) == list(range(PARTITIONS)), committed
+    for row in moved[0]["partitions"]:
+        partition = row["partition"]
+        assert committed[partition] == row["target_offset"] == row["checkpoint_downstream"]
+        resumed_at = target[partition][row["target_offset"]]
+        print(f"failover of {group} partition {partition}: B's group offset {row['target_offset']} holds record "
+              f"{resumed_at} (consumed {CONSUMED}; re-read at most {row['reread_at_most']})")
+        assert resumed_at <= CONSUMED, "the group would skip records after failover"
+        assert CONSUMED - resumed_at <= row["reread_at_most"], "the re-read bound holds"
+
+
+def _strait_checkpoints_continue_mm2s(turns: Turns, group: str, mm2_checkpoints: dict[tuple[str, str, int],
+                                      StoredCheckpoint], services: Callable[..., StraitProcess]) -> None:
+    """strait's checkpoint service reads MM2's checkpoints and syncs; its checkpoints for a group MM2
+    checkpointed are never behind MM2's and never past what the group consumed: exact."""
+    assert sorted(mm2_checkpoints) == [(group, turns.remote, p) for p in range(PARTITIONS)]
+    target = numbered_copies(turns.target, turns.remote)
+    checkpointer = services("checkpoint", "--config", str(turns.config), "--lease-ttl", "3")
+
+    def exact() -> dict[tuple[str, str, int], StoredCheckpoint]:
+        stored = read_stored_checkpoints(turns.target.client_config(), "A.checkpoints.internal", timeout=30)
+        newest = {key: stored[key] for key in mm2_checkpoints if key in stored}
+        done = all(target[c.checkpoint.partition][c.checkpoint.downstream_offset] == CONSUMED for c in newest.values())
+        return newest if done and len(newest) == PARTITIONS else {}
+
+    ours = wait_for(exact, 90, "strait's checkpoint service checkpointing the group exactly")
+    assert checkpointer.sample("strait_translation_lag_records", flow="A->B", group=group) == 0
+    checkpointer.stop()
+    for key, stored in sorted(ours.items()):
+        mm2, mine = mm2_checkpoints[key].checkpoint, stored.checkpoint
+        by = "MM2 (already exact)" if stored == mm2_checkpoints[key] else "strait"
+        print(f"group {group} partition {mine.partition}: MM2 checkpointed {mm2.upstream_offset}->"
+              f"{mm2.downstream_offset}, now {mine.upstream_offset}->{mine.downstream_offset} written by {by}")
+        assert mine.upstream_offset == mm2.upstream_offset == CONSUMED
+        assert mine.downstream_offset >= mm2.downstream_offset, "a checkpoint moved backwards"
+
+
+def _committed_on(cluster: KafkaCluster, group: str, topic: str) -> dict[int, int]:
+    consumer = Consumer({**cluster.client_config(), "group.id": group, "enable.auto.commit": False})
+    try:
+        offsets = consumer.committed([TopicPartition(topic, p) for p in range(PARTITIONS)], timeout=30)
+    finally:
+        consumer.close()
+    return {tp.partition: tp.offset for tp in offsets if tp.offset >= 0}
