@@ -1,6 +1,6 @@
 """The configuration's durable copy in Kafka against a real Redis and a real cluster: a Redis that lost its
 data gets the configuration back with no operator action, versions never go backwards, and an
-unreachable topic is a clear error that stores nothing."""
+unreachable topic, or one that is not compacted, is a clear error that stores nothing."""
 
 from __future__ import annotations
 
@@ -17,6 +17,7 @@ import pytest
 from strait.config import load_config
 from strait.config.durable import DurableConfigTopic, DurableLocation
 from strait.config.store import ConfigStoreError, apply_config, read_stored_config
+from strait_lab.clients import create_topic
 from strait_lab.kafka import KafkaCluster
 from strait_lab.ports import free_port
 from strait_lab.redis import RedisServer
@@ -115,6 +116,15 @@ def test_show_falls_back_to_the_durable_copy_and_an_unreachable_topic_stores_not
     assert f"topic strait-config on {dead.bootstrap}" in refused.stderr and "nothing was stored" in refused.stderr
     assert "Traceback" not in refused.stderr
     assert time.monotonic() - started < 60, "an unreachable durable topic must not hang the command"
+    assert _stored(server) is None
+
+    # A topic created beforehand with the delete policy would lose the versions with its retention
+    deleting = DurableLocation(target_cluster.bootstrap_servers, unique_name("strait-config-deleting"))
+    create_topic(target_cluster.admin(), deleting.topic, partitions=1, config={"cleanup.policy": "delete"})
+    refused = _strait("config", "apply", str(path), "--redis-url", server.url, env=_durable_env(deleting))
+    assert refused.returncode != 0
+    assert f"topic {deleting.topic}" in refused.stderr and "cleanup.policy=delete" in refused.stderr
+    assert "cleanup.policy=compact" in refused.stderr and "nothing was stored" in refused.stderr
     assert _stored(server) is None
 
 

@@ -33,6 +33,7 @@ from pathlib import Path
 
 import redis
 from confluent_kafka import Consumer, KafkaError, KafkaException, Producer, TopicPartition
+from confluent_kafka.admin import AdminClient, ConfigResource, ResourceType
 
 from strait.config.model import ClusterConfig
 from strait.config.properties import read_properties_file
@@ -230,7 +231,8 @@ class DurableConfigTopic:
         """Create the topic when it is missing: compacted, on up to 3 brokers, 2 in sync when it can.
 
         A topic that exists (created by a platform team, say) is used as it is, so strait's principal
-        needs CREATE only when nobody created it.
+        needs CREATE only when nobody created it; it must be compacted, as Connect requires of its
+        config topic: under ``cleanup.policy=delete`` the versions would expire with the retention.
         """
         if self._ensured:
             return
@@ -243,9 +245,32 @@ class DurableConfigTopic:
                 spec = internal_topic(self.location.topic, replicas)
                 spec = replace(spec, config={**spec.config, "min.insync.replicas": str(max(1, replicas - 1))})
                 create_topics(admin, self.location.bootstrap, [spec], timeout=TIMEOUT)
+                policy = "compact"
+            else:
+                policy = self._cleanup_policy(admin)
         except Exception as exc:  # noqa: BLE001 - any failure is reported with the topic it concerns
             raise self._error("create", exc) from None
+        if policy is not None and "compact" not in policy.split(","):
+            raise DurableConfigError(
+                f"the durable configuration {self.location.describe()} has cleanup.policy={policy}: its versions "
+                f"would expire with the topic's retention; set cleanup.policy=compact on it (kafka-configs.sh "
+                f"--alter --entity-type topics --entity-name {self.location.topic} --add-config "
+                f"cleanup.policy=compact), or name a new topic with STRAIT_CONFIG_TOPIC")
         self._ensured = True
+
+    def _cleanup_policy(self, admin: AdminClient) -> str | None:
+        """The existing topic's cleanup.policy, or None when this principal may not describe its configs."""
+        resource = ConfigResource(ResourceType.TOPIC, self.location.topic)
+        try:
+            entries = admin.describe_configs([resource], request_timeout=TIMEOUT)[resource].result(timeout=TIMEOUT)
+        except KafkaException as exc:
+            if exc.args and exc.args[0].code() == KafkaError.TOPIC_AUTHORIZATION_FAILED:
+                log.warning("cleanup.policy of the durable configuration %s not checked: this principal may not "
+                            "describe its configs", self.location.describe())
+                return None
+            raise
+        entry = entries.get("cleanup.policy")
+        return entry.value if entry is not None else None
 
     def _reader(self) -> Consumer:
         if self._consumer is None:
