@@ -18,6 +18,7 @@ from pathlib import Path
 from typing import Any
 
 from strait.errors import StraitError
+from strait.kafka.admin import SERVICE_ADMIN_TIMEOUT
 from strait.logs import setup_logging
 from strait.settings import DEFAULT_LEASE_TTL, Settings, settings_of
 
@@ -72,7 +73,8 @@ def _replicator_options(args: argparse.Namespace) -> Any:
 
 
 def _configsync_arguments(parser: argparse.ArgumentParser) -> None:
-    parser.add_argument("--admin-timeout", type=float, default=15.0, help="seconds per Kafka admin request")
+    parser.add_argument("--admin-timeout", type=float, default=SERVICE_ADMIN_TIMEOUT,
+                        help=f"seconds per Kafka admin request (default {SERVICE_ADMIN_TIMEOUT:.0f})")
     parser.add_argument("--delete-acls", action="store_true",
                         default=os.environ.get("STRAIT_CONFIGSYNC_DELETE_ACLS", "") in ("1", "true", "yes"),
                         help="remove target ACLs strait copied once their source ACL is deleted "

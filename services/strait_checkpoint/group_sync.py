@@ -14,7 +14,7 @@ from confluent_kafka.admin import AdminClient
 
 from strait.config.model import FlowConfig
 from strait.coord.leases import LeaseKeeper
-from strait.kafka.admin import explain_error
+from strait.kafka.admin import SERVICE_ADMIN_TIMEOUT, explain_error
 from strait.kafka.groups import ACTIVE_STATES, group_states
 from strait.translation import CheckpointKey, PartitionTranslation, committed_offsets
 from strait_checkpoint import metrics
@@ -22,7 +22,6 @@ from strait_checkpoint.shards import HeldShards
 
 log = logging.getLogger(__name__)
 
-ADMIN_TIMEOUT = 15.0
 
 
 class GroupOffsetSync:
@@ -41,7 +40,7 @@ class GroupOffsetSync:
         """Write each inactive target group's translated offsets, under its shard's lease."""
         translated = {g: [t for t in ts if t.downstream is not None] for g, ts in translations.items()}
         translated = {g: ts for g, ts in translated.items() if ts}
-        states = group_states(target_admin, flow.target, list(translated), ADMIN_TIMEOUT)
+        states = group_states(target_admin, flow.target, list(translated), SERVICE_ADMIN_TIMEOUT)
         synced = active = 0
         for group, result in translated.items():
             if states.get(group) in ACTIVE_STATES:
@@ -66,15 +65,15 @@ class GroupOffsetSync:
         """Write the group's translated offsets to the target; False when the group turned out active."""
         partitions = [TopicPartition(t.remote_topic, t.partition) for t in translations]
         current = {(c.topic, c.partition): c.offset for c in committed_offsets(
-            target_consumer, flow.target, group, partitions, ADMIN_TIMEOUT)}
+            target_consumer, flow.target, group, partitions, SERVICE_ADMIN_TIMEOUT)}
         writes = self._moves(group, translations, current)
         if not writes:
             return True
         keeper.ensure_valid()  # only the shard's lease holder writes
         request = [ConsumerGroupTopicPartitions(group, writes)]
-        future = target_admin.alter_consumer_group_offsets(request, request_timeout=ADMIN_TIMEOUT)[group]
+        future = target_admin.alter_consumer_group_offsets(request, request_timeout=SERVICE_ADMIN_TIMEOUT)[group]
         try:
-            result = future.result(timeout=ADMIN_TIMEOUT)
+            result = future.result(timeout=SERVICE_ADMIN_TIMEOUT)
         except KafkaException as exc:
             if exc.args and exc.args[0].code() in (KafkaError.UNKNOWN_MEMBER_ID, KafkaError.REBALANCE_IN_PROGRESS):
                 log.info("flow=%s group=%s became active on the target, not synced", self.flow, group)

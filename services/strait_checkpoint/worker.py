@@ -36,7 +36,7 @@ from confluent_kafka import (
 from strait.config.model import FlowConfig, StraitConfig
 from strait.coord.assignment import ShardItem
 from strait.coord.leases import LeaseKeeper
-from strait.kafka.admin import KafkaRetriableError, RenewableAdmin, create_topics, explain_error, internal_topic
+from strait.kafka.admin import SERVICE_ADMIN_TIMEOUT, KafkaRetriableError, RenewableAdmin, create_topics, explain_error, internal_topic
 from strait.metrics import ERRORS, set_flow_state
 from strait.retry import FlowTrouble, is_transient
 from strait.records import Checkpoint
@@ -60,7 +60,6 @@ log = logging.getLogger(__name__)
 librdkafka_log = logging.getLogger("strait.librdkafka")
 
 POLL_BUDGET = 0.2
-ADMIN_TIMEOUT = 15.0
 # A broker that died is asked until its request times out, and ListGroups asks every broker: while
 # the controllers have not fenced it yet (about 9 s) each listing waits this long, then answers
 # without that broker's groups. Reading a group's commits whose coordinator died waits as long.
@@ -288,7 +287,7 @@ class FlowCheckpointer:
         assert self._clients is not None
         try:
             listing = self._clients.source_admin.get().list_consumer_groups(
-                request_timeout=GROUP_LIST_TIMEOUT).result(timeout=ADMIN_TIMEOUT)
+                request_timeout=GROUP_LIST_TIMEOUT).result(timeout=SERVICE_ADMIN_TIMEOUT)
         except KafkaException as exc:
             raise explain_error(exc, self.flow.source, "listing consumer groups") from None
         listed = {g.group_id for g in listing.valid}
@@ -303,7 +302,7 @@ class FlowCheckpointer:
         assert self._clients is not None
         clients, flow = self._clients, self.flow
         groups = self._source_groups()
-        partitions = replicated_partitions(clients.source_admin.get(), flow, ADMIN_TIMEOUT)
+        partitions = replicated_partitions(clients.source_admin.get(), flow, SERVICE_ADMIN_TIMEOUT)
         translations, waiting = self._translate(groups, partitions)
         self._writer.begin_pass()
         emitted = sum(self._emit_fenced(group, result) for group, result in translations.items()) \
@@ -337,7 +336,7 @@ class FlowCheckpointer:
         settings = self.config.cluster(self.flow.source).librdkafka_config("consumer")
         translations: dict[str, list[PartitionTranslation]] = {}
         waiting: list[str] = []
-        waited_until = time.monotonic() + ADMIN_TIMEOUT  # then the rest wait too: the pass stays bounded
+        waited_until = time.monotonic() + SERVICE_ADMIN_TIMEOUT  # then the rest wait too: the pass stays bounded
         for group in groups:
             if waiting and time.monotonic() > waited_until:
                 waiting.append(group)

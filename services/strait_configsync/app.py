@@ -17,6 +17,7 @@ from dataclasses import dataclass
 
 from strait.config.model import StraitConfig
 from strait.coord.leases import LeaseKeeper
+from strait.kafka.admin import SERVICE_ADMIN_TIMEOUT
 from strait.replicas import FlowSupervisor, SupervisorOptions, run_supervised
 from strait.settings import Settings
 from strait_configsync import metrics
@@ -29,7 +30,7 @@ class ConfigSyncOptions:
     """What only the configsync process takes (the rest is the process's :class:`Settings`)."""
 
     delete_acls: bool = False
-    admin_timeout: float = 15.0
+    admin_timeout: float = SERVICE_ADMIN_TIMEOUT
 
 
 def sync_flows(config: StraitConfig) -> set[str]:

@@ -15,6 +15,7 @@ from confluent_kafka.admin import AdminClient
 
 from strait.config.model import FlowConfig
 from strait.errors import StraitError
+from strait.kafka.admin import SERVICE_ADMIN_TIMEOUT
 from strait.kafka.configs import ConfigChange
 from strait.remote_topics import RemoteTopic
 from strait.retry import KeyedBackoff
@@ -65,7 +66,7 @@ class PassState:
 class SyncOptions:
     """How passes behave."""
 
-    admin_timeout: float = 15.0
+    admin_timeout: float = SERVICE_ADMIN_TIMEOUT
     delete_acls: bool = False
 
 

@@ -23,6 +23,8 @@ log = logging.getLogger(__name__)
 librdkafka_log = logging.getLogger("strait.librdkafka")
 
 DEFAULT_TIMEOUT = 30.0
+# A service's requests within one pass (a service tries again at its next pass).
+SERVICE_ADMIN_TIMEOUT = 15.0
 
 
 class KafkaAdminError(StraitError):
