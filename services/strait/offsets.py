@@ -10,12 +10,14 @@ pair of neighbours spans a break. So a committed source offset translates exactl
 - the consumer has processed every record below ``committed``;
 - take the greatest sync ``r`` with ``r.upstream < committed`` and the next one ``n``;
 - if ``r``-``n`` is linear, the target position is ``r.downstream + (committed - r.upstream)``;
-- otherwise a break lies between them, and the position is ``r.downstream + 1``. For strait's own
-  syncs that is exact: both sides of a break are synced, so ``n.downstream == r.downstream + 1``
-  (a replay starts right after a synced record, so none lies inside its pair). MirrorMaker 2 syncs
-  only the record *after* a break, every ``offset.lag.max`` records: the break may lie anywhere
-  between its two syncs, so resuming after ``r`` re-reads records rather than skipping some (MM2's
-  own rule), and a group MM2 copied keeps its records after the switch to strait;
+- otherwise a break lies between them. When strait wrote both syncs (the ``strait.exact`` header of
+  :data:`~strait.records.EXACT_SYNC_HEADER`), the records between do not exist upstream: both sides
+  of every break are synced, and a replay starts right after a synced record. So the position is
+  ``n.downstream``, in the newest copy. Any other writer's syncs (MirrorMaker 2's, strait's before
+  the header) are read MM2's way: MM2 syncs only the record *after* a break, every
+  ``offset.lag.max`` records, so the break may lie anywhere between its two syncs; the position is
+  ``r.downstream + 1`` (records may be read again, none is skipped), or ``n.downstream`` when that
+  is lower (the target was truncated or re-created between them);
 - when ``committed`` is beyond the last copied record + 1, the records in between are not on the
   target yet: there is no exact answer until replication catches up.
 
@@ -77,19 +79,23 @@ class PartitionTranslator:
     def __init__(self) -> None:
         self._upstreams: list[int] = []
         self._downstreams: list[int] = []
+        self._exact: list[bool] = []  # written by strait: both sides of every break synced
 
     def __len__(self) -> int:
         return len(self._upstreams)
 
-    def add(self, point: SyncPoint) -> None:
-        """Record one sync."""
+    def add(self, point: SyncPoint, exact: bool = True) -> None:
+        """Record one sync; ``exact`` when strait wrote it (both sides of every break synced), False
+        for another writer's (MirrorMaker 2's)."""
         i = bisect.bisect_left(self._upstreams, point.upstream)
         if i < len(self._upstreams) and self._upstreams[i] == point.upstream:
             self._downstreams[i] = point.downstream
+            self._exact[i] = exact
             self._drop_stale_after(i)
             return
         self._upstreams.insert(i, point.upstream)
         self._downstreams.insert(i, point.downstream)
+        self._exact.insert(i, exact)
         self._drop_stale_after(i)
 
     def _drop_stale_after(self, i: int) -> None:
@@ -102,6 +108,7 @@ class PartitionTranslator:
         if j > i + 1:
             del self._upstreams[i + 1:j]
             del self._downstreams[i + 1:j]
+            del self._exact[i + 1:j]
 
     def last_copied(self) -> SyncPoint | None:
         """The newest copied record known, or None before any sync."""
@@ -130,6 +137,6 @@ class PartitionTranslator:
         up_n, down_n = self._upstreams[r + 1], self._downstreams[r + 1]
         if up_n - up_r == down_n - down_r:
             return down_r + (committed - up_r)
-        if committed == up_n:
+        if committed == up_n or (self._exact[r] and self._exact[r + 1]):
             return down_n
-        return down_r + 1  # conservative: see the module's docstring
+        return min(down_r + 1, down_n)  # another writer's syncs: see the module's docstring

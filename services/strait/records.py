@@ -186,6 +186,11 @@ class Checkpoint:
         return cls(group, topic, partition, upstream, downstream, metadata)
 
 
+# A header on the offset syncs strait writes: it syncs both sides of every break in the offsets, so
+# translation between two of its syncs is exact (strait.offsets). MirrorMaker 2 ignores headers.
+EXACT_SYNC_HEADER = "strait.exact"
+
+
 @dataclass(frozen=True)
 class OffsetSync:
     """One point of the offset mapping: ``upstream_offset`` on the source is ``downstream_offset`` downstream.

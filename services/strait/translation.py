@@ -21,7 +21,7 @@ from __future__ import annotations
 
 import logging
 import time
-from collections.abc import Callable, Iterable, Mapping
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass
 
 from confluent_kafka import Consumer, KafkaError, KafkaException, TopicPartition
@@ -32,7 +32,7 @@ from strait.errors import StraitError
 from strait.kafka.admin import admin_client, explain_error, topic_partitions
 from strait.policy import should_replicate_topic
 from strait.offsets import PartitionTranslator, SyncPoint
-from strait.records import Checkpoint, OffsetSync, RecordFormatError
+from strait.records import EXACT_SYNC_HEADER, Checkpoint, OffsetSync, RecordFormatError
 
 log = logging.getLogger(__name__)
 librdkafka_log = logging.getLogger("strait.librdkafka")
@@ -54,9 +54,9 @@ class PartitionHistory:
         self.complete = complete
         self.floor: int | None = None
 
-    def add(self, point: SyncPoint) -> None:
-        """Record one sync in emission order."""
-        self.translator.add(point)
+    def add(self, point: SyncPoint, exact: bool = True) -> None:
+        """Record one sync in emission order (``exact``: strait wrote it, see PartitionTranslator.add)."""
+        self.translator.add(point, exact)
         if self.floor is None or point.upstream < self.floor:
             self.floor = point.upstream
 
@@ -76,8 +76,10 @@ class SyncIndex:
         self._hole_seen = False
         self.corrupt = 0
 
-    def add_record(self, offset: int, key: bytes | None, value: bytes | None) -> OffsetSync | None:
-        """Add one record of the syncs topic; a corrupt one is counted and skipped (None)."""
+    def add_record(self, offset: int, key: bytes | None, value: bytes | None,
+                   headers: Sequence[tuple[str, bytes | None]] | None = None) -> OffsetSync | None:
+        """Add one record of the syncs topic (with its headers: strait's syncs carry
+        :data:`EXACT_SYNC_HEADER`); a corrupt one is counted and skipped (None)."""
         if offset != self._next_offset:
             self._hole_seen = True  # compaction (or deletion) removed records before this one
         self._next_offset = offset + 1
@@ -87,16 +89,16 @@ class SyncIndex:
             self.corrupt += 1
             log.warning("offset sync skipped offset=%d reason=%s", offset, exc)
             return None
-        self.add(sync)
+        self.add(sync, exact=any(name == EXACT_SYNC_HEADER for name, _value in headers or ()))
         return sync
 
-    def add(self, sync: OffsetSync) -> None:
-        """Add one decoded sync."""
+    def add(self, sync: OffsetSync, exact: bool) -> None:
+        """Add one decoded sync; ``exact`` when strait wrote it."""
         key = (sync.topic, sync.partition)
         history = self._histories.get(key)
         if history is None:
             history = self._histories[key] = PartitionHistory(complete=not self._hole_seen)
-        history.add(SyncPoint(sync.upstream_offset, sync.downstream_offset))
+        history.add(SyncPoint(sync.upstream_offset, sync.downstream_offset), exact)
 
     def history(self, topic: str, partition: int) -> PartitionHistory | None:
         """The partition's history, or None when no sync was seen for it."""
@@ -153,7 +155,7 @@ class SyncsFollower:
                     if message.error().code() != KafkaError._PARTITION_EOF:
                         log.warning("topic=%s read error: %s", self.location.topic, message.error())
                     continue
-                self.index.add_record(message.offset(), message.key(), message.value())
+                self.index.add_record(message.offset(), message.key(), message.value(), message.headers())
                 self._position = message.offset() + 1
                 read += 1
             if not messages:

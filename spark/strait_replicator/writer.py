@@ -30,7 +30,7 @@ from strait.logs import setup_logging
 from strait.offsets import OffsetTranslationError, SyncPoint
 from strait.policy import ReplicationPolicy
 from strait.progress import Progress, progress_record
-from strait.records import OffsetSync
+from strait.records import EXACT_SYNC_HEADER, OffsetSync
 from strait_replicator.live import LiveRun, PartitionReport, live_value
 
 log = logging.getLogger(__name__)
@@ -249,6 +249,9 @@ def release_clients() -> None:
     _kept.clear()
 
 
+EXACT_SYNC_HEADERS = [(EXACT_SYNC_HEADER, b"1")]
+
+
 class _SyncWriter:
     """Produces the offset syncs of a task to the flow's syncs topic."""
 
@@ -273,7 +276,7 @@ class _SyncWriter:
         for point in points:
             record = OffsetSync(topic, partition, point.upstream, point.downstream)
             _produce(self.producer, self.settings.syncs_topic, key=record.key_bytes(), value=record.value_bytes(),
-                     partition=0, on_delivery=self._on_delivery)
+                     partition=0, on_delivery=self._on_delivery, headers=EXACT_SYNC_HEADERS)
         self.sent += len(points)
         return len(points)
 

@@ -149,9 +149,19 @@ def test_translation_is_exact_under_holes_gaps_and_replays(run: tuple[list[int],
         copied.extend(batch)
         _check_never_wrong(translator, target_log, source, copied)
 
+    newest = {s: t for t, s in target_log}  # each record's newest copy (later copies come later)
     for committed in range(source[0], source[-1] + 2):
         position = translator.translate(committed)
         assert position is not None, f"no translation for {committed} after a clean run"
+        following = [s for s in source if s >= committed]
+        # Exact when every copy on the target had its syncs: next comes the newest copy of the next
+        # record, nothing is read twice. (Dark copies, written with no sync, can pass for a linear
+        # stretch between two syncs: then records are read twice, never skipped.)
+        dark = any(kind == "dark" for attempt in attempts for kind, _f in attempt["failures"])
+        if following and not dark:
+            expected = newest[following[0]]
+            skipped = [t for t, _s in target_log if position <= t < expected]  # offsets between may be markers
+            assert position <= expected and not skipped, (committed, position, expected)
 
 
 def _check_never_wrong(translator: PartitionTranslator, target_log: list[tuple[int, int]],
@@ -186,7 +196,7 @@ def test_a_break_between_two_mm2_syncs_re_reads_instead_of_skipping() -> None:
     # source 0..9 then 20..29 (compacted away in between), copied to target 0..19; MM2 synced
     # 0 and the record after the skip, 20, not 9.
     for p in mm2_sync_points(list(range(10)) + list(range(20, 30)), list(range(20)), max_lag=100):
-        t.add(p)
+        t.add(p, exact=False)
     assert len(t) == 2
     assert t.translate(5) == 1  # right after the sync of 0: re-reads 1..4, never skips 5..9
     assert t.translate(20) == 10  # exactly at a sync
@@ -209,7 +219,7 @@ def test_translation_never_skips_over_mm2_syncs_and_strait_taking_over(
     target_log = list(enumerate(copied_by_mm2))  # (target offset, source offset)
     translator = PartitionTranslator()
     for p in mm2_sync_points(copied_by_mm2, list(range(len(copied_by_mm2))), max_lag):
-        translator.add(p)
+        translator.add(p, exact=False)
     # strait starts right after MM2's newest sync (the anchor of strait.progress), copying again
     # what MM2 copied after it, in batches with its own syncs.
     anchor = translator.last_copied()
@@ -226,3 +236,22 @@ def test_translation_never_skips_over_mm2_syncs_and_strait_taking_over(
         assert position is not None, committed
         after = {s for t, s in target_log if t >= position}
         assert {s for s in source if s >= committed} <= after, f"committed {committed} resumes at {position}"
+
+
+def test_mm2_syncs_around_a_truncated_target_never_point_into_the_dead_log() -> None:
+    t = PartitionTranslator()
+    for p in (SyncPoint(0, 0), SyncPoint(500, 500), SyncPoint(520, 0), SyncPoint(600, 80)):
+        t.add(p, exact=False)  # MM2 syncs when the target topic went back (re-created)
+    assert t.translate(510) == 0
+
+
+def test_a_replay_over_a_transaction_marker_stays_exact_for_strait_syncs() -> None:
+    t = PartitionTranslator()
+    for p in sync_points(range(0, 9), range(0, 9)):  # source 0..8; 9 is a transaction marker
+        t.add(p)
+    for p in sync_points(range(10, 19), range(9, 18)):  # copied, syncs written, progress not
+        t.add(p)
+    for p in sync_points(range(10, 19), range(18, 27)):  # the replay after a crash
+        t.add(p)
+    assert t.translate(9) == 18  # the newest copy of record 10: nothing is read twice
+    assert t.translate(10) == 18

@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 
 from strait.config.model import FlowConfig, Selection
-from strait.records import OffsetSync
+from strait.records import EXACT_SYNC_HEADER, OffsetSync
 from strait.translation import (
     CommittedOffset,
     SyncIndex,
@@ -101,3 +101,15 @@ def test_offset_syncs_topic_location() -> None:
     assert FLOW.topic_names().offset_syncs.__dict__ == {"alias": "A", "topic": "mm2-offset-syncs.B.internal"}
     target = FlowConfig("A", "B", offset_syncs_topic_location="target")
     assert target.topic_names().offset_syncs.__dict__ == {"alias": "B", "topic": "mm2-offset-syncs.A.internal"}
+
+
+def test_strait_syncs_are_told_from_mm2_syncs_by_their_header() -> None:
+    # source 0..4 and 10..14 copied to 0..9 (5..9 compacted away); synced at 0 and after the break at 10
+    tagged, untagged = SyncIndex(), SyncIndex()
+    for offset, (up, down) in enumerate(((0, 0), (10, 5))):
+        tagged.add_record(offset, *_record("orders", 0, up, down), headers=[(EXACT_SYNC_HEADER, b"1")])
+        untagged.add_record(offset, *_record("orders", 0, up, down))
+    # strait syncs both sides of a break: nothing exists between its two syncs, resume in the newest copy
+    assert tagged.history("orders", 0).translate(7) == 5
+    # MM2 syncs only after a break: records 1..4 may lie between, so resume right after the older sync
+    assert untagged.history("orders", 0).translate(7) == 1

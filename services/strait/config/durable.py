@@ -231,8 +231,9 @@ class DurableConfigTopic:
         """Create the topic when it is missing: compacted, on up to 3 brokers, 2 in sync when it can.
 
         A topic that exists (created by a platform team, say) is used as it is, so strait's principal
-        needs CREATE only when nobody created it; it must be compacted, as Connect requires of its
-        config topic: under ``cleanup.policy=delete`` the versions would expire with the retention.
+        needs CREATE only when nobody created it; its cleanup policy must be ``compact`` alone, as
+        Connect requires of its config topic: with ``delete`` the versions would expire with the
+        retention.
         """
         if self._ensured:
             return
@@ -245,12 +246,15 @@ class DurableConfigTopic:
                 spec = internal_topic(self.location.topic, replicas)
                 spec = replace(spec, config={**spec.config, "min.insync.replicas": str(max(1, replicas - 1))})
                 create_topics(admin, self.location.bootstrap, [spec], timeout=TIMEOUT)
-                policy = "compact"
-            else:
-                policy = self._cleanup_policy(admin)
+                self._ensured = True
+                return
         except Exception as exc:  # noqa: BLE001 - any failure is reported with the topic it concerns
             raise self._error("create", exc) from None
-        if policy is not None and "compact" not in policy.split(","):
+        try:
+            policy = self._cleanup_policy(admin)
+        except Exception as exc:  # noqa: BLE001 - any failure is reported with the topic it concerns
+            raise self._error("describe", exc) from None
+        if policy is not None and {p.strip() for p in policy.split(",")} != {"compact"}:
             raise DurableConfigError(
                 f"the durable configuration {self.location.describe()} has cleanup.policy={policy}: its versions "
                 f"would expire with the topic's retention; set cleanup.policy=compact on it (kafka-configs.sh "
