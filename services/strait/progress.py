@@ -53,6 +53,7 @@ EVIDENCE = ("strait-progress", "mm2-offsets", "offset-syncs", "empty-remote", "f
             "start-latest")
 # from-target compares at most this many source records from the remote's last timestamp on
 MATCH_SCAN_RECORDS = 100_000
+MATCH_POLL_SECONDS = 0.5
 
 
 class ResumeError(StraitError):
@@ -429,16 +430,17 @@ def _find_on_source(consumer: Consumer, key: Key, last: Any, timeout: float) -> 
         return None
     consumer.assign([TopicPartition(key[0], key[1], start)])
     try:
-        deadline = time.monotonic() + timeout
-        for _ in range(MATCH_SCAN_RECORDS // 1000):
-            messages = consumer.consume(1000, max(0.0, deadline - time.monotonic()))
-            for message in messages:
+        deadline, scanned = time.monotonic() + timeout, 0
+        while scanned < MATCH_SCAN_RECORDS and time.monotonic() < deadline:
+            # short waits: a batch returns at its count or its wait, and the partition's end comes first
+            for message in consumer.consume(1000, min(MATCH_POLL_SECONDS, max(0.0, deadline - time.monotonic()))):
                 if message.error() is not None:
-                    return None  # the end of the partition: no equal record
+                    if message.error().code() == KafkaError._PARTITION_EOF:
+                        return None  # the end of the partition: no equal record
+                    continue
+                scanned += 1
                 if (message.key(), message.value(), message.headers()) == (last.key(), last.value(), last.headers()):
                     return message.offset() + 1
-            if not messages:
-                return None
         return None
     finally:
         consumer.unassign()
