@@ -3,22 +3,25 @@
 Each Spark worker runs in its own mount namespace with an empty tmpfs over the folder that holds the
 driver's state dir, so its executors cannot see the driver's checkpoint or any file the driver
 writes there: everything tasks and driver exchange has to go through Kafka (the progress records on
-the target). Under continuous load: the live metrics move while the workers copy, a worker is
-SIGKILLed mid-epoch (a replacement joins), the driver is SIGKILLed mid-epoch and started again; every
-record reaches the target byte for byte, and the offset syncs translate exactly; a graceful stop
-reaches the tasks on the other hosts (the stop record) and ends their epoch.
+the target). Under continuous load: the driver, submitted with spark-submit as users submit a Spark
+job, copies through the workers and its live metrics move while they copy; a worker is SIGKILLed
+mid-epoch (a replacement joins); the driver is SIGKILLed mid-epoch and started again with `strait run
+replicator --master`; every record reaches the target byte for byte, and the offset syncs translate
+exactly; a graceful stop reaches the tasks on the other hosts (the stop record) and ends their epoch.
 """
 
 from __future__ import annotations
 
-import os
 import sys
 import time
+import urllib.request
 from collections.abc import Callable, Iterator
 from pathlib import Path
 
-import pyspark
 import pytest
+from prometheus_client.parser import text_string_to_metric_families
+
+import strait_replicator
 
 from strait.config import load_config
 from strait.translation import CommittedOffset, load_index, translate_offset
@@ -27,116 +30,82 @@ from strait_lab.kafka import KafkaCluster
 from strait_lab.ports import free_port
 from strait_lab.process import ManagedProcess
 from strait_lab.services import StraitProcess
+from strait_lab.spark import SPARK_ENV, SparkStandalone, spark_bin
 from tests.integration.replicator_support import (
     NumberedLoad, count, flow_config, records_by_partition, wait_for, write_config,
 )
 
 pytestmark = pytest.mark.slow
 
-SPARK_BIN = Path(pyspark.__file__).parent / "bin"
-ENV = {"PYSPARK_PYTHON": sys.executable, "SPARK_LOCAL_IP": "127.0.0.1"}
 PARTITIONS = 4
 RATE = 1_000
 
 
-class OtherHostCluster:
-    """A Spark standalone master and workers, each worker blind to ``hidden`` (the driver's disk)."""
-
-    def __init__(self, lab_root: Path, hidden: Path) -> None:
-        self.folder = lab_root / "spark-multi-host"
-        self.hidden = hidden
-        port = free_port()
-        self.url = f"spark://127.0.0.1:{port}"
-        self.master = ManagedProcess(
-            "Spark master", [str(SPARK_BIN / "spark-class"), "org.apache.spark.deploy.master.Master", "--host",
-                             "127.0.0.1", "--port", str(port), "--webui-port", str(free_port())],
-            self.folder / "master.log", env=ENV)
-        self.workers: list[ManagedProcess] = []
-
-    def start(self) -> None:
-        """The master, then two workers."""
-        self.master.start()
-        self.master.wait_until(lambda: "I have been elected leader" in self.master.log_path.read_text(), 90, "leader")
-        for _ in range(2):
-            self.add_worker()
-
-    def add_worker(self) -> ManagedProcess:
-        """One more worker "host": its own mount namespace, the driver's folder an empty tmpfs there."""
-        n = len(self.workers)
-        work = self.folder / f"worker-{n}"
-        work.mkdir(parents=True, exist_ok=True)
-        unshare = ["unshare", "--mount", "--propagation", "private"]
-        if os.geteuid() != 0:
-            unshare.append("--map-root-user")
-        argv = [*unshare, "sh", "-c", 'mount -t tmpfs other-host "$0" && exec "$@"', str(self.hidden),
-                str(SPARK_BIN / "spark-class"), "org.apache.spark.deploy.worker.Worker", self.url, "--host",
-                "127.0.0.1", "--cores", "1", "--memory", "1g", "--webui-port", str(free_port()),
-                "--work-dir", str(work)]
-        worker = ManagedProcess(f"Spark worker {n}", argv, self.folder / f"worker-{n}.log", env=ENV)
-        worker.start()
-        worker.wait_until(lambda: "Successfully registered with master" in worker.log_path.read_text(), 90,
-                          "registered")
-        self.workers.append(worker)
-        return worker
-
-    def stop(self) -> None:
-        """Every worker, then the master."""
-        for worker in self.workers:
-            worker.stop()
-        self.master.stop()
-
-
 @pytest.fixture
-def other_hosts(lab_root: Path, tmp_path: Path) -> Iterator[OtherHostCluster]:
-    cluster = OtherHostCluster(lab_root, tmp_path)
+def other_hosts(lab_root: Path, tmp_path: Path) -> Iterator[SparkStandalone]:
+    """A master and two workers, each worker blind to ``tmp_path`` (where the driver keeps its state)."""
+    cluster = SparkStandalone(lab_root / "spark-multi-host")
     try:
-        cluster.start()
-        yield cluster
+        yield cluster.start(workers=2, hidden=tmp_path)
     finally:
         cluster.stop()
 
 
-def _copied_total(process: StraitProcess) -> float:
+def _copied_total(metrics_port: int) -> float:
+    """The driver's strait_replicated_records_total of flow A->B (0 while it does not answer)."""
     try:
-        return process.sample("strait_replicated_records_total", flow="A->B") or 0.0
+        with urllib.request.urlopen(f"http://127.0.0.1:{metrics_port}/metrics", timeout=5) as response:
+            text = response.read().decode()
     except OSError:
         return 0.0
+    return sum(sample.value for family in text_string_to_metric_families(text) for sample in family.samples
+               if sample.name == "strait_replicated_records_total" and sample.labels.get("flow") == "A->B")
+
+
+def _spark_submit(master: str, args: list[str], log: Path) -> ManagedProcess:
+    """The replicator submitted as users submit a Spark job: spark-submit with the master's URL."""
+    main = Path(strait_replicator.__file__).parent / "__main__.py"
+    return ManagedProcess("replicator (spark-submit)", [
+        str(spark_bin() / "spark-submit"), "--master", master, "--conf", f"spark.pyspark.python={sys.executable}",
+        "--conf", "spark.driver.host=127.0.0.1", str(main), *args], log, env=SPARK_ENV)
 
 
 def test_workers_that_share_no_disk_with_the_driver_copy_under_load_and_survive_sigkills(
-    other_hosts: OtherHostCluster, source_cluster: KafkaCluster, target_cluster: KafkaCluster,
+    other_hosts: SparkStandalone, source_cluster: KafkaCluster, target_cluster: KafkaCluster,
     unique_name: Callable[[str], str], tmp_path: Path, lab_root: Path,
 ) -> None:
     topic = unique_name("multi-host")
     remote = f"A.{topic}"
     create_topic(source_cluster.admin(), topic, partitions=PARTITIONS, config={"retention.ms": "-1"})
     config = write_config(tmp_path / "s.yaml", flow_config(source_cluster, target_cluster, [topic]))
-    args = ["--config", str(config), "--master", other_hosts.url, "--state-dir", str(tmp_path / "state")]
+    args = ["--config", str(config), "--state-dir", str(tmp_path / "state")]
     load = NumberedLoad(source_cluster, topic, PARTITIONS, RATE)
-    drivers: list[StraitProcess] = []
+    drivers: list[ManagedProcess | StraitProcess] = []
     try:
-        driver = StraitProcess("replicator", [*args, "--epoch-seconds", "20"], lab_root / "replicator", env=ENV,
-                               name=f"driver-0-{topic}")
-        drivers.append(driver)
-        driver.start(timeout=120)
+        port = free_port()
+        submitted = _spark_submit(other_hosts.url, [*args, "--epoch-seconds", "20", "--metrics-port", str(port)],
+                                  lab_root / "replicator" / f"driver-0-{topic}.log")
+        drivers.append(submitted)
+        submitted.start()
         wait_for(lambda: count(target_cluster, remote) > 2 * RATE, 180, "the workers copying")
-        moving = [_copied_total(driver)]
+        moving = [_copied_total(port)]
         for _ in range(3):  # within one 20 s epoch: the metrics move while the tasks copy
             time.sleep(2)
-            moving.append(_copied_total(driver))
+            moving.append(_copied_total(port))
         print(f"records counted live every 2 s: {moving}")
         assert moving[0] < moving[1] < moving[2] < moving[3], "the live metrics stood still during the epoch"
 
         other_hosts.workers[0].kill()  # a host lost mid-epoch, its executor with it
-        other_hosts.add_worker()  # and replaced
+        other_hosts.add_worker(hidden=tmp_path)  # and replaced
         before = count(target_cluster, remote)
         wait_for(lambda: count(target_cluster, remote) > before + 3 * RATE, 180, "copying after the worker loss")
 
         time.sleep(5)
-        driver.kill()  # the driver lost mid-epoch
+        submitted.kill()  # the driver lost mid-epoch
+        assert (tmp_path / "state" / "A_to_B" / "checkpoint" / "commits").is_dir(), "spark-submit ran no epoch"
         # epochs longer than the stop's grace: only the stop record ends the last one in time
-        driver = StraitProcess("replicator", [*args, "--epoch-seconds", "300"], lab_root / "replicator", env=ENV,
-                               name=f"driver-1-{topic}")
+        driver = StraitProcess("replicator", [*args, "--master", other_hosts.url, "--epoch-seconds", "300"],
+                               lab_root / "replicator", env=SPARK_ENV, name=f"driver-1-{topic}")
         drivers.append(driver)
         driver.start(timeout=120)
         before = count(target_cluster, remote)
