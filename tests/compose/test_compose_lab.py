@@ -4,8 +4,10 @@ In order, on one lab: every service healthy; the load generator's group checkpoi
 Prometheus scraping every strait service and both brokers with the rules loaded; the load's records
 byte-identical in A.orders on B (`strait verify` inside a strait container); checkpoint scaled to 3
 and configsync to 2, the group shards spread over the three checkpoint containers; one of them
-SIGKILLed and its shards held by the others within one lease TTL; `down -v` leaving nothing.
-Grafana does not run here (no registry has it): the lab boots without it.
+SIGKILLed and its shards held by the others within one lease TTL; the replicator moved onto the
+`spark-cluster` profile (a master and two workers, the replicator as driver, its state volume on the
+driver alone) with the load running, its tasks on both workers, and the load again byte-identical on
+B; `down -v` leaving nothing. Grafana does not run here (no registry has it): the lab boots without it.
 """
 
 from __future__ import annotations
@@ -32,6 +34,12 @@ SHARD_LEASES = "strait:lease:checkpoint:*"
 # A dead holder's lease expires at most one TTL after its last renewal; the others then take it at
 # their next tick (0.5 s), seen by this test's poll (every 0.5 s, each a `docker compose exec`).
 TAKEOVER_SLACK = 2.0
+# README's spark-cluster lines, with workers small enough for a 2-core machine.
+# The driver's UI on: its REST API tells which executor ran how many tasks.
+SPARK_CLUSTER = {"COMPOSE_PROFILES": "spark-cluster", "STRAIT_SPARK_MASTER": "spark://spark-master:7077",
+                 "SPARK_WORKER_CORES": "1", "SPARK_WORKER_MEMORY": "1g", "STRAIT_SPARK_UI": "true"}
+MASTER = "http://spark-master:8080/json/"
+DRIVER = "http://127.0.0.1:4040/api/v1/applications"
 
 
 def test_every_service_is_healthy(compose_lab: ComposeLab) -> None:
@@ -111,6 +119,50 @@ def test_checkpoint_shards_spread_over_three_replicas_and_move_off_a_killed_one(
     assert took <= LEASE_TTL + TAKEOVER_SLACK, f"the shards moved {took:.1f}s after the kill, more than one lease TTL"
 
 
+def test_the_replicator_moves_onto_the_spark_cluster_profile_and_copies_through_both_workers(
+    compose_lab: ComposeLab,
+) -> None:
+    compose_lab.env.update(SPARK_CLUSTER)  # from here on, `down` included
+    began = time.monotonic()
+    compose_lab.compose("up", "--detach", "--wait", "--wait-timeout", "420", "--scale", "spark-worker=2",
+                        "--scale", "checkpoint=3", "--scale", "configsync=2", *compose_lab.services())
+    print(f"spark-cluster profile up in {time.monotonic() - began:.0f}s (the load generator running again)")
+    assert len(compose_lab.containers("spark-worker")) == 2
+
+    def executors_on_both_workers() -> dict[str, Any] | None:
+        state = _json_in(compose_lab, "replicator", MASTER)
+        alive = [w for w in state["workers"] if w["state"] == "ALIVE"] if state else []
+        busy = len(alive) == 2 and all(w["coresused"] == 1 for w in alive)
+        return state if busy and len(state["activeapps"]) == 1 else None
+    state = eventually(executors_on_both_workers, 240, "the replicator's executors on both Spark workers", every=5)
+    app = state["activeapps"][0]
+    print(f"Spark application {app['name']} ({app['id']}) on {app['cores']} cores: "
+          + ", ".join(f"{w['host']} {w['coresused']}/{w['cores']} cores" for w in state["workers"]))
+    assert app["cores"] == 2
+
+    def tasks_on_both() -> list[dict[str, Any]] | None:
+        applications = _json_in(compose_lab, "replicator", DRIVER)
+        executors = _json_in(compose_lab, "replicator", f"{DRIVER}/{applications[0]['id']}/executors") \
+            if applications else None
+        working = [e for e in executors or [] if e["id"] != "driver" and e["activeTasks"] + e["completedTasks"] > 0]
+        return working if len({e["hostPort"].rsplit(":", 1)[0] for e in working}) == 2 else None
+    working = eventually(tasks_on_both, 240, "copy tasks run by the executors of both workers", every=5)
+    print("tasks per executor (active, completed): "
+          + ", ".join(f"{e['hostPort']} {e['activeTasks']}, {e['completedTasks']}" for e in working))
+
+    copied = _replicated_total(compose_lab)
+    eventually(lambda: _replicated_total(compose_lab) > copied + 500, 180,
+               "records copied by the tasks on the workers", every=5)
+    compose_lab.compose("stop", "loadgen", timeout=120)
+
+    def verified() -> dict[str, Any] | None:
+        done = compose_lab.exec("configsync", "strait", "verify", "--flow", FLOW, "--topic", "orders", "--json",
+                                timeout=300)
+        return json.loads(done.stdout) if done.returncode == 0 else None
+    report = eventually(verified, 240, "strait verify of A.orders after the move onto the cluster", every=10)
+    print(json.dumps(report)[:1000])
+
+
 def test_down_leaves_no_container_network_or_volume(compose_lab: ComposeLab) -> None:
     compose_lab.down()
     assert compose_lab.leftovers() == {}
@@ -123,6 +175,25 @@ def _shard_holders(lab: ComposeLab) -> dict[str, str]:
     done = lab.exec("redis", "sh", "-c", script, check=True)
     pairs = (line.split(" ", 1) for line in done.stdout.splitlines() if " " in line)
     return {key: holder for key, holder in pairs if re.search(r"#\d+/\d+$", key) and holder}  # not the fences
+
+
+def _json_in(lab: ComposeLab, service: str, url: str) -> Any:
+    """A JSON document fetched inside ``service``'s container (None while it does not answer)."""
+    script = f"import urllib.request; print(urllib.request.urlopen({url!r}, timeout=5).read().decode())"
+    done = lab.exec(service, "python", "-c", script)
+    try:
+        return json.loads(done.stdout) if done.returncode == 0 else None
+    except ValueError:
+        return None
+
+
+def _replicated_total(lab: ComposeLab) -> float:
+    """The replicator's strait_replicated_records_total, read from its /metrics inside its container."""
+    script = ("import urllib.request; print(urllib.request.urlopen('http://127.0.0.1:9400/metrics', "
+              "timeout=5).read().decode())")
+    done = lab.exec("replicator", "python", "-c", script)
+    return sum(float(line.rsplit(" ", 1)[1]) for line in done.stdout.splitlines()
+               if line.startswith("strait_replicated_records_total{"))
 
 
 def _get(url: str) -> dict[str, Any]:
