@@ -14,7 +14,7 @@ import shutil
 import signal
 import threading
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -70,8 +70,9 @@ class Lab:
         for service in self.services:
             yield service.process
 
-    def up(self) -> None:
-        """Start everything; on any failure stop what already started and re-raise."""
+    def up(self, prepare: Callable[[Lab], None] | None = None) -> None:
+        """Start everything; on any failure stop what already started and re-raise. ``prepare`` runs
+        once the clusters are ready, before the strait services start (a drill's topics, say)."""
         try:
             for cluster in self.clusters.values():
                 cluster.launch()
@@ -81,6 +82,8 @@ class Lab:
                 self.prometheus.start()
             for cluster in self.clusters.values():
                 cluster.wait_ready()
+            if prepare is not None:
+                prepare(self)
             if self.spec.services:
                 self._start_services()
         except BaseException:
