@@ -22,7 +22,7 @@ from strait.service import ConfigFeed, follow_config, run_service, stop_time_lef
 from strait.settings import Settings
 from strait_replicator import metrics
 from strait_replicator.flow import FlowRunner
-from strait_replicator.session import build_session
+from strait_replicator.session import build_session, task_slots, wait_for_executors
 
 log = logging.getLogger(__name__)
 
@@ -44,6 +44,7 @@ class Replicator:
         self.settings, self.options = settings, options
         self.state_dir = settings.state_dir or cache_dir() / "replicator"
         self.spark = build_session(options.master)
+        wait_for_executors(self.spark)
         self.runners: dict[str, FlowRunner] = {}
         self.feed = ConfigFeed()
         self.client: Any = None  # the coordination Redis (None: run from a file)
@@ -67,8 +68,9 @@ class Replicator:
                 runner = self.runners[name] = FlowRunner(self.spark, name, self.state_dir / _dirname(name),
                                                          self.options.trigger_seconds, self.options.epoch_seconds,
                                                          publish=self._publish_resume, start=self.options.start)
-            # An epoch's tasks hold their task slots for the whole epoch: flows share the slots.
-            runner.tasks = max(1, self.spark.sparkContext.defaultParallelism // len(wanted))
+            # An epoch's tasks hold their task slots for the whole epoch: flows share the slots. A
+            # change (a worker lost or added) changes the plan: the next refresh restarts the query.
+            runner.tasks = max(1, task_slots(self.spark) // len(wanted))
             try:
                 runner.reconcile(config, flow, force=force, stop=stop)
                 runner.observe()

@@ -40,6 +40,7 @@ from strait.retry import FlowTrouble, retry_transient
 from strait.remote_topics import RemoteTopic, reconcile_remote_topics, replicated_topics
 from strait_replicator import metrics
 from strait_replicator.live import PartitionReport, RunReport, run_report, stop_record
+from strait_replicator.session import task_slots
 from strait_replicator.source import (
     FORMAT, LIST_TIMEOUT, PLAN_OPTION, STOP_FILE, CopySource, EpochOffsets, Offsets, SourcePlan, TopicPartitionKey,
     batch_ids, cached_admin, epoch_of_log_file,
@@ -96,7 +97,7 @@ class FlowRunner:
         self.state_dir = state_dir
         self.trigger_seconds = trigger_seconds
         self.epoch_seconds = epoch_seconds
-        self.tasks = spark.sparkContext.defaultParallelism  # task slots this flow's epochs may hold
+        self.tasks = task_slots(spark) or 1  # task slots this flow's epochs may hold
         self.plan: FlowPlan | None = None
         self.query: StreamingQuery | None = None
         self.last_error: str | None = None

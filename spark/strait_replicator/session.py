@@ -6,11 +6,18 @@ session needs no jar beyond those pyspark ships (Spark's Kafka connector is a be
 
 from __future__ import annotations
 
+import logging
 import os
 import sys
+import time
 from collections.abc import Sequence
 
 from pyspark.sql import SparkSession
+
+log = logging.getLogger(__name__)
+
+EXECUTORS_WAIT_SECONDS = 60.0
+EXECUTORS_SETTLE_SECONDS = 2.0  # the other workers' executors register within moments of the first
 
 
 def launched_by_spark_submit() -> bool:
@@ -52,3 +59,33 @@ def _quiet_epoch_length_warning(session: SparkSession) -> None:
     jvm = session.sparkContext._jvm  # type: ignore[attr-defined]
     jvm.org.apache.logging.log4j.core.config.Configurator.setLevel(
         "org.apache.spark.sql.execution.streaming.ProcessingTimeExecutor", jvm.org.apache.logging.log4j.Level.ERROR)
+
+
+def task_slots(session: SparkSession) -> int:
+    """The task slots the session's executors offer now: N in ``local[N]``; on a cluster, what its
+    registered executors offer (0 before the first registers).
+
+    An epoch task holds its slot for the whole epoch, so a task without a slot waits an epoch. On a
+    cluster ``defaultParallelism`` says at least 2, even for one one-core worker: not a slot count.
+    """
+    context = session.sparkContext
+    if context.master.startswith("local"):
+        return context.defaultParallelism
+    scala = context._jsc.sc()  # type: ignore[union-attr]
+    return int(scala.maxNumConcurrentTasks(scala.resourceProfileManager().defaultResourceProfile()))
+
+
+def wait_for_executors(session: SparkSession, timeout: float = EXECUTORS_WAIT_SECONDS) -> int:
+    """On a cluster, wait until executors registered (at most ``timeout``); the task slots then."""
+    deadline = time.monotonic() + timeout
+    while task_slots(session) == 0 and time.monotonic() < deadline:
+        time.sleep(0.5)
+    if not session.sparkContext.master.startswith("local"):
+        time.sleep(EXECUTORS_SETTLE_SECONDS)
+    slots = task_slots(session)
+    if slots == 0:
+        log.warning("no executor registered with master=%s in %.0fs: epochs plan one task until one does",
+                    session.sparkContext.master, timeout)
+    else:
+        log.info("executors offer task_slots=%d master=%s", slots, session.sparkContext.master)
+    return slots

@@ -58,7 +58,8 @@ def run(options: BenchOptions) -> dict[str, Path]:
 
 def _scaling(bench: Bench, options: BenchOptions, workload: Any, baseline: list[dict[str, Any]],
              results: list[dict[str, Any]], checkpoint: Callable[[], object]) -> None:
-    """strait at more partitions and at fewer cores (throughput only) next to the baseline's median run.
+    """strait at more partitions, at fewer cores, and on a Spark standalone cluster of one and of two
+    one-core workers (throughput only), next to the baseline's median run.
 
     Appends to ``results`` run by run and calls ``checkpoint`` after each, so the report shows them.
     """
@@ -68,6 +69,10 @@ def _scaling(bench: Bench, options: BenchOptions, workload: Any, baseline: list[
     checkpoint()
     if options.cores > 1:
         results.append(bench.measure("strait", workload, cores=1, latency=False))
+        checkpoint()
+    for workers in (1, 2):
+        results.append(bench.measure("strait", workload, latency=False, workers=workers))
+        checkpoint()
 
 
 def _options_dict(options: BenchOptions) -> dict[str, Any]:

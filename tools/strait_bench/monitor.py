@@ -15,13 +15,15 @@ import psutil
 log = logging.getLogger(__name__)
 
 
-def tree_usage(root_pid: int) -> tuple[float, int]:
-    """(CPU seconds, RSS bytes) summed over a process and all its descendants alive now."""
-    try:
-        root = psutil.Process(root_pid)
-        processes = [root, *root.children(recursive=True)]
-    except psutil.NoSuchProcess:
-        return 0.0, 0
+def tree_usage(*root_pids: int) -> tuple[float, int]:
+    """(CPU seconds, RSS bytes) summed over processes and all their descendants alive now."""
+    processes = []
+    for pid in root_pids:
+        try:
+            root = psutil.Process(pid)
+            processes += [root, *root.children(recursive=True)]
+        except psutil.NoSuchProcess:
+            continue
     cpu, rss = 0.0, 0
     for process in processes:
         try:
@@ -35,15 +37,17 @@ def tree_usage(root_pid: int) -> tuple[float, int]:
 
 
 class TreeMonitor:
-    """Samples a process tree in a background thread: CPU seconds so far and the peak RSS.
+    """Samples process trees in a background thread: CPU seconds so far and the peak RSS.
 
     Args:
         root_pid: the process whose tree is measured.
         interval: seconds between samples.
+        more: further trees measured with it (a Spark cluster's master and workers).
     """
 
-    def __init__(self, root_pid: int, interval: float = 0.25) -> None:
+    def __init__(self, root_pid: int, interval: float = 0.25, more: tuple[int, ...] = ()) -> None:
         self.root_pid = root_pid
+        self.more = more
         self.interval = interval
         self.cpu_seconds = 0.0
         self.peak_rss = 0
@@ -61,7 +65,7 @@ class TreeMonitor:
 
     def sample(self) -> float:
         """Take one sample now; return the CPU seconds of the tree so far (never decreasing)."""
-        cpu, rss = tree_usage(self.root_pid)
+        cpu, rss = tree_usage(self.root_pid, *self.more)
         self.cpu_seconds = max(self.cpu_seconds, cpu)
         self.peak_rss = max(self.peak_rss, rss)
         return self.cpu_seconds

@@ -79,7 +79,7 @@ def parse_args(argv: Sequence[str] | None = None) -> BenchOptions:
     parser.add_argument("--systems", help="comma-separated subset of strait,mm2,limit")
     scaling = parser.add_mutually_exclusive_group()
     scaling.add_argument("--skip-scaling", action="store_true",
-                         help="no 12-vs-48-partition and 1-vs-2-core runs")
+                         help="no 12-vs-48-partition, 1-vs-2-core and 1-vs-2-worker runs")
     scaling.add_argument("--scaling", action="store_true", help="the scaling runs even with --quick")
     parser.add_argument("--scaling-partitions", type=int, help="partitions of the scaling run (48)")
     parser.add_argument("--compression", help="producer compression.type for every system (none)")

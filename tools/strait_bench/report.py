@@ -21,9 +21,11 @@ LATENCY_METHOD = (
 )
 CPU_METHOD = (
     "CPU-seconds and peak RSS are summed over the whole process tree of each system, sampled every 0.25 s "
-    "with psutil (strait: Python driver + Spark JVM + Python workers; MM2: its JVM; limit: the "
-    "ProducerPerformance JVM). Throughput and CPU use the window from the first record on the target to "
-    "the last; start-up is reported apart. GB = 10^9 bytes of record values."
+    "with psutil (strait: Python driver + Spark JVM + Python workers, and on a standalone cluster also the "
+    "master, the workers and their executors; MM2: its JVM; limit: the ProducerPerformance JVM). Throughput "
+    "and CPU use the window from the first record on the target to the last; start-up is reported apart. "
+    "GB = 10^9 bytes of record values. On a standalone cluster, cores = workers of one core each (the "
+    "driver, which only plans, is not limited)."
 )
 
 
@@ -89,10 +91,12 @@ def markdown(report: Mapping[str, Any]) -> str:
         for name, ok in report["goals"].items()), ""]
     if report["scaling"]:
         lines += ["## Scaling (strait)", "",
-                  "| partitions | cores | records/s | MB/s | CPU-s per GB | peak RSS (MB) |",
-                  "|---|---|---|---|---|---|"]
+                  "| Spark | partitions | cores | records/s | MB/s | CPU-s per GB | peak RSS (MB) |",
+                  "|---|---|---|---|---|---|---|"]
         for run in report["scaling"]:
-            lines.append(f"| {run['partitions']} | {run['cores']} | {_cell(run['records_per_s'])} | "
+            workers = run.get("workers")
+            spark = f"standalone, {workers} worker{'s' if workers > 1 else ''}" if workers else "local"
+            lines.append(f"| {spark} | {run['partitions']} | {run['cores']} | {_cell(run['records_per_s'])} | "
                          f"{_cell(run['mb_per_s'])} | {_cell(run['cpu_s_per_gb'])} | "
                          f"{_cell(run['peak_rss_mb'])} |")
         lines.append("")

@@ -18,6 +18,7 @@ from strait_bench.traffic import KEEP_FOREVER, BenchError, LatencyProbe, Progres
 from strait_lab.clients import create_topic
 from strait_lab.kafka import KafkaCluster, KafkaClusterSpec
 from strait_lab.process import ManagedProcess, tail
+from strait_lab.spark import SparkStandalone
 
 log = logging.getLogger(__name__)
 
@@ -72,41 +73,51 @@ class Bench:
     # -- one measurement ---------------------------------------------------------------------------
 
     def measure(self, system: str, workload: Workload, cores: int | None = None,
-                latency: bool = True) -> dict[str, Any]:
-        """One measurement of ``system`` on a fresh target cluster."""
+                latency: bool = True, workers: int = 0) -> dict[str, Any]:
+        """One measurement of ``system`` on a fresh target cluster; strait on a Spark standalone cluster
+        of ``workers`` workers of one core each when ``workers`` is set."""
         self._runs += 1
         folder = self.workdir / f"run{self._runs:02d}-{system}-{workload.partitions}p"
         target = KafkaCluster(KafkaClusterSpec("B", heap=self.options.broker_heap), folder / "B")
+        spark = SparkStandalone(folder / "spark") if workers else None
         target.start(timeout=180)
         try:
             if system == "limit":
                 return self._measure_limit(target, workload, folder)
-            return self._measure_replicator(system, target, workload, cores or self.options.cores, folder,
-                                            latency)
+            if spark is not None:
+                spark.start(workers, cores=1)
+                cores = workers
+            result = self._measure_replicator(system, target, workload, cores or self.options.cores, folder,
+                                              latency, spark)
+            return {**result, "workers": workers} if workers else result
         finally:
+            if spark is not None:
+                spark.stop()
             target.stop()
             shutil.rmtree(folder / "B", ignore_errors=True)  # the copy is the bulk of the disk use
 
     def _start(self, system: str, target: KafkaCluster, topics: list[str], cores: int,
-               folder: Path) -> ManagedProcess:
+               folder: Path, spark: SparkStandalone | None) -> ManagedProcess:
         if system == "strait":
-            return systems.start_strait(self.source, target, topics, self.options, cores, folder)
+            return systems.start_strait(self.source, target, topics, self.options, cores, folder,
+                                        spark.url if spark else None)
         if system == "mm2":
             tuned = replace(self.options, cores=cores)
             return systems.start_mm2(self.source, target, topics, tuned, folder)
         raise BenchError(f"unknown system {system}")
 
     def _measure_replicator(self, system: str, target: KafkaCluster, workload: Workload, cores: int,
-                            folder: Path, latency: bool) -> dict[str, Any]:
+                            folder: Path, latency: bool, spark: SparkStandalone | None = None) -> dict[str, Any]:
         remote = systems.remote_topic(workload.topic, self.source)
         # Each run probes latency on a topic of its own: the bulk topic must stay as loaded, and a
         # later run must not see (and time) an earlier run's probes.
         probes = f"probe-{self._runs:02d}"
         create_topic(self.source.admin(), probes, workload.partitions, config=KEEP_FOREVER)
-        process = self._start(system, target, [workload.topic, probes], cores, folder)
+        process = self._start(system, target, [workload.topic, probes], cores, folder, spark)
         started = time.monotonic()
         try:
-            with TreeMonitor(process.pid or 0) as monitor:
+            # on a cluster, the executors are the workers' children
+            with TreeMonitor(process.pid or 0, more=tuple(spark.pids()) if spark else ()) as monitor:
                 first = self._wait(process, target, remote, workload, lambda p: p.total > 0,
                                    "the first record")
                 cpu_first, first_at = monitor.sample(), time.monotonic()

@@ -18,6 +18,7 @@ from strait_lab import deps
 from strait_lab.kafka import KafkaCluster
 from strait_lab.ports import free_port
 from strait_lab.process import ManagedProcess, tail
+from strait_lab.spark import SPARK_ENV
 
 METRICS_URL_ENV = "STRAIT_BENCH_METRICS_URL"  # where the bench finds the replicator's /metrics again
 MM2_MAIN = "org.apache.kafka.connect.mirror.MirrorMaker"
@@ -63,17 +64,18 @@ def batch_seconds(metrics_url: str) -> tuple[float, float]:
 
 
 def start_strait(source: KafkaCluster, target: KafkaCluster, topics: Sequence[str], options: BenchOptions,
-                 cores: int,
-                 workdir: Path) -> ManagedProcess:
-    """`strait run replicator --config FILE` on ``local[cores]``, as users run it (metrics URL in its env)."""
+                 cores: int, workdir: Path, master: str | None = None) -> ManagedProcess:
+    """`strait run replicator --config FILE` on ``local[cores]`` or a standalone ``master``, as users run it
+    (metrics URL in its env)."""
     workdir.mkdir(parents=True, exist_ok=True)
     config = workdir / "strait.yaml"
     config.write_text(yaml.safe_dump(strait_config(source, target, topics, options), sort_keys=False))
     port = free_port()
     argv = [sys.executable, "-m", "strait.cli", "run", "replicator", "--config", str(config),
-            "--state-dir", str(workdir / "state"), "--master", f"local[{cores}]", "--metrics-port", str(port)]
+            "--state-dir", str(workdir / "state"), "--master", master or f"local[{cores}]",
+            "--metrics-port", str(port)]
     process = ManagedProcess("strait replicator", argv, workdir / "replicator.log",
-                             env={METRICS_URL_ENV: f"http://127.0.0.1:{port}/metrics"})
+                             env={**(SPARK_ENV if master else {}), METRICS_URL_ENV: f"http://127.0.0.1:{port}/metrics"})
     process.start()
     return process
 
