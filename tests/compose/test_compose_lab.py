@@ -82,14 +82,7 @@ def test_prometheus_scrapes_every_strait_service_and_the_brokers_with_rules_load
 
 
 def test_the_load_arrives_byte_identical_on_b(compose_lab: ComposeLab) -> None:
-    compose_lab.compose("stop", "loadgen", timeout=120)  # a still topic: verify compares all of it
-
-    def verified() -> dict[str, Any] | None:
-        done = compose_lab.exec("configsync", "strait", "verify", "--flow", FLOW, "--topic", "orders", "--json",
-                                timeout=300)
-        return json.loads(done.stdout) if done.returncode == 0 else None
-    report = eventually(verified, 240, "strait verify of A.orders with exit code 0", every=10)
-    print(json.dumps(report)[:1000])
+    _stop_load_and_verify(compose_lab, "strait verify of A.orders with exit code 0")
 
 
 def test_checkpoint_shards_spread_over_three_replicas_and_move_off_a_killed_one(compose_lab: ComposeLab) -> None:
@@ -153,14 +146,8 @@ def test_the_replicator_moves_onto_the_spark_cluster_profile_and_copies_through_
     copied = _replicated_total(compose_lab)
     eventually(lambda: _replicated_total(compose_lab) > copied + 500, 180,
                "records copied by the tasks on the workers", every=5)
-    compose_lab.compose("stop", "loadgen", timeout=120)
-
-    def verified() -> dict[str, Any] | None:
-        done = compose_lab.exec("configsync", "strait", "verify", "--flow", FLOW, "--topic", "orders", "--json",
-                                timeout=300)
-        return json.loads(done.stdout) if done.returncode == 0 else None
-    report = eventually(verified, 240, "strait verify of A.orders after the move onto the cluster", every=10)
-    print(json.dumps(report)[:1000])
+    report = _stop_load_and_verify(compose_lab, "strait verify of A.orders after the move onto the cluster")
+    print(f"copied twice across the move: {sum(p['duplicates'] for p in report['partitions'])}")
 
 
 def test_down_leaves_no_container_network_or_volume(compose_lab: ComposeLab) -> None:
@@ -175,6 +162,19 @@ def _shard_holders(lab: ComposeLab) -> dict[str, str]:
     done = lab.exec("redis", "sh", "-c", script, check=True)
     pairs = (line.split(" ", 1) for line in done.stdout.splitlines() if " " in line)
     return {key: holder for key, holder in pairs if re.search(r"#\d+/\d+$", key) and holder}  # not the fences
+
+
+def _stop_load_and_verify(lab: ComposeLab, what: str) -> dict[str, Any]:
+    """Stop the load generator (a still topic: verify compares all of it), then `strait verify` inside a
+    strait container until it exits 0; its report."""
+    lab.compose("stop", "loadgen", timeout=120)
+
+    def verified() -> dict[str, Any] | None:
+        done = lab.exec("configsync", "strait", "verify", "--flow", FLOW, "--topic", "orders", "--json", timeout=300)
+        return json.loads(done.stdout) if done.returncode == 0 else None
+    report = eventually(verified, 240, what, every=10)
+    print(json.dumps(report)[:1000])
+    return report
 
 
 def _json_in(lab: ComposeLab, service: str, url: str) -> Any:
