@@ -17,6 +17,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from strait.config.model import START_CHOICES
 from strait.errors import StraitError
 from strait.kafka.admin import SERVICE_ADMIN_TIMEOUT
 from strait.logs import setup_logging
@@ -56,7 +57,7 @@ def _replicator_arguments(parser: argparse.ArgumentParser) -> None:
                         help="shortest time between the starts of two epochs (micro-batches)")
     parser.add_argument("--epoch-seconds", type=float, default=60.0,
                         help="how long each epoch's tasks copy live before Spark commits their progress")
-    parser.add_argument("--start", choices=("earliest", "latest", "from-target"),
+    parser.add_argument("--start", choices=START_CHOICES,
                         help="for every flow, where a partition starts when its remote topic holds records no "
                              "evidence in Kafka explains (overrides the flows' start)")
 

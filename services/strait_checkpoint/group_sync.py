@@ -23,7 +23,6 @@ from strait_checkpoint.shards import HeldShards
 log = logging.getLogger(__name__)
 
 
-
 class GroupOffsetSync:
     """The source offset each (group, remote topic, partition) was last synced for, and the sync passes."""
 

@@ -36,7 +36,9 @@ from confluent_kafka import (
 from strait.config.model import FlowConfig, StraitConfig
 from strait.coord.assignment import ShardItem
 from strait.coord.leases import LeaseKeeper
-from strait.kafka.admin import SERVICE_ADMIN_TIMEOUT, KafkaRetriableError, RenewableAdmin, create_topics, explain_error, internal_topic
+from strait.kafka.admin import (
+    SERVICE_ADMIN_TIMEOUT, KafkaRetriableError, RenewableAdmin, create_topics, explain_error, internal_topic,
+)
 from strait.metrics import ERRORS, set_flow_state
 from strait.retry import FlowTrouble, is_transient
 from strait.records import Checkpoint
