@@ -81,6 +81,9 @@ def _transactional_topic(cluster: KafkaCluster, topic: str) -> None:
         for i in range(1 + txn % 7):
             producer.produce(topic, key=f"t{txn}".encode(), value=f"txn{txn}-{i}".encode(), partition=(txn + i) % PARTITIONS)
         if txn % 3 == 1:
+            # Delivered before the abort, so the aborted records really are in the log; aborting
+            # unsent records can also end in a fatal INVALID_TXN_STATE (librdkafka issue 4849).
+            producer.flush(30)
             producer.abort_transaction(30)
         else:
             producer.commit_transaction(30)
