@@ -14,7 +14,7 @@ import textwrap
 RUNTIME_PACKAGES = ("strait", "strait_checkpoint", "strait_configsync", "strait_heartbeat", "strait_replicator")
 # The tools/ project, the test suite and the `dev` extra's libraries (with their import names).
 DEV_ONLY = ("strait_lab", "strait_bench", "tests", "pytest", "_pytest", "hypothesis", "testcontainers",
-            "jsonschema", "psutil", "matplotlib", "cryptography")
+            "jsonschema", "psutil", "matplotlib")
 
 # A library may try an optional import (urllib3 tries cryptography): refused, it goes on without it.
 _REFUSE_DEV_ONLY = textwrap.dedent("""

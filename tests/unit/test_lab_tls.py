@@ -8,16 +8,20 @@ from pathlib import Path
 import pytest
 from cryptography import x509
 from cryptography.hazmat.primitives.serialization import load_pem_private_key
+from cryptography.x509.oid import ExtendedKeyUsageOID
 
 from strait_lab.errors import LabError
 from strait_lab.kafka import KafkaCluster, KafkaClusterSpec
 from strait_lab.tls import make_tls_files
 
 
-def test_ca_signs_a_loopback_server_certificate(tmp_path: Path) -> None:
+@pytest.mark.parametrize(("which", "usage"), [("keystore", ExtendedKeyUsageOID.SERVER_AUTH),
+                                               ("client", ExtendedKeyUsageOID.CLIENT_AUTH)])
+def test_ca_signs_loopback_server_and_client_certificates(tmp_path: Path, which: str,
+                                                          usage: x509.ObjectIdentifier) -> None:
     files = make_tls_files(tmp_path / "tls", "kafka-A")
     ca = x509.load_pem_x509_certificate(files.ca.read_bytes())
-    pem = files.keystore.read_bytes()
+    pem = getattr(files, which).read_bytes()
     key = load_pem_private_key(pem, password=None)
     server, chained_ca = x509.load_pem_x509_certificates(pem[pem.index(b"-----BEGIN CERTIFICATE-----"):])
     server.verify_directly_issued_by(ca)
@@ -26,8 +30,9 @@ def test_ca_signs_a_loopback_server_certificate(tmp_path: Path) -> None:
     names = server.extensions.get_extension_for_class(x509.SubjectAlternativeName).value
     assert ipaddress.IPv4Address("127.0.0.1") in names.get_values_for_type(x509.IPAddress)
     assert "localhost" in names.get_values_for_type(x509.DNSName)
+    assert usage in server.extensions.get_extension_for_class(x509.ExtendedKeyUsage).value
     assert pem.startswith(b"-----BEGIN PRIVATE KEY-----"), "unencrypted PKCS#8, as Kafka's PEM keystore reads"
-    assert files.keystore.stat().st_mode & 0o077 == 0
+    assert getattr(files, which).stat().st_mode & 0o077 == 0
 
 
 def test_client_settings_of_every_listener(tmp_path: Path) -> None:

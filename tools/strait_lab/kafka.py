@@ -70,6 +70,8 @@ class KafkaClusterSpec:
         sasl: add a SASL_PLAINTEXT listener with SCRAM-SHA-512.
         tls: add an SSL listener and, with ``sasl``, a SASL_SSL one (SCRAM-SHA-512), with a CA and
             a broker certificate made at start.
+        client_auth: the TLS listeners require a client certificate the lab's CA signed
+            (``client_keystore_path``).
         scram_users: user -> password created at format time when ``sasl`` is on.
         base_port: fixed ports from here (node n uses base+10n .. base+10n+4); None picks free ports.
         audit_log: log the authorizer's allowed decisions too (DEBUG ``kafka.authorizer.logger``),
@@ -83,6 +85,7 @@ class KafkaClusterSpec:
     authorizer: bool = False
     sasl: bool = False
     tls: bool = False
+    client_auth: bool = False
     scram_users: Mapping[str, str] = field(default_factory=lambda: {ADMIN_USER: "admin-secret"})
     base_port: int | None = None
     audit_log: bool = False
@@ -162,6 +165,11 @@ class KafkaCluster:
         if not self.spec.tls:
             raise LabError(f"cluster {self.alias} has no TLS listener; start it with tls=True")
         return self.workdir / "tls" / "ca.pem"
+
+    @property
+    def client_keystore_path(self) -> Path:
+        """A client's PEM key and certificate chain, signed by the cluster's CA (exists once started)."""
+        return self.ca_path.with_name("client-keystore.pem")
 
     def security_protocol(self, user: str | None, tls: bool) -> str:
         """The listener a client of ``user`` (None: no SASL) reaches, checking the cluster has it."""
@@ -366,7 +374,7 @@ class KafkaCluster:
                 "ssl.keystore.location": str(tls / "server-keystore.pem"),
                 "ssl.truststore.type": "PEM",
                 "ssl.truststore.location": str(tls / "ca.pem"),
-                "ssl.client.auth": "none",
+                "ssl.client.auth": "required" if self.spec.client_auth else "none",
             })
         if self.spec.authorizer:
             props["authorizer.class.name"] = AUTHORIZER

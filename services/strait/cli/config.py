@@ -22,7 +22,8 @@ from strait.config.store import (
 from strait.config.mm1 import Mm1Setup, from_mm1
 from strait.config.model import FlowConfig
 from strait.config.strimzi import load_strimzi
-from strait.config.validate import config_warnings, describe_inline_secrets, inline_secrets, repartition_warning
+from strait.config.validate import check_key_stores, config_warnings, describe_inline_secrets, inline_secrets, \
+    repartition_warning
 from strait.kafka.admin import admin_client, cluster_topics
 from strait.remote_topics import replicated_topics
 from strait.coord.redis_client import CoordinationError, connect
@@ -103,6 +104,7 @@ def redis_url(args: argparse.Namespace) -> str:
 def _apply(args: argparse.Namespace) -> int:
     config = load_config(args.file)
     warn_about(config)
+    check_stores(config)
     if args.dry_run:
         print(_as_yaml(config_to_dict(config, secrets="mask")), end="")
         refused = inline_secrets(config)
@@ -147,6 +149,7 @@ def _convert(args: argparse.Namespace, config: StraitConfig, header: list[str], 
     warn_about(config)
     if not args.apply:
         return 0
+    check_stores(config)
     url = redis_url(args)
     with _redis(url) as client:
         version = apply_config(client, config, source_name, durable=settings_of(args).durable_config)
@@ -159,6 +162,13 @@ def warn_about(config: StraitConfig) -> None:
     texts = config_warnings(config)
     texts += [repartition_warning(flow, _remote_topics(config, flow)) for flow in config.flows if flow.repartitions]
     for text in texts:
+        print(f"strait: warning: {text}", file=sys.stderr)
+
+
+def check_stores(config: StraitConfig) -> None:
+    """Read the clusters' JKS and PKCS#12 stores now, so a missing file or a wrong password is refused
+    before anything is stored (:func:`strait.config.validate.check_key_stores`)."""
+    for text in check_key_stores(config):
         print(f"strait: warning: {text}", file=sys.stderr)
 
 

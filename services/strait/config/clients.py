@@ -1,7 +1,8 @@
 """Kafka client settings as librdkafka (confluent-kafka) wants them.
 
 MM2 files carry Java client settings. The security ones have librdkafka equivalents and are
-translated; a few Java-only tuning keys are dropped (librdkafka would refuse to start on them);
+translated (JKS and PKCS#12 stores are read into PEM text in memory, :mod:`strait.config.keystores`);
+a few Java-only tuning keys are dropped (librdkafka would refuse to start on them);
 everything else is passed through unchanged, so librdkafka itself reports what it does not know.
 """
 
@@ -11,6 +12,7 @@ import logging
 import re
 from collections.abc import Callable
 
+from strait.config.keystores import KeyStoreError, read_store
 from strait.errors import ConfigError
 
 log = logging.getLogger(__name__)
@@ -77,15 +79,16 @@ def _translate_truststore(out: dict[str, str]) -> None:
         out.setdefault("ssl.ca.pem", certificates)
     location = out.pop("ssl.truststore.location", None)
     kind = out.pop("ssl.truststore.type", "JKS" if location else "").upper()
-    out.pop("ssl.truststore.password", None)  # PEM CA files carry no password
+    password = out.pop("ssl.truststore.password", None)
     if location is None:
         return
-    if kind != "PEM" and not location.lower().endswith((".pem", ".crt")):
-        raise ConfigError(
-            f"ssl.truststore.location: librdkafka cannot read a {kind} truststore; "
-            "convert it to PEM and set ssl.ca.location (or ssl.truststore.type=PEM)"
-        )
-    out.setdefault("ssl.ca.location", location)
+    if kind == "PEM" or location.lower().endswith((".pem", ".crt")):
+        out.setdefault("ssl.ca.location", location)
+        return
+    trusted = read_store(location, kind, password or None).trusted
+    if not trusted:
+        raise KeyStoreError(f"ssl.truststore.location: {location} holds no trusted certificate")
+    out.setdefault("ssl.ca.pem", "".join(trusted))
 
 
 def _translate_keystore(out: dict[str, str]) -> None:
@@ -97,14 +100,18 @@ def _translate_keystore(out: dict[str, str]) -> None:
         out.setdefault("ssl.key.pem", key)
     kind = out.pop("ssl.keystore.type", "").upper()
     location = out.get("ssl.keystore.location")
-    if location is None or kind in ("", "PKCS12"):
+    if location is None:
         return
+    del out["ssl.keystore.location"]
     if kind == "PEM":
-        del out["ssl.keystore.location"]
         out.pop("ssl.keystore.password", None)
         out.setdefault("ssl.certificate.location", location)
         out.setdefault("ssl.key.location", location)
         return
-    raise ConfigError(
-        f"ssl.keystore.location: librdkafka cannot read a {kind} keystore; use PKCS12 or PEM"
-    )
+    password = out.pop("ssl.keystore.password", None) or None
+    key_password = out.pop("ssl.key.password", None) or None  # Java's: the key's in the store
+    store = read_store(location, kind or "JKS", password, key_password, key="ssl.keystore.location")
+    if store.key is None:
+        raise KeyStoreError(f"ssl.keystore.location: {location} holds no private key")
+    out.setdefault("ssl.key.pem", store.key)
+    out.setdefault("ssl.certificate.pem", "".join(store.chain))

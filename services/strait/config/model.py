@@ -140,7 +140,7 @@ class ClusterConfig:
                 return librdkafka_settings(settings, jaas.text, _jaas_option_resolver(source))
             return librdkafka_settings(settings, None if jaas is None else resolve_value(jaas, source))
         except ConfigError as exc:
-            raise ConfigError(f"cluster {self.alias}: {exc}") from None
+            raise type(exc)(f"cluster {self.alias}: {exc}") from None  # keeps KeyStoreError a KeyStoreError
 
 
 def _jaas_option_resolver(environ: Mapping[str, str]) -> Callable[[str], str]:

@@ -11,6 +11,7 @@ import difflib
 from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass
 
+from strait.config.keystores import KeyStoreError
 from strait.config.model import POLICY_NAMES, FlowConfig, StraitConfig
 from strait.config.secrets import Secret, url_password
 from strait.errors import ConfigError
@@ -115,6 +116,28 @@ def config_warnings(config: StraitConfig) -> list[str]:
             warnings.append(f"flow {flow.name}: emit_offset_syncs is off, so it emits no checkpoints and syncs "
                             "no group offsets; consumers cannot fail over at translated offsets")
     return warnings
+
+
+STORE_KEYS = ("ssl.truststore.location", "ssl.keystore.location")
+
+
+def check_key_stores(config: StraitConfig) -> list[str]:
+    """Read every JKS or PKCS#12 store the clusters name, as the services will; raise a KeyStoreError
+    naming the cluster and key when one is missing or its password is wrong. Returns a warning per
+    cluster whose stores cannot be checked here (a reference this host cannot resolve)."""
+    unchecked = []
+    for cluster in config.clusters.values():
+        for role in (None, "consumer", "producer", "admin"):
+            if not any(key in cluster.unresolved_settings(role) for key in STORE_KEYS):
+                continue
+            try:
+                cluster.librdkafka_config(role)
+            except KeyStoreError:
+                raise
+            except ConfigError as exc:
+                unchecked.append(f"the key stores of cluster {cluster.alias} were not checked here: {exc}")
+                break
+    return unchecked
 
 
 def repartition_warning(flow: FlowConfig, topics: Sequence[str] | None) -> str:
