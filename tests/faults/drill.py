@@ -74,6 +74,8 @@ class Mode:
     restart_gap_seconds: float = 20.0  # from a broker's return to the next broker's stop
     outage_seconds: float = 45.0  # a SIGKILLed broker stays down this long
     long_outage_seconds: float = 240.0  # the long single-broker outage
+    # a rolling restart restarts every target broker, or (short) only the one leading the copy's partition 0
+    restart_every_target_broker: bool = True
 
     @classmethod
     def from_env(cls) -> Mode:
@@ -81,7 +83,8 @@ class Mode:
         if os.environ.get("STRAIT_FAULTS", "").lower() == "full":
             return cls("full", rate=2000, warmup_seconds=10, between_seconds=15, injections=3)
         return cls("short", rate=500, warmup_seconds=2, between_seconds=2, injections=1, restart_down_seconds=3,
-                   restart_gap_seconds=3, outage_seconds=15, long_outage_seconds=40)
+                   restart_gap_seconds=3, outage_seconds=15, long_outage_seconds=40,
+                   restart_every_target_broker=False)
 
 
 @dataclass(frozen=True)
@@ -551,6 +554,12 @@ class Drill:
     def abort(self) -> None:
         """Stop the load without checks (a drill that failed early)."""
         self.load.abort()
+
+
+def leader_index(cluster: KafkaCluster, topic: str, partition: int = 0) -> int:
+    """The node index (0-based) of the broker leading a partition."""
+    metadata = cluster.admin().list_topics(topic, timeout=30).topics[topic]
+    return metadata.partitions[partition].leader - 1
 
 
 def record(result: DrillResult) -> None:

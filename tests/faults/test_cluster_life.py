@@ -27,8 +27,8 @@ from strait.records import Checkpoint
 from strait_bench.options import BenchOptions
 from strait_bench.systems import start_mm2
 from tests.faults.drill import (
-    FLOW, CopyWatch, Drill, DrillResult, KeyedLoad, Mode, Rig, TopicTail, librdkafka_log, longest_gap, record,
-    wait_copied,
+    FLOW, CopyWatch, Drill, DrillResult, KeyedLoad, Mode, Rig, TopicTail, leader_index, librdkafka_log, longest_gap,
+    record, wait_copied,
 )
 from tests.integration.replicator_support import count, wait_for
 
@@ -39,9 +39,9 @@ MOST_BEHIND_SECONDS = 5.0
 CHECKPOINT_GAP_SECONDS = 30.0
 
 
-def _restart_each_broker(drill: Drill, cluster: KafkaCluster, mode: Mode) -> None:
-    """Stop (SIGTERM), keep down, start again: each broker of ``cluster`` in turn."""
-    for n in range(len(cluster.nodes)):
+def _restart_brokers(drill: Drill, cluster: KafkaCluster, mode: Mode, nodes: list[int]) -> None:
+    """Stop (SIGTERM), keep down, start again: each of ``nodes`` of ``cluster`` in turn."""
+    for n in nodes:
         drill.inject(lambda n=n: cluster.stop_node(n))
         time.sleep(mode.restart_down_seconds)
         cluster.restart_node(n, timeout=180)
@@ -50,8 +50,9 @@ def _restart_each_broker(drill: Drill, cluster: KafkaCluster, mode: Mode) -> Non
 
 
 def _rolling_restart(rig: Rig, drill: Drill, mode: Mode, replicator: str) -> tuple[float, float]:
-    """Restart every broker of the source, then of the target, while a direct producer writes to the
-    target; returns the longest replication stall and the direct producer's longest ack gap."""
+    """Restart every broker of the source, then of the target (in the short form only the target broker
+    leading the copy's partition 0), while a direct producer writes to the target; returns the longest
+    replication stall and the direct producer's longest ack gap."""
     direct_topic = f"{drill.topic}-direct"
     rig.create_topic(direct_topic, rig.target)
     direct = KeyedLoad(rig.target, direct_topic, mode.rate).start()
@@ -59,8 +60,10 @@ def _rolling_restart(rig: Rig, drill: Drill, mode: Mode, replicator: str) -> tup
     try:
         time.sleep(mode.warmup_seconds)
         started = time.monotonic()
-        for cluster in (rig.source, rig.target):
-            _restart_each_broker(drill, cluster, mode)
+        _restart_brokers(drill, rig.source, mode, list(range(len(rig.source.nodes))))
+        remote = rig.remote(drill.topic)
+        _restart_brokers(drill, rig.target, mode, list(range(len(rig.target.nodes)))
+                         if mode.restart_every_target_broker else [leader_index(rig.target, remote)])
         ended = time.monotonic()
         direct.stop()
         stall = watch.longest_stall(drill.load, started, ended)

@@ -13,20 +13,13 @@ import pytest
 from confluent_kafka import Producer, TopicPartition
 
 from strait.kafka.admin import list_offsets_per_leader
-from strait_lab.kafka import KafkaCluster
-from tests.faults.drill import PARTITIONS, Drill, Mode, Rig, wait_copied
+from tests.faults.drill import PARTITIONS, Drill, Mode, Rig, leader_index, wait_copied
 
 pytestmark = [pytest.mark.faults, pytest.mark.slow]
 
 BROKER_SESSION_TIMEOUT_S = 9.0  # Kafka's broker.session.timeout.ms default
 FREEZE_S = BROKER_SESSION_TIMEOUT_S + 6.0
 RETURN_CATCH_UP_SECONDS = 10.0
-
-
-def _leader_index(cluster: KafkaCluster, topic: str, partition: int = 0) -> int:
-    """The node index (0-based) of the broker leading a partition."""
-    metadata = cluster.admin().list_topics(topic, timeout=30).topics[topic]
-    return metadata.partitions[partition].leader - 1
 
 
 def test_listing_ends_with_a_dead_leader_answers_for_the_live_leaders(rig: Rig) -> None:
@@ -40,7 +33,7 @@ def test_listing_ends_with_a_dead_leader_answers_for_the_live_leaders(rig: Rig) 
         producer.produce(topic, str(n).encode(), partition=n % PARTITIONS)
     assert producer.flush(30) == 0
     partitions = [TopicPartition(topic, p) for p in range(PARTITIONS)]
-    leaders = {tp.partition: _leader_index(rig.source, topic, tp.partition) for tp in partitions}
+    leaders = {tp.partition: leader_index(rig.source, topic, tp.partition) for tp in partitions}
     victim = leaders[0]
     rig.source.nodes[victim].kill()
     try:
@@ -92,7 +85,7 @@ def test_broker_sigkill(rig: Rig, mode: Mode, side: str) -> None:
     catch_up: list[float] = []
     try:
         for _ in range(mode.injections):
-            victim = _leader_index(cluster, topic)
+            victim = leader_index(cluster, topic)
             drill.inject(cluster.nodes[victim].kill)
             killed = time.monotonic()
             drill.recovered()
@@ -119,7 +112,7 @@ def test_broker_sigstop_past_session_timeout(rig: Rig, mode: Mode) -> None:
     drill = Drill.begin(rig, "broker-sigstop", mode)
     try:
         for _ in range(mode.injections):
-            node = rig.source.nodes[_leader_index(rig.source, drill.topic)]
+            node = rig.source.nodes[leader_index(rig.source, drill.topic)]
             assert node.pid is not None
             thaw = threading.Timer(FREEZE_S, os.kill, (node.pid, signal.SIGCONT))
             try:
