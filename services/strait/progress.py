@@ -213,9 +213,9 @@ class OffsetsTopic:
 
 
 def read_offsets_topic(settings: Mapping[str, str], location: SyncsLocation, cluster: str,
-                       timeout: float = DEFAULT_TIMEOUT) -> dict[Key, Progress]:
+                       timeout: float = DEFAULT_TIMEOUT, connector: str = MIRROR_SOURCE_CONNECTOR) -> dict[Key, Progress]:
     """One whole read of a Connect offsets topic (see :class:`OffsetsTopic`)."""
-    reader = OffsetsTopic(settings, location, cluster)
+    reader = OffsetsTopic(settings, location, cluster, connector)
     try:
         return reader.read(timeout)
     finally:
@@ -354,6 +354,7 @@ class ResumeSources:
     remote_names: tuple[tuple[str, str], ...]
     repartitioned: bool = False
     start: str | None = None
+    mm2_connector: str = MIRROR_SOURCE_CONNECTOR  # the name MM2's MirrorSourceConnector ran under
 
 
 def gather_evidence(sources: ResumeSources, keys: Sequence[Key],
@@ -449,7 +450,8 @@ def _find_on_source(consumer: Consumer, key: Key, last: Any, timeout: float) -> 
 def _mm2_offsets(sources: ResumeSources, timeout: float) -> dict[Key, Progress]:
     """MM2's committed offsets; none (with a warning) when the replicator may not read its topic."""
     try:
-        return read_offsets_topic(dict(sources.target_consumer), sources.mm2_offsets, sources.source_alias, timeout)
+        return read_offsets_topic(dict(sources.target_consumer), sources.mm2_offsets, sources.source_alias, timeout,
+                                  sources.mm2_connector)
     except ResumeNotAuthorizedError as exc:
         log.warning("flow=%s MirrorMaker 2's offsets not read (grant READ and DESCRIBE on %s to use them): %s",
                     sources.flow, sources.mm2_offsets.topic, exc)
@@ -554,7 +556,7 @@ def hand_over_to_mm2(config: StraitConfig, flow: FlowConfig, timeout: float = DE
         if err is not None:
             errors.append(err)
     for (topic, partition), progress in sorted(after.items()):
-        record = SourceOffset(MIRROR_SOURCE_CONNECTOR, flow.source, topic, partition, progress.next_offset - 1)
+        record = SourceOffset(names.mm2_connector, flow.source, topic, partition, progress.next_offset - 1)
         producer.produce(names.mm2_offsets.topic, key=record.key_bytes(), value=record.value_bytes(),
                          on_delivery=delivered)
     _flushed(producer, errors, timeout, f"flow {flow.name}: writing to {names.mm2_offsets.topic} on {flow.target}")

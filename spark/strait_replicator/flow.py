@@ -153,7 +153,7 @@ class FlowRunner:
             source_consumer=_pairs(source.librdkafka_config("consumer")),
             syncs_consumer=_pairs(config.cluster(syncs.alias).librdkafka_config("consumer")),
             remote_names=tuple(sorted((t.source, t.remote) for t in topics)),
-            repartitioned=flow.repartitions, start=self.start or flow.start,
+            repartitioned=flow.repartitions, start=self.start or flow.start, mm2_connector=names.mm2_connector,
         )
         return FlowPlan(
             topics=tuple(topics),

@@ -19,6 +19,7 @@ from strait.config.secrets import mask_text, url_password
 from strait.config.store import (
     ConfigStoreError, apply_config, check_storable, latest_version, read_durable_config, read_stored_config,
 )
+from strait.config.connect import load_connect
 from strait.config.mm1 import Mm1Setup, from_mm1
 from strait.config.model import FlowConfig
 from strait.config.strimzi import load_strimzi
@@ -88,6 +89,21 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     strimzi.add_argument("--redis-url", default=None, help=redis_help)
     strimzi.set_defaults(handler=_from_strimzi)
 
+    connect = commands.add_parser(
+        "from-connect", help="turn MirrorMaker 2's Kafka Connect connector configs (JSON) into strait flows",
+        description="Read the JSON configs of MM2's connectors as posted to a Connect cluster (MirrorSourceConnector, "
+                    "MirrorCheckpointConnector, MirrorHeartbeatConnector; {\"name\": ..., \"config\": {...}} or the "
+                    "bare config map), print the configuration they describe as YAML and, with --apply, store it. "
+                    "MM2's progress is read, when strait takes over, from the worker's offsets topic under the source "
+                    "connector's name.",
+    )
+    connect.add_argument("files", metavar="FILE", nargs="+", type=Path, help="connector JSON files")
+    connect.add_argument("--offsets-topic", required=True, metavar="TOPIC",
+                         help="the Connect worker's offset.storage.topic (on the target cluster)")
+    connect.add_argument("--apply", action="store_true", help="store it in Redis as a new configuration version")
+    connect.add_argument("--redis-url", default=None, help=redis_help)
+    connect.set_defaults(handler=_from_connect)
+
     show = commands.add_parser("show", help="print the stored configuration, secrets masked")
     show.add_argument("--redis-url", default=None, help=redis_help)
     show.add_argument("--json", action="store_true", help="print as JSON")
@@ -139,6 +155,13 @@ def _from_strimzi(args: argparse.Namespace) -> int:
     header = [f"strait configuration made from the KafkaMirrorMaker2 resource {args.file}"]
     header += [f"not used (a Connect or MM2 setting strait does not need): {key}" for key in loaded.ignored_keys]
     return _convert(args, loaded.config, header, f"from-strimzi:{args.file}")
+
+
+def _from_connect(args: argparse.Namespace) -> int:
+    loaded = load_connect(args.files, args.offsets_topic)
+    header = [f"strait configuration made from MirrorMaker 2's Connect connectors {', '.join(map(str, args.files))}"]
+    header += [f"not used (a Connect setting strait does not need): {key}" for key in loaded.ignored_keys]
+    return _convert(args, loaded.config, header, f"from-connect:{','.join(map(str, args.files))}")
 
 
 def _convert(args: argparse.Namespace, config: StraitConfig, header: list[str], source_name: str) -> int:

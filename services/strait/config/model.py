@@ -29,6 +29,7 @@ from strait.filters import (
     TopicFilter,
 )
 from strait.policy import ReplicationPolicy, policy_from_name
+from strait.records import MIRROR_SOURCE_CONNECTOR
 
 DEFAULT_REDIS_URL = "redis://127.0.0.1:19079/0"
 POLICY_NAMES = ("default", "identity")
@@ -174,7 +175,9 @@ class FlowConfig:
     many shards as replicas. ``start`` (``earliest``, ``latest`` or ``from-target``) is where the
     copy of a partition starts when Kafka holds no evidence of an earlier copy (:mod:`strait.progress`);
     ``mm2_offsets_topic`` is the Connect offsets topic MirrorMaker 2 kept its progress in, on the
-    target (default ``mm2-offsets.<source>.internal``, dedicated mode's).
+    target (default ``mm2-offsets.<source>.internal``, dedicated mode's), and ``mm2_source_connector``
+    the name its MirrorSourceConnector ran under (default ``MirrorSourceConnector``, dedicated mode's;
+    on a Connect cluster, the name the connector was created with).
     """
 
     source: str
@@ -205,6 +208,7 @@ class FlowConfig:
     checkpoint_shards: int = DEFAULT_CHECKPOINT_SHARDS
     start: str | None = None
     mm2_offsets_topic: str | None = None
+    mm2_source_connector: str | None = None
     # Derived, not a setting: every cluster alias of the configuration (the policy traces remote
     # topics to them), filled in by StraitConfig.
     cluster_aliases: tuple[str, ...] = field(default=(), compare=False, repr=False,
@@ -230,7 +234,7 @@ class FlowConfig:
     def topic_names(self) -> FlowTopics:
         """Every topic name of the flow: remote names, heartbeats, checkpoints, offset syncs and where they live."""
         return FlowTopics(self.source, self.target, self.policy(), self.offset_syncs_topic_location == "target",
-                          self.mm2_offsets_topic)
+                          self.mm2_offsets_topic, self.mm2_source_connector)
 
     def internal_topic_replication_factor(self, kind: InternalTopic) -> int:
         """Replication factor of the flow's heartbeats, checkpoints or offset-syncs topic."""
@@ -309,6 +313,7 @@ class FlowTopics:
     policy: ReplicationPolicy
     syncs_on_target: bool = False
     mm2_offsets_topic: str | None = None
+    mm2_source_connector: str | None = None
 
     def remote(self, topic: str) -> str:
         """The name of source ``topic``'s copy on the target (``A.orders``)."""
@@ -353,6 +358,11 @@ class FlowTopics:
     def mm2_offsets(self) -> SyncsLocation:
         """MirrorMaker 2's Connect offsets topic for this source, on the target."""
         return SyncsLocation(self.target, self.mm2_offsets_topic or f"mm2-offsets.{self.source}.internal")
+
+    @property
+    def mm2_connector(self) -> str:
+        """The name MM2's MirrorSourceConnector keeps its offsets under in that topic."""
+        return self.mm2_source_connector or MIRROR_SOURCE_CONNECTOR
 
 
 def merge_layers(*layers: Mapping[str, Any]) -> dict[str, Any]:

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 from strait.errors import ConfigError
 
@@ -23,6 +24,19 @@ class Property:
     key: str
     value: str
     line: int
+
+
+def scalar_text(value: Any) -> str:
+    """A YAML or JSON scalar as a properties value (``true``/``false``; null is empty)."""
+    if isinstance(value, bool):
+        return "true" if value else "false"
+    return "" if value is None else str(value)
+
+
+def escaped_line(line: str) -> str:
+    """One ``key = value`` line with the value as Properties.load reads it back (backslashes kept)."""
+    key, _, value = line.partition(" = ")
+    return f"{key} = {value.replace(chr(92), chr(92) * 2)}"
 
 
 def read_properties_file(path: Path) -> list[Property]:

@@ -23,6 +23,7 @@ from pathlib import Path
 from typing import Any
 
 from strait.config.mm2_properties import Mm2File, parse_mm2_properties
+from strait.config.properties import escaped_line, scalar_text
 from strait.config.yaml_loader import parse_yaml
 from strait.errors import ConfigError
 
@@ -56,7 +57,7 @@ def strimzi_config(resource: Any, origin: str, secrets_dir: Path) -> Mm2File:
         lines += _cluster_lines(alias, cluster, f"{origin}: spec.clusters[{index}]", secrets_dir)
     for index, mirror in enumerate(_list(spec, "mirrors", origin)):
         lines += _mirror_lines(mirror, f"{origin}: spec.mirrors[{index}]")
-    return parse_mm2_properties("\n".join(_escaped(line) for line in lines) + "\n", f"{origin} (as MM2 properties)")
+    return parse_mm2_properties("\n".join(escaped_line(line) for line in lines) + "\n", f"{origin} (as MM2 properties)")
 
 
 def _spec(resource: Any, origin: str) -> Mapping[str, Any]:
@@ -106,7 +107,7 @@ def _cluster_lines(alias: str, cluster: Mapping[str, Any], where: str, secrets_d
     config = cluster.get("config") or {}
     if not isinstance(config, Mapping):
         raise ConfigError(f"{where}.config: expected a mapping")
-    settings |= {str(k): _scalar(v) for k, v in config.items()}
+    settings |= {str(k): scalar_text(v) for k, v in config.items()}
     return lines + [f"{alias}.{key} = {value}" for key, value in settings.items()]
 
 
@@ -148,7 +149,7 @@ def _mirror_lines(mirror: Mapping[str, Any], where: str) -> list[str]:
     for field, key in (("topicsPattern", "topics"), ("topicsExcludePattern", "topics.exclude"),
                        ("groupsPattern", "groups"), ("groupsExcludePattern", "groups.exclude")):
         if mirror.get(field) is not None:
-            lines.append(f"{flow}.{key} = {_scalar(mirror[field])}")
+            lines.append(f"{flow}.{key} = {scalar_text(mirror[field])}")
     for connector, switch in _CONNECTORS.items():
         block = mirror.get(connector)
         if block is None:
@@ -158,17 +159,6 @@ def _mirror_lines(mirror: Mapping[str, Any], where: str) -> list[str]:
         config = block.get("config") or {} if isinstance(block, Mapping) else None
         if not isinstance(config, Mapping):
             raise ConfigError(f"{where}.{connector}.config: expected a mapping")
-        lines += [f"{flow}.{key} = {_scalar(value)}" for key, value in config.items()]
+        lines += [f"{flow}.{key} = {scalar_text(value)}" for key, value in config.items()]
     return lines
 
-
-def _scalar(value: Any) -> str:
-    if isinstance(value, bool):
-        return "true" if value else "false"
-    return "" if value is None else str(value)
-
-
-def _escaped(line: str) -> str:
-    """One ``key = value`` line with the value as Properties.load reads it back (backslashes kept)."""
-    key, _, value = line.partition(" = ")
-    return f"{key} = {value.replace(chr(92), chr(92) * 2)}"
