@@ -19,8 +19,9 @@ this order, and reported with a bound on the records copied a second time:
    (or the latest with ``start: latest``);
 5. ``start-earliest`` / ``start-latest``: the flow's explicit ``start`` choice; ``from-target``:
    the remote partition is taken for a copy made without progress records (by another tool), and
-   the copy goes on after the source record equal to the remote's last one (same timestamp, key,
-   value and headers), found from that timestamp on.
+   the copy goes on after the source record equal to the remote's last one (same key, value and
+   headers), searched from the first source record of its timestamp on (the timestamps themselves
+   are not compared).
 
 A remote partition that holds records with none of that evidence is never copied again from the
 earliest offset silently: :class:`ResumeError` names the topics and says how to choose.
