@@ -83,7 +83,7 @@ def _transactional_topic(cluster: KafkaCluster, topic: str) -> None:
         if txn % 3 == 1:
             # Delivered before the abort, so the aborted records really are in the log; aborting
             # unsent records can also end in a fatal INVALID_TXN_STATE (librdkafka issue 4849).
-            producer.flush(30)
+            assert producer.flush(30) == 0
             producer.abort_transaction(30)
         else:
             producer.commit_transaction(30)

@@ -73,3 +73,30 @@ def test_a_file_that_is_not_json_is_named(tmp_path: Path) -> None:
     path.write_text("{name: mm2")
     with pytest.raises(ConfigError, match=r"broken\.json: not JSON"):
         load_connect([path], "connect-offsets")
+
+
+def test_where_connectors_disagree_the_source_connectors_value_is_used_and_the_other_named(tmp_path: Path) -> None:
+    source = _write(tmp_path, "msc", _source(topics="x"))
+    checkpoint = _write(tmp_path, "mcc", {"name": "mm2-cpc", "config": {
+        "connector.class": PACKAGE + "MirrorCheckpointConnector", **CLUSTERS, "topics": "y",
+        "target.cluster.bootstrap.servers": "elsewhere:9092"}})
+    for files in ([source, checkpoint], [checkpoint, source]):  # the order on the command line does not matter
+        loaded = load_connect(files, "connect-offsets")
+        assert loaded.config.flow("primary->backup").topics.include == ("x",)
+        assert loaded.config.cluster("backup").bootstrap_servers == "b:9092"
+        assert {"mm2-cpc: topics (differs from mm2-msc's, which is used)",
+                "mm2-cpc: bootstrap.servers (differs from mm2-msc's, which is used)"} <= set(loaded.ignored_keys)
+
+
+def test_a_connectors_own_offsets_topic_is_where_its_progress_is_read(tmp_path: Path) -> None:
+    source = _write(tmp_path, "msc", _source(**{"offsets.storage.topic": "mm2-own-offsets",
+                                                "exactly.once.support": "required"}))
+    loaded = load_connect([source], "connect-offsets")
+    assert loaded.config.flow("primary->backup").mm2_offsets_topic == "mm2-own-offsets"
+    assert "mm2-msc: exactly.once.support" in loaded.ignored_keys
+
+
+def test_a_pem_value_spanning_lines_stays_one_value(tmp_path: Path) -> None:
+    pem = "-----BEGIN CERTIFICATE-----\nMIIBsz\\CCAVmgAwIBAgI=\n-----END CERTIFICATE-----"
+    source = _write(tmp_path, "msc", _source(**{"target.cluster.ssl.truststore.certificates": pem}))
+    assert load_connect([source], "connect-offsets").config.cluster("backup").client["ssl.truststore.certificates"] == pem

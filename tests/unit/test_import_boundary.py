@@ -16,7 +16,7 @@ RUNTIME_PACKAGES = ("strait", "strait_checkpoint", "strait_configsync", "strait_
 DEV_ONLY = ("strait_lab", "strait_bench", "tests", "pytest", "_pytest", "hypothesis", "testcontainers",
             "jsonschema", "psutil", "matplotlib")
 
-# A library may try an optional import (urllib3 tries cryptography): refused, it goes on without it.
+# A library may try an optional import of a dev-only package: refused, it goes on without it.
 _REFUSE_DEV_ONLY = textwrap.dedent("""
     import importlib, importlib.abc, pkgutil, sys
 

@@ -140,7 +140,7 @@ def test_translation_is_exact_under_holes_gaps_and_replays(run: tuple[list[int],
             cut = int(len(batch) * fraction)
             if kind == "dark":  # crash mid-copy: some records on the target, no syncs
                 copy(batch[:cut], rng)
-                dark = True
+                dark = dark or cut > 0
             else:  # every record copied, crash while emitting syncs
                 points = sync_points(batch, copy(batch, rng))
                 emitted = points[:int(len(points) * fraction)]

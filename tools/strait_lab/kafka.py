@@ -70,8 +70,8 @@ class KafkaClusterSpec:
         sasl: add a SASL_PLAINTEXT listener with SCRAM-SHA-512.
         tls: add an SSL listener and, with ``sasl``, a SASL_SSL one (SCRAM-SHA-512), with a CA and
             a broker certificate made at start.
-        client_auth: the TLS listeners require a client certificate the lab's CA signed
-            (``client_keystore_path``).
+        client_auth: the SSL listener requires a client certificate the lab's CA signed
+            (``client_keystore_path``); SASL_SSL ones authenticate by SASL as before.
         scram_users: user -> password created at format time when ``sasl`` is on.
         base_port: fixed ports from here (node n uses base+10n .. base+10n+4); None picks free ports.
         audit_log: log the authorizer's allowed decisions too (DEBUG ``kafka.authorizer.logger``),

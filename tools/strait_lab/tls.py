@@ -115,8 +115,9 @@ class JavaStores:
 
     truststore_jks: Path
     truststore_p12: Path
-    keystore_jks: Path
+    keystore_jks: Path  # its key under a password of its own
     keystore_p12: Path
+    keystore_jks_one_password: Path  # its key under the store password, as most JKS keystores are
     jceks: Path  # a JCEKS keystore, which strait refuses with a conversion hint
 
 
@@ -132,12 +133,12 @@ def make_java_stores(ca: Path, client: Path, folder: Path, password: str, key_pa
     source.write_bytes(pkcs12.serialize_key_and_certificates(
         b"client", key, leaf, [issuer], serialization.BestAvailableEncryption(password.encode())))  # type: ignore[arg-type]
     stores = JavaStores(folder / "truststore.jks", folder / "truststore.p12", folder / "keystore.jks",
-                        folder / "keystore.p12", folder / "keystore.jceks")
+                        folder / "keystore.p12", folder / "keystore-one-password.jks", folder / "keystore.jceks")
     for path, kind in ((stores.truststore_jks, "JKS"), (stores.truststore_p12, "PKCS12")):
         _keytool("-importcert", "-noprompt", "-alias", "lab-ca", "-file", str(ca), "-storetype", kind,
                  "-keystore", str(path), "-storepass", password)
     for path, kind, key_pass in ((stores.keystore_jks, "JKS", key_password), (stores.keystore_p12, "PKCS12", password),
-                                 (stores.jceks, "JCEKS", password)):
+                                 (stores.keystore_jks_one_password, "JKS", password), (stores.jceks, "JCEKS", password)):
         _keytool("-importkeystore", "-noprompt", "-srckeystore", str(source), "-srcstoretype", "PKCS12",
                  "-srcstorepass", password, "-srcalias", "client", "-destkeystore", str(path),
                  "-deststoretype", kind, "-deststorepass", password, "-destkeypass", key_pass)

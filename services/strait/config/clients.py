@@ -12,7 +12,7 @@ import logging
 import re
 from collections.abc import Callable
 
-from strait.config.keystores import KeyStoreError, read_store
+from strait.config.keystores import read_keystore, read_truststore
 from strait.errors import ConfigError
 
 log = logging.getLogger(__name__)
@@ -85,10 +85,7 @@ def _translate_truststore(out: dict[str, str]) -> None:
     if kind == "PEM" or location.lower().endswith((".pem", ".crt")):
         out.setdefault("ssl.ca.location", location)
         return
-    trusted = read_store(location, kind, password or None).trusted
-    if not trusted:
-        raise KeyStoreError(f"ssl.truststore.location: {location} holds no trusted certificate")
-    out.setdefault("ssl.ca.pem", "".join(trusted))
+    out.setdefault("ssl.ca.pem", read_truststore(location, kind, password))
 
 
 def _translate_keystore(out: dict[str, str]) -> None:
@@ -108,10 +105,8 @@ def _translate_keystore(out: dict[str, str]) -> None:
         out.setdefault("ssl.certificate.location", location)
         out.setdefault("ssl.key.location", location)
         return
-    password = out.pop("ssl.keystore.password", None) or None
-    key_password = out.pop("ssl.key.password", None) or None  # Java's: the key's in the store
-    store = read_store(location, kind or "JKS", password, key_password, key="ssl.keystore.location")
-    if store.key is None:
-        raise KeyStoreError(f"ssl.keystore.location: {location} holds no private key")
+    # Java's ssl.key.password is the key's password inside the store; librdkafka's would decrypt a PEM key
+    store = read_keystore(location, kind or "JKS", out.pop("ssl.keystore.password", None),
+                          out.pop("ssl.key.password", None))
     out.setdefault("ssl.key.pem", store.key)
-    out.setdefault("ssl.certificate.pem", "".join(store.chain))
+    out.setdefault("ssl.certificate.pem", store.chain)

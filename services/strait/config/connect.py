@@ -14,10 +14,12 @@ would run with and read by :mod:`strait.config.mm2_properties`, so every key mea
   writes the copies); Connect's own keys (``connector.class``, ``tasks.max``, converters, ``errors.*``,
   ``transforms*``, other overrides) are listed as not used;
 * every other key is the flow's; a flow without a checkpoint connector emits no checkpoints,
-  without a heartbeat connector no heartbeats.
+  without a heartbeat connector no heartbeats. Where two connectors of a flow set one key to
+  different values, the source connector's value is used (then the checkpoint connector's) and the
+  other is listed as not used.
 
-MM2's progress on Connect lives in the worker's ``offset.storage.topic`` under the source
-connector's own name; both go into the flow (``mm2_offsets_topic``, ``mm2_source_connector``) so
+MM2's progress on Connect lives in the worker's ``offset.storage.topic`` (or the source
+connector's own ``offsets.storage.topic``, KIP-618) under the source connector's name; both go into the flow (``mm2_offsets_topic``, ``mm2_source_connector``) so
 that strait taking over reads it there (:mod:`strait.progress`).
 """
 
@@ -37,7 +39,8 @@ _PACKAGE = "org.apache.kafka.connect.mirror."
 SOURCE, CHECKPOINT, HEARTBEAT = "MirrorSourceConnector", "MirrorCheckpointConnector", "MirrorHeartbeatConnector"
 _SWITCHES = {CHECKPOINT: "emit.checkpoints.enabled", HEARTBEAT: "emit.heartbeats.enabled"}
 _CONNECT_KEYS = ("name", "connector.class", "tasks.max", "key.converter", "value.converter", "header.converter",
-                 "config.action.reload")
+                 "config.action.reload", "offsets.storage.topic", "exactly.once.support", "transaction.boundary",
+                 "transaction.boundary.interval.ms")
 _CONNECT_PREFIXES = ("errors.", "transforms", "predicates", "producer.override.", "consumer.override.",
                      "admin.override.", "key.converter.", "value.converter.", "header.converter.")
 _ROLE_PREFIXES = ("consumer.", "producer.", "admin.")
@@ -55,8 +58,39 @@ class Connector:
 
 def load_connect(paths: Sequence[str | Path], offsets_topic: str) -> Mm2File:
     """The flows of MM2 connector JSON files, MM2's progress read from ``offsets_topic`` (the Connect
-    worker's ``offset.storage.topic``, on the target); ConfigError names the file and key."""
-    connectors = [c for path in paths for c in _read(Path(path))]
+    worker's ``offset.storage.topic``, on the target) unless the source connector names its own
+    (``offsets.storage.topic``); ConfigError names the file and key."""
+    flows = _flows([c for path in paths for c in _read(Path(path))])
+    clusters: dict[str, dict[str, str]] = {}
+    lines, ignored, progress = [], [], {}
+    for (source, target), by_kind in flows.items():
+        name = f"{source}->{target}"
+        lines.append(f"{name}.enabled = true")
+        lines += [f"{name}.{switch} = false" for kind, switch in _SWITCHES.items() if kind not in by_kind]
+        settings: dict[tuple[str, str], tuple[str, Connector]] = {}  # (flow or alias, key) -> (value, whose)
+        for kind in (SOURCE, CHECKPOINT, HEARTBEAT):  # the source connector's values win
+            if kind in by_kind:
+                ignored += _merge(by_kind[kind], source, target, settings)
+        for (scope, key), (value, _whose) in settings.items():
+            if scope == name:
+                lines.append(f"{name}.{key} = {value}")
+            else:
+                clusters.setdefault(scope, {})[key] = value
+        source_connector = by_kind[SOURCE]
+        progress[name] = (source_connector.config.get("offsets.storage.topic") or offsets_topic, source_connector.name)
+    text = "".join(escaped_line(line) + "\n" for line in [
+        f"clusters = {', '.join(clusters)}",
+        *(f"{alias}.{key} = {value}" for alias, settings in clusters.items() for key, value in settings.items()),
+        *lines])
+    loaded = parse_mm2_properties(text, f"{', '.join(str(p) for p in paths)} (as MM2 properties)")
+    config = replace(loaded.config, flows=tuple(
+        replace(flow, mm2_offsets_topic=progress[flow.name][0], mm2_source_connector=progress[flow.name][1])
+        for flow in loaded.config.flows))
+    return Mm2File(config, tuple(sorted({*loaded.ignored_keys, *ignored})))
+
+
+def _flows(connectors: list[Connector]) -> dict[tuple[str, str], dict[str, Connector]]:
+    """The connectors by flow (source and target alias) and kind; every flow has a source connector."""
     flows: dict[tuple[str, str], dict[str, Connector]] = {}
     for connector in connectors:
         key = (_alias(connector, "source"), _alias(connector, "target"))
@@ -65,31 +99,29 @@ def load_connect(paths: Sequence[str | Path], offsets_topic: str) -> Mm2File:
             raise ConfigError(f"{connector.origin}: connector {connector.name}: flow {key[0]}->{key[1]} already "
                               f"has a {connector.kind} ({other.name} in {other.origin})")
         flows[key][connector.kind] = connector
-    lines, ignored, clusters = [], [], {}
     for (source, target), by_kind in flows.items():
         if SOURCE not in by_kind:
             named = next(iter(by_kind.values()))
             raise ConfigError(f"{named.origin}: flow {source}->{target} has no {SOURCE}: a strait flow copies records; "
                               f"give the source connector's JSON too")
-        lines.append(f"{source}->{target}.enabled = true")
-        lines += [f"{source}->{target}.{switch} = false" for kind, switch in _SWITCHES.items() if kind not in by_kind]
-        for connector in by_kind.values():
-            flow_lines, cluster_lines, unused = _lines(connector, source, target)
-            lines += flow_lines
-            ignored += [f"{connector.name}: {key}" for key in unused]
-            for alias, setting in cluster_lines:
-                clusters.setdefault(alias, {}).update([setting])
-    lines = [f"clusters = {', '.join(clusters)}",
-             *(f"{alias}.{key} = {value}" for alias, settings in clusters.items() for key, value in settings.items()),
-             *lines]
-    text = "".join(escaped_line(line) + "\n" for line in lines)
-    origin = ", ".join(str(p) for p in paths)
-    loaded = parse_mm2_properties(text, f"{origin} (as MM2 properties)")
-    names = {f"{s}->{t}": by_kind[SOURCE].name for (s, t), by_kind in flows.items()}
-    config = replace(loaded.config, flows=tuple(
-        replace(flow, mm2_offsets_topic=offsets_topic, mm2_source_connector=names[flow.name])
-        for flow in loaded.config.flows))
-    return Mm2File(config, tuple(sorted({*loaded.ignored_keys, *ignored})))
+    return flows
+
+
+def _merge(connector: Connector, source: str, target: str,
+           settings: dict[tuple[str, str], tuple[str, Connector]]) -> list[str]:
+    """Add one connector's flow and cluster settings unless an earlier connector set them; returns what
+    is not used (Connect's own keys, values that differ from the earlier connector's)."""
+    flow_settings, cluster_settings, unused = _settings(connector, source, target)
+    entries = [((f"{source}->{target}", key), value) for key, value in flow_settings]
+    entries += [((alias, key), value) for alias, (key, value) in cluster_settings]
+    notes = [f"{connector.name}: {key}" for key in unused]
+    for scoped, value in entries:
+        earlier = settings.get(scoped)
+        if earlier is None:
+            settings[scoped] = (value, connector)
+        elif earlier[0] != value:
+            notes.append(f"{connector.name}: {scoped[1]} (differs from {earlier[1].name}'s, which is used)")
+    return notes
 
 
 def _read(path: Path) -> list[Connector]:
@@ -129,8 +161,9 @@ def _alias(connector: Connector, side: str) -> str:
     return connector.config.get(f"{side}.cluster.alias") or side  # MM2's defaults: "source" and "target"
 
 
-def _lines(connector: Connector, source: str, target: str) -> tuple[list[str], list[tuple[str, tuple[str, str]]], list[str]]:
-    """(flow lines, (alias, cluster setting) pairs, Connect keys not used) of one connector."""
+def _settings(connector: Connector, source: str,
+              target: str) -> tuple[list[tuple[str, str]], list[tuple[str, tuple[str, str]]], list[str]]:
+    """(flow settings, (alias, cluster setting) pairs, Connect keys not used) of one connector."""
     flow, clusters, unused = [], [], []
     for key, value in connector.config.items():
         if key in ("source.cluster.alias", "target.cluster.alias"):
@@ -144,9 +177,9 @@ def _lines(connector: Connector, source: str, target: str) -> tuple[list[str], l
         elif connector.kind == SOURCE and key.startswith("producer.override."):
             clusters.append((target, ("producer." + key.removeprefix("producer.override."), value)))
         elif key in _CONNECT_KEYS or key.startswith(_CONNECT_PREFIXES):
-            if key not in ("name", "connector.class"):
+            if key not in ("name", "connector.class", "offsets.storage.topic"):
                 unused.append(key)
         else:
-            flow.append(f"{source}->{target}.{key} = {value}")
+            flow.append((key, value))
     return flow, clusters, unused
 

@@ -20,7 +20,9 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from cryptography import x509
+from cryptography.exceptions import UnsupportedAlgorithm
 from cryptography.hazmat.primitives import serialization
+from cryptography.hazmat.primitives.asymmetric.types import PrivateKeyTypes
 from cryptography.hazmat.primitives.serialization import pkcs12
 
 from strait.errors import ConfigError
@@ -31,56 +33,107 @@ _JKS_PRIVATE_KEY, _JKS_TRUSTED_CERT = 1, 2
 _JKS_DIGEST_WHITENER = b"Mighty Aphrodite"  # Sun's constant in the store digest
 _SUN_KEY_PROTECTOR_OID = bytes.fromhex("2b060104012a02110101")  # 1.3.6.1.4.1.42.2.17.1.1
 _SHA1 = 20
-STORE_KINDS = ("JKS", "PKCS12")
+STORE_KINDS = ("JKS", "PKCS12", "JCEKS")  # JCEKS: recognised, to be refused with the keytool conversion
 
 
 @dataclass(frozen=True)
-class StoreContents:
-    """What a key store holds, as PEM text: trusted certificates, and at most one key with its chain."""
+class Keystore:
+    """A keystore's private key and its certificate chain (leaf first), as PEM text."""
 
-    trusted: tuple[str, ...] = ()
-    key: str | None = None
-    chain: tuple[str, ...] = ()
+    key: str
+    chain: str
 
 
 class KeyStoreError(ConfigError):
     """A key store cannot be read: missing, of another format, or the password is wrong."""
 
 
-def read_store(path: str, kind: str, password: str | None, key_password: str | None = None,
-               key: str = "ssl.truststore.location") -> StoreContents:
-    """The contents of the JKS or PKCS#12 store at ``path``; ``key`` names the setting in errors.
+@dataclass(frozen=True)
+class _JksEntries:
+    trusted: tuple[bytes, ...]  # DER certificates of the trusted-certificate entries
+    keys: tuple[tuple[bytes, tuple[bytes, ...]], ...]  # (protected key, DER chain) of the private-key entries
 
-    ``kind`` is the setting's store type; JKS or PKCS12 is accepted and the file's content decides how
-    it is read. ``key_password`` (Java's ``ssl.key.password``) defaults to ``password``.
+
+def read_truststore(path: str, kind: str, password: str | None, key: str = "ssl.truststore.location") -> str:
+    """The certificates a Java client trusts in the JKS or PKCS#12 store at ``path``, as PEM text.
+
+    As Java's trust managers do, that is every trusted-certificate entry and the first certificate
+    of every private-key entry (no private key is decrypted). ``kind`` is the setting's store type;
+    the file's content decides how it is read, as Java does since 9. ``password`` None (not set)
+    skips a JKS file's integrity check, as Java does; an empty string is a password.
     """
+    data = _read(path, kind, key)
+    if _is_jks(data):
+        entries = _jks_entries(data, path, password, key)
+        certificates = [*entries.trusted, *(chain[0] for _protected, chain in entries.keys if chain)]
+        pems = [_pem_cert(_der_cert(der, path, key)) for der in certificates]
+    else:
+        store = _load_pkcs12(data, path, password, key)
+        pems = [_pem_cert(c) for c in ([store.cert.certificate] if store.cert else [])] + \
+            [_pem_cert(c.certificate) for c in store.additional_certs]
+    if not pems:
+        raise KeyStoreError(f"{key}: {path} holds no certificate to trust")
+    return "".join(pems)
+
+
+def read_keystore(path: str, kind: str, password: str | None, key_password: str | None = None,
+                  key: str = "ssl.keystore.location") -> Keystore:
+    """The private key and its chain in the JKS or PKCS#12 store at ``path``.
+
+    ``key_password`` (Java's ``ssl.key.password``) is the JKS key's own password; when it is not set
+    the store password is used, as Java does. A store holding several keys gives its first.
+    """
+    data = _read(path, kind, key)
+    if _is_jks(data):
+        entries = _jks_entries(data, path, password, key)
+        if not entries.keys:
+            raise KeyStoreError(f"{key}: {path} holds no private key")
+        secret = key_password if key_password is not None else password
+        if secret is None:
+            raise KeyStoreError(f"{key}: {path} holds a private key; set ssl.keystore.password (or ssl.key.password)")
+        protected, chain = entries.keys[0]
+        return Keystore(_recover_jks_key(protected, secret, path, key),
+                        "".join(_pem_cert(_der_cert(der, path, key)) for der in chain))
+    store = _load_pkcs12(data, path, password, key)
+    if store.key is None or store.cert is None:
+        raise KeyStoreError(f"{key}: {path} holds no private key")
+    chain = _chain(store.cert.certificate, [c.certificate for c in store.additional_certs])
+    return Keystore(_pem_key(store.key, path, key), "".join(_pem_cert(c) for c in chain))
+
+
+def _read(path: str, kind: str, key: str) -> bytes:
+    if kind.upper() not in STORE_KINDS:
+        raise KeyStoreError(f"{key}: store type {kind} is not supported; use JKS, PKCS12 or PEM")
     try:
-        data = Path(path).read_bytes()
+        return Path(path).read_bytes()
     except OSError as exc:
         raise KeyStoreError(f"{key}: cannot read {path}: {exc.strerror or exc}") from None
-    kind = kind.upper()
-    if kind not in STORE_KINDS:
-        raise KeyStoreError(f"{key}: store type {kind} is not supported; use JKS, PKCS12 or PEM")
-    # by content, as Java does since 9: a "JKS" store may well be a PKCS#12 file, and the other way round
-    if data[:4] in (struct.pack(">I", JKS_MAGIC), struct.pack(">I", JCEKS_MAGIC)):
-        return _read_jks(data, path, password, key_password or password, key)
-    return _read_pkcs12(data, path, password, key)
 
 
-def _read_pkcs12(data: bytes, path: str, password: str | None, key: str) -> StoreContents:
+def _is_jks(data: bytes) -> bool:
+    return data[:4] in (struct.pack(">I", JKS_MAGIC), struct.pack(">I", JCEKS_MAGIC))
+
+
+def _load_pkcs12(data: bytes, path: str, password: str | None, key: str) -> pkcs12.PKCS12KeyAndCertificates:
     try:
-        store = pkcs12.load_pkcs12(data, password.encode() if password else None)
-    except ValueError:
+        return pkcs12.load_pkcs12(data, None if password is None else password.encode())
+    except (ValueError, UnsupportedAlgorithm):
         raise KeyStoreError(f"{key}: {path} is neither a JKS nor a PKCS12 store, or its password is wrong "
                             f"(check the matching .password setting)") from None
-    private = None if store.key is None else _pem_key(store.key)
-    chain = (() if store.cert is None else (_pem_cert(store.cert.certificate),)) + tuple(
-        _pem_cert(c.certificate) for c in store.additional_certs if store.key is not None)
-    trusted = tuple(_pem_cert(c.certificate) for c in store.additional_certs) if store.key is None else ()
-    return StoreContents(trusted, private, chain)
 
 
-def _read_jks(data: bytes, path: str, password: str | None, key_password: str | None, key: str) -> StoreContents:
+def _chain(leaf: x509.Certificate, others: list[x509.Certificate]) -> list[x509.Certificate]:
+    """``leaf`` and its issuers among ``others``, in order (a store may hold unrelated certificates)."""
+    chain, left = [leaf], list(others)
+    while True:
+        issuer = next((c for c in left if c.subject == chain[-1].issuer and c != chain[-1]), None)
+        if issuer is None or chain[-1].issuer == chain[-1].subject:
+            return chain
+        chain.append(issuer)
+        left.remove(issuer)
+
+
+def _jks_entries(data: bytes, path: str, password: str | None, key: str) -> _JksEntries:
     reader = _Reader(data, path, key)
     magic, version, count = reader.u32(), reader.u32(), reader.u32()
     if magic == JCEKS_MAGIC:
@@ -88,28 +141,22 @@ def _read_jks(data: bytes, path: str, password: str | None, key_password: str | 
                             f"-deststoretype PKCS12")
     if version not in (1, 2):
         raise KeyStoreError(f"{key}: {path} is not a JKS store")
-    trusted: list[str] = []
-    keys: list[tuple[bytes, list[bytes]]] = []
+    trusted: list[bytes] = []
+    keys: list[tuple[bytes, tuple[bytes, ...]]] = []
     for _ in range(count):
         tag = reader.u32()
         reader.utf()  # alias
         reader.take(8)  # creation date
         if tag == _JKS_TRUSTED_CERT:
-            trusted.append(_pem_cert(_der_cert(reader.cert(version), path, key)))
+            trusted.append(reader.cert(version))
         elif tag == _JKS_PRIVATE_KEY:
             protected = reader.take(reader.u32())
-            keys.append((protected, [reader.cert(version) for _ in range(reader.u32())]))
+            keys.append((protected, tuple(reader.cert(version) for _ in range(reader.u32()))))
         else:
             raise KeyStoreError(f"{key}: {path} holds an entry of unknown kind {tag}; is it a JKS store?")
     if password is not None:
         _check_jks_digest(data[:reader.at], reader.take(_SHA1), password, path, key)
-    if not keys:
-        return StoreContents(tuple(trusted))
-    protected, chain = keys[0]
-    if key_password is None:
-        raise KeyStoreError(f"{key}: {path} holds a private key; set ssl.keystore.password (or ssl.key.password)")
-    private = _recover_jks_key(protected, key_password, path, key)
-    return StoreContents(tuple(trusted), private, tuple(_pem_cert(_der_cert(c, path, key)) for c in chain))
+    return _JksEntries(tuple(trusted), tuple(keys))
 
 
 def _check_jks_digest(body: bytes, digest: bytes, password: str, path: str, key: str) -> None:
@@ -133,7 +180,12 @@ def _recover_jks_key(protected: bytes, password: str, path: str, key: str) -> st
     if hashlib.sha1(secret + plain).digest() != check:
         raise KeyStoreError(f"{key}: the key password of {path} is wrong (set ssl.key.password if it "
                             f"differs from the store's)")
-    return _pem_key(serialization.load_der_private_key(plain, None))
+    try:
+        private = serialization.load_der_private_key(plain, None)
+    except (ValueError, UnsupportedAlgorithm):
+        raise KeyStoreError(f"{key}: the private key in {path} cannot be read (an algorithm this host's "
+                            f"OpenSSL lacks?)") from None
+    return _pem_key(private, path, key)
 
 
 def _encrypted_private_key_info(der: bytes, path: str, key: str) -> tuple[bytes, bytes]:
@@ -176,9 +228,12 @@ def _pem_cert(cert: x509.Certificate) -> str:
     return cert.public_bytes(serialization.Encoding.PEM).decode("ascii")
 
 
-def _pem_key(private: object) -> str:
-    return private.private_bytes(  # type: ignore[attr-defined]
-        serialization.Encoding.PEM, serialization.PrivateFormat.PKCS8, serialization.NoEncryption()).decode("ascii")
+def _pem_key(private: PrivateKeyTypes, path: str, key: str) -> str:
+    try:
+        return private.private_bytes(serialization.Encoding.PEM, serialization.PrivateFormat.PKCS8,
+                                     serialization.NoEncryption()).decode("ascii")
+    except (ValueError, TypeError, UnsupportedAlgorithm):
+        raise KeyStoreError(f"{key}: the private key in {path} cannot be handed to librdkafka as PEM") from None
 
 
 class _Reader:

@@ -16,6 +16,7 @@ from types import MappingProxyType
 from typing import Any, Literal
 
 from strait.config.clients import librdkafka_settings
+from strait.config.keystores import KeyStoreError
 from strait.config.secrets import SecretRef, SettingValue, has_reference, mask_url, resolve_value
 from strait.errors import ConfigError
 from strait.filters import (
@@ -129,7 +130,8 @@ class ClusterConfig:
         """A confluent-kafka (librdkafka) config dict with secrets resolved.
 
         Java-only settings an MM2 file carries are translated (``sasl.jaas.config`` for PLAIN and
-        SCRAM to ``sasl.username``/``sasl.password``, PEM truststores to ``ssl.ca.location``).
+        SCRAM to ``sasl.username``/``sasl.password``, PEM truststores to ``ssl.ca.location``, JKS and
+        PKCS#12 stores to PEM text, :mod:`strait.config.clients`).
         """
         source = os.environ if environ is None else environ
         jaas = self.unresolved_settings(role).get("sasl.jaas.config")
@@ -140,8 +142,10 @@ class ClusterConfig:
             if isinstance(jaas, SecretRef) and not jaas.text.lstrip().startswith("${"):
                 return librdkafka_settings(settings, jaas.text, _jaas_option_resolver(source))
             return librdkafka_settings(settings, None if jaas is None else resolve_value(jaas, source))
+        except KeyStoreError as exc:
+            raise KeyStoreError(f"cluster {self.alias}: {exc}") from None
         except ConfigError as exc:
-            raise type(exc)(f"cluster {self.alias}: {exc}") from None  # keeps KeyStoreError a KeyStoreError
+            raise ConfigError(f"cluster {self.alias}: {exc}") from None
 
 
 def _jaas_option_resolver(environ: Mapping[str, str]) -> Callable[[str], str]:

@@ -34,9 +34,10 @@ def scalar_text(value: Any) -> str:
 
 
 def escaped_line(line: str) -> str:
-    """One ``key = value`` line with the value as Properties.load reads it back (backslashes kept)."""
+    """One ``key = value`` line with the value as Properties.load reads it back (backslashes and line
+    breaks kept: a PEM certificate is one value)."""
     key, _, value = line.partition(" = ")
-    return f"{key} = {value.replace(chr(92), chr(92) * 2)}"
+    return f"{key} = " + value.replace("\\", "\\\\").replace("\n", "\\n").replace("\r", "\\r")
 
 
 def read_properties_file(path: Path) -> list[Property]:

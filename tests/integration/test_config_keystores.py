@@ -1,4 +1,7 @@
-"""Java key stores as keytool writes them (JKS, PKCS#12), read into the PEM text librdkafka takes."""
+"""Java key stores as keytool writes them (JKS, PKCS#12, JCEKS), read into the PEM text librdkafka takes.
+
+keytool (a JVM) writes the stores, so this runs with the integration tests; no cluster is started.
+"""
 
 from __future__ import annotations
 
@@ -7,8 +10,9 @@ from pathlib import Path
 import pytest
 from cryptography import x509
 from cryptography.hazmat.primitives import serialization
+from cryptography.hazmat.primitives.serialization import pkcs12
 
-from strait.config.keystores import KeyStoreError, read_store
+from strait.config.keystores import KeyStoreError, read_keystore, read_truststore
 from strait.config.model import ClusterConfig, StraitConfig
 from strait.config.secrets import SecretRef
 from strait.config.validate import check_key_stores
@@ -44,25 +48,36 @@ def _public(pem: str) -> bytes:
 @pytest.mark.parametrize("which", ["truststore_jks", "truststore_p12"])
 def test_a_truststore_yields_the_ca_it_holds(tls: tuple[TlsFiles, JavaStores], which: str) -> None:
     files, stores = tls
-    store = read_store(str(getattr(stores, which)), "JKS" if which.endswith("jks") else "PKCS12", STORE_PASSWORD)
-    assert [c for pem in store.trusted for c in _certificates(pem)] == _certificates(files.ca.read_bytes())
-    assert store.key is None
+    trusted = read_truststore(str(getattr(stores, which)), "JKS" if which.endswith("jks") else "PKCS12", STORE_PASSWORD)
+    assert _certificates(trusted) == _certificates(files.ca.read_bytes())
 
 
 def test_a_jks_truststore_is_read_without_a_password_as_java_does(tls: tuple[TlsFiles, JavaStores]) -> None:
     files, stores = tls
-    store = read_store(str(stores.truststore_jks), "JKS", None)
-    assert _certificates("".join(store.trusted)) == _certificates(files.ca.read_bytes())
+    assert _certificates(read_truststore(str(stores.truststore_jks), "JKS", None)) == \
+        _certificates(files.ca.read_bytes())
 
 
-@pytest.mark.parametrize(("which", "key_password"), [("keystore_jks", KEY_PASSWORD), ("keystore_p12", None)])
-def test_a_keystore_yields_its_key_and_chain(tls: tuple[TlsFiles, JavaStores], which: str,
-                                             key_password: str | None) -> None:
+@pytest.mark.parametrize("which", ["keystore_jks", "keystore_p12"])
+def test_a_keystore_used_as_truststore_trusts_its_certificates_and_decrypts_nothing(
+        tls: tuple[TlsFiles, JavaStores], which: str) -> None:
+    """One client.jks as both stores is common: Java trusts each key entry's certificate, and the key's
+    own password is not needed to read it as a truststore."""
     files, stores = tls
-    store = read_store(str(getattr(stores, which)), "PKCS12", STORE_PASSWORD, key_password)
+    trusted = _certificates(read_truststore(str(getattr(stores, which)), "JKS", STORE_PASSWORD))
+    _public, chain = _client_key_and_chain(files)
+    assert chain[0] in trusted
+
+
+@pytest.mark.parametrize(("which", "key_password"), [("keystore_jks", KEY_PASSWORD), ("keystore_p12", None),
+                                                     ("keystore_jks_one_password", None)])
+def test_a_keystore_yields_its_key_and_chain_leaf_first(tls: tuple[TlsFiles, JavaStores], which: str,
+                                                        key_password: str | None) -> None:
+    files, stores = tls
+    store = read_keystore(str(getattr(stores, which)), "PKCS12", STORE_PASSWORD, key_password)
     public, chain = _client_key_and_chain(files)
-    assert store.key is not None and _public(store.key) == public
-    assert [c for pem in store.chain for c in _certificates(pem)] == chain
+    assert _public(store.key) == public
+    assert _certificates(store.chain) == chain
 
 
 @pytest.mark.parametrize(("which", "password", "key_password", "problem"), [
@@ -71,20 +86,21 @@ def test_a_keystore_yields_its_key_and_chain(tls: tuple[TlsFiles, JavaStores], w
     ("keystore_jks", STORE_PASSWORD, "wrong-pw", r"the key password of .*keystore\.jks is wrong"),
     ("keystore_jks", STORE_PASSWORD, None, r"the key password of .*keystore\.jks is wrong .*ssl\.key\.password"),
     ("jceks", STORE_PASSWORD, None, r".*keystore\.jceks is a JCEKS store; convert it with keytool"),
+    ("truststore_jks", STORE_PASSWORD, None, r".*truststore\.jks holds no private key"),
 ])
 def test_a_store_that_cannot_be_read_is_refused_with_what_to_do(
         tls: tuple[TlsFiles, JavaStores], which: str, password: str, key_password: str | None, problem: str) -> None:
     with pytest.raises(KeyStoreError, match=f"^ssl.keystore.location: {problem}"):
-        read_store(str(getattr(tls[1], which)), "JKS", password, key_password, key="ssl.keystore.location")
+        read_keystore(str(getattr(tls[1], which)), "JCEKS", password, key_password)
 
 
 def test_a_missing_or_foreign_file_is_refused(tls: tuple[TlsFiles, JavaStores], tmp_path: Path) -> None:
     with pytest.raises(KeyStoreError, match=r"^ssl.truststore.location: cannot read .*nothing\.jks: No such file"):
-        read_store(str(tmp_path / "nothing.jks"), "JKS", "pw")
+        read_truststore(str(tmp_path / "nothing.jks"), "JKS", "pw")
     with pytest.raises(KeyStoreError, match=r"ca\.pem is neither a JKS nor a PKCS12 store"):
-        read_store(str(tls[0].ca), "JKS", "pw")
+        read_truststore(str(tls[0].ca), "JKS", "pw")
     with pytest.raises(KeyStoreError, match=r"store type BCFKS is not supported"):
-        read_store(str(tls[1].truststore_jks), "BCFKS", "pw")
+        read_truststore(str(tls[1].truststore_jks), "BCFKS", "pw")
 
 
 def _cluster(stores: JavaStores, **client: object) -> ClusterConfig:
@@ -107,11 +123,13 @@ def test_java_ssl_settings_reach_librdkafka_as_pem_text_and_no_store_setting_is_
 
 
 def test_a_jks_keystore_with_its_own_key_password(tls: tuple[TlsFiles, JavaStores]) -> None:
-    _files, stores = tls
+    files, stores = tls
     cluster = _cluster(stores, **{"ssl.keystore.type": "JKS", "ssl.keystore.location": str(stores.keystore_jks),
                                   "ssl.key.password": SecretRef("${env:KEY_PW}")})
     config = cluster.librdkafka_config(environ={"TS_PW": STORE_PASSWORD, "KS_PW": STORE_PASSWORD, "KEY_PW": KEY_PASSWORD})
-    assert "ssl.key.pem" in config and "ssl.key.password" not in config
+    public, chain = _client_key_and_chain(files)
+    assert _public(config["ssl.key.pem"]) == public and _certificates(config["ssl.certificate.pem"]) == chain
+    assert "ssl.key.password" not in config, "Java's key password must not reach librdkafka's PEM key setting"
 
 
 def test_config_apply_refuses_a_wrong_store_password_naming_cluster_and_key(
@@ -125,5 +143,20 @@ def test_config_apply_refuses_a_wrong_store_password_naming_cluster_and_key(
     assert check_key_stores(config) == []
     monkeypatch.delenv("TS_PW")
     assert check_key_stores(config) == [
-        "the key stores of cluster S were not checked here: cluster S: ssl.truststore.password: ${env:TS_PW}: "
+        "key stores not checked here: cluster S: ssl.truststore.password: ${env:TS_PW}: "
         "environment variable TS_PW is not set"]
+
+
+def test_a_pkcs12_keystore_chain_leaves_out_an_unrelated_trusted_certificate(
+        tls: tuple[TlsFiles, JavaStores], tmp_path: Path) -> None:
+    files, _stores = tls
+    other = make_tls_files(tmp_path / "other", "kafka-other")  # another CA, trusted but not in the chain
+    pem = files.client.read_bytes()
+    key = serialization.load_pem_private_key(pem, None)
+    leaf, issuer = _certificates(pem[pem.index(b"-----BEGIN CERTIFICATE-----"):])
+    unrelated = _certificates(other.ca.read_bytes())[0]
+    path = tmp_path / "mixed.p12"
+    path.write_bytes(pkcs12.serialize_key_and_certificates(
+        b"client", key, leaf, [unrelated, issuer], serialization.BestAvailableEncryption(b"pw-123")))  # type: ignore[arg-type]
+    assert _certificates(read_keystore(str(path), "PKCS12", "pw-123").chain) == [leaf, issuer]
+    assert set(_certificates(read_truststore(str(path), "PKCS12", "pw-123"))) == {leaf, issuer, unrelated}
