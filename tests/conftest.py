@@ -81,6 +81,9 @@ def kafka_cluster_factory(lab_root: Path) -> Iterator[Callable[..., KafkaCluster
         return cluster
 
     yield start
+    for cluster in started:  # SIGTERM to every node first: the clusters stop in the time of the slowest
+        for node in cluster.nodes:
+            node.terminate()
     for cluster in reversed(started):
         cluster.stop()
 
