@@ -17,21 +17,12 @@ from strait_bench.traffic import BenchError
 from strait_lab import deps
 from strait_lab.kafka import KafkaCluster
 from strait_lab.ports import free_port
-from strait_lab.process import ManagedProcess, tail
+from strait_lab.process import ManagedProcess, console_log4j2, tail
 from strait_lab.spark import SPARK_ENV
 
 METRICS_URL_ENV = "STRAIT_BENCH_METRICS_URL"  # where the bench finds the replicator's /metrics again
 MM2_MAIN = "org.apache.kafka.connect.mirror.MirrorMaker"
 PERF_MAIN = "org.apache.kafka.tools.ProducerPerformance"
-_LOG4J2 = """\
-status = warn
-appender.console.type = Console
-appender.console.name = STDOUT
-appender.console.layout.type = PatternLayout
-appender.console.layout.pattern = [%d] %p %m (%c)%n
-rootLogger.level = INFO
-rootLogger.appenderRef.stdout.ref = STDOUT
-"""
 
 
 def remote_topic(topic: str, source: KafkaCluster) -> str:
@@ -129,7 +120,7 @@ def start_mm2(source: KafkaCluster, target: KafkaCluster, topics: Sequence[str],
     settings = {**mm2_properties(source, target, topics, options), **(overrides or {})}
     props.write_text("".join(f"{k} = {v}\n" for k, v in settings.items()))
     log_config = workdir / "log4j2.properties"
-    log_config.write_text(_LOG4J2)
+    log_config.write_text(console_log4j2())
     deps.ensure_jars("mm2")
     argv = _java(options.jvm_heap, log_config, deps.classpath("mm2"), MM2_MAIN, str(props))
     process = ManagedProcess("MirrorMaker 2", argv, workdir / "mm2.log")
@@ -142,7 +133,7 @@ def start_producer_performance(target: KafkaCluster, topic: str, records: int, o
     """Kafka's ProducerPerformance writing ``records`` records of the bench's size to ``topic``."""
     workdir.mkdir(parents=True, exist_ok=True)
     log_config = workdir / "log4j2.properties"
-    log_config.write_text(_LOG4J2.replace("INFO", "WARN"))
+    log_config.write_text(console_log4j2("WARN"))
     props = {"bootstrap.servers": target.bootstrap_servers, "enable.idempotence": "true",
              "buffer.memory": str(256 * 1024 * 1024), **options.tuning.java()}
     argv = _java("1g", log_config, deps.classpath("kafka"), PERF_MAIN, "--topic", topic,

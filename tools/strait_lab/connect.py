@@ -19,21 +19,12 @@ from strait_lab import deps
 from strait_lab.errors import LabError
 from strait_lab.kafka import KafkaCluster
 from strait_lab.ports import free_port
-from strait_lab.process import ManagedProcess
+from strait_lab.process import ManagedProcess, console_log4j2
 
 log = logging.getLogger(__name__)
 
 CONNECT_MAIN = "org.apache.kafka.connect.cli.ConnectDistributed"
 BYTES = "org.apache.kafka.connect.converters.ByteArrayConverter"
-_LOG4J2 = """\
-status = warn
-appender.console.type = Console
-appender.console.name = STDOUT
-appender.console.layout.type = PatternLayout
-appender.console.layout.pattern = [%d] %p %m (%c)%n
-rootLogger.level = INFO
-rootLogger.appenderRef.stdout.ref = STDOUT
-"""
 
 
 class ConnectWorker:
@@ -70,7 +61,7 @@ class ConnectWorker:
         props = self.workdir / "worker.properties"
         props.write_text("".join(f"{k}={v}\n" for k, v in settings.items()))
         log_config = self.workdir / "log4j2.properties"
-        log_config.write_text(_LOG4J2)
+        log_config.write_text(console_log4j2())
         deps.ensure_java()
         deps.ensure_jars("mm2")
         argv = [shutil.which("java") or "java", "-Xmx512m", f"-Dlog4j2.configurationFile={log_config}",

@@ -25,7 +25,7 @@ from confluent_kafka.admin import AdminClient
 from strait_lab.errors import LabError, ProcessStartError
 from strait_lab import deps
 from strait_lab.ports import claim_port, free_port
-from strait_lab.process import ManagedProcess, tail
+from strait_lab.process import ManagedProcess, console_log4j2, tail
 from strait_lab.tls import TlsFiles, make_tls_files
 
 log = logging.getLogger(__name__)
@@ -39,14 +39,7 @@ SCRAM_MECHANISM = "SCRAM-SHA-512"
 AUTHORIZER = "org.apache.kafka.metadata.authorizer.StandardAuthorizer"
 ADMIN_USER = "admin"
 
-_LOG4J2 = """\
-status = warn
-appender.console.type = Console
-appender.console.name = STDOUT
-appender.console.layout.type = PatternLayout
-appender.console.layout.pattern = [%d] %p %m (%c)%n
-rootLogger.level = {level}
-rootLogger.appenderRef.stdout.ref = STDOUT
+_BROKER_LOG4J2 = """\
 logger.kafka.name = kafka
 logger.kafka.level = {level}
 logger.state.name = state.change.logger
@@ -247,7 +240,8 @@ class KafkaCluster:
         cp = deps.classpath("kafka")
         self.workdir.mkdir(parents=True, exist_ok=True)
         audit = _AUDIT_LOG4J2 if self.spec.audit_log else ""
-        (self.workdir / "log4j2.properties").write_text(_LOG4J2.format(level="INFO") + audit)
+        (self.workdir / "log4j2.properties").write_text(
+            console_log4j2() + _BROKER_LOG4J2.format(level="INFO") + audit)
         if self.spec.tls and self._tls is None:
             self._tls = make_tls_files(self.workdir / "tls", f"kafka-{self.alias}")
         for n in range(self.spec.brokers):

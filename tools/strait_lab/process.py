@@ -20,6 +20,21 @@ from strait_lab.errors import ProcessStartError
 
 log = logging.getLogger(__name__)
 
+_CONSOLE_LOG4J2 = """\
+status = warn
+appender.console.type = Console
+appender.console.name = STDOUT
+appender.console.layout.type = PatternLayout
+appender.console.layout.pattern = [%d] %p %m (%c)%n
+rootLogger.level = {level}
+rootLogger.appenderRef.stdout.ref = STDOUT
+"""
+
+
+def console_log4j2(level: str = "INFO") -> str:
+    """log4j2 properties for a lab JVM: every line to the console (the process's log file) at ``level``."""
+    return _CONSOLE_LOG4J2.format(level=level)
+
 _PR_SET_PDEATHSIG = 1
 
 
