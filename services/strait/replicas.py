@@ -171,11 +171,17 @@ class FlowSupervisor:
         share = self._tracker.refresh(wanted)
         mine = share.items & wanted
         self._stopping = [w for w in self._stopping if w.alive]
+        restarted = config.restarted_flows(self._applied) if config is not self._applied else frozenset()
         for name, worker in list(self._workers.items()):
-            if name not in mine or not worker.alive:
+            if item_flow(name) in restarted:
+                log.info("service=%s flow=%s restart requested: ending the work, it is taken again",
+                         self.options.service, name)
+            elif name not in mine or not worker.alive:
                 log.info("service=%s flow=%s leaving this replica", self.options.service, name)
-                worker.stop()
-                self._stopping.append(self._workers.pop(name))
+            else:
+                continue
+            worker.stop()
+            self._stopping.append(self._workers.pop(name))
         if not share.stale:
             for name in sorted(mine - set(self._workers)):
                 self._take(name, config)

@@ -15,6 +15,7 @@ import time
 from dataclasses import dataclass
 from typing import Any
 
+from strait.config.model import StraitConfig
 from strait.coord.redis_client import connect
 from strait.paths import cache_dir
 from strait.progress import resume_report_key
@@ -48,6 +49,7 @@ class Replicator:
         self.runners: dict[str, FlowRunner] = {}
         self.feed = ConfigFeed()
         self.client: Any = None  # the coordination Redis (None: run from a file)
+        self._served: StraitConfig | None = None  # the configuration the last step served
 
     def step(self, stop: threading.Event | None = None) -> None:
         """One control-loop pass: reconcile every flow, export progress; ``stop`` cuts planning short."""
@@ -58,10 +60,16 @@ class Replicator:
         self.feed.changed.clear()
         wanted = {f.name: f for f in config.flows
                   if f.enabled and (not self.settings.flows or f.name in self.settings.flows)}
+        restarted = config.restarted_flows(self._served)
+        self._served = config
         for name in list(self.runners):
             if name not in wanted:
                 log.info("flow=%s disabled or removed: stopping its query", name)
                 self.runners.pop(name).stop(state="disabled")
+            elif name in restarted:
+                # As a disable and enable would: the new runner plans afresh and reads where to resume.
+                log.info("flow=%s restart requested: stopping its query, starting it again", name)
+                self.runners.pop(name).stop(state=None)
         for name, flow in wanted.items():
             runner = self.runners.get(name)
             if runner is None:

@@ -278,9 +278,7 @@ class FlowRunner:
         if evidence is None:
             raise ResumeError(f"flow {self.flow_name}: the resume evidence could not be read in {RESUME_SECONDS:.0f}s")
         decided = decide_starts(self.flow_name, evidence, plan.resume.start, dict(plan.resume.remote_names))
-        for labels in self._resume_labels:  # this flow's previous start only: other flows keep theirs
-            metrics.RESUMED_FROM.remove(*labels)
-        self._resume_labels = []
+        self._forget_resume()
         for topic, (evidence, duplicates) in summarize(decided).items():
             self._resume_labels.append((self.flow_name, topic, evidence))
             metrics.RESUMED_FROM.labels(flow=self.flow_name, topic=topic, evidence=evidence).set(1)
@@ -290,6 +288,13 @@ class FlowRunner:
         if self.publish is not None:
             self.publish(self.flow_name, resume_report(decided))
         return {key: resume.offset for key, resume in decided.items()}
+
+    def _forget_resume(self) -> None:
+        """Remove this flow's resume evidence series (its previous start only: other flows keep theirs)."""
+        for labels in self._resume_labels:
+            metrics.RESUMED_FROM.remove(*labels)
+            metrics.RESUME_DUPLICATES.remove(*labels[:2])
+        self._resume_labels = []
 
     def _request_stop(self) -> None:
         """Ask the running query's tasks, wherever they run, to end their epoch: a stop record in the
@@ -380,6 +385,7 @@ class FlowRunner:
             finally:
                 self.query = None
         self.plan = None if state else self.plan
+        self._forget_resume()  # a restarted or replacing runner reports its own start
         if state:
             set_flow_state(metrics.SERVICE, self.flow_name, state)
         return ended

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+from dataclasses import replace
 from pathlib import Path
 
 import pytest
@@ -33,6 +34,7 @@ SECRET_KEYS = ("sasl.password", "sasl.jaas.config", "ssl.key.password", "basic.a
 plain_text = st.text(st.characters(blacklist_characters="${}", blacklist_categories=("Cs",)), max_size=20)
 references = st.sampled_from(("${env:PW}", "${SECRET_1}", "${file:/run/s/pw}", "${file:/etc/k.properties:pw}",
                               'L required username="u" password="${env:X}";'))
+RESTART_MARKS = st.sampled_from((None, "2026-11-26T10:00:00.000Z", "2026-11-26T10:00:00.001Z"))
 
 
 def _json_round_trip(config: StraitConfig) -> StraitConfig:
@@ -66,6 +68,7 @@ def flows(draw: st.DrawFn, source: str, target: str) -> FlowConfig:
         rate_limit_records_per_second=draw(st.one_of(st.none(), st.floats(0.5, 1e7, allow_nan=False))),
         heartbeats_replication_enabled=draw(st.booleans()),
         config_properties_exclude=tuple(draw(st.lists(st.sampled_from(REGEXES), max_size=3))),
+        restarted_at=draw(RESTART_MARKS),
     )
 
 
@@ -126,3 +129,19 @@ def test_equal_configs_hash_alike() -> None:
 
     yaml_config, mm2_config = load_yaml(DATA / "full.yaml"), load_mm2_properties(DATA / "mm2-full.properties")
     assert hash(yaml_config) == hash(mm2_config) and len({yaml_config, mm2_config}) == 1
+
+
+@settings(max_examples=200, deadline=None)
+@given(configs(), st.lists(RESTART_MARKS, min_size=4, max_size=4))
+def test_a_flow_restarts_exactly_when_its_restart_mark_takes_a_new_value(
+    served: StraitConfig, marks: list[str | None],
+) -> None:
+    flows = tuple(replace(flow, restarted_at=mark) for flow, mark in zip(served.flows, marks))
+    newer = replace(served, flows=flows)
+    expected = {flow.name for flow, old in zip(newer.flows, served.flows)
+                if flow.restarted_at is not None and flow.restarted_at != old.restarted_at}
+    assert newer.restarted_flows(served) == expected
+    assert newer.restarted_flows(None) == frozenset()  # a service's first version: nothing ran yet
+    assert newer.restarted_flows(newer) == frozenset()
+    dropped = replace(newer, flows=newer.flows[1:])  # a flow removed: nothing to restart
+    assert served.restarted_flows(dropped) <= {f.name for f in served.flows[1:]}

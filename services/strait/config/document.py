@@ -440,6 +440,7 @@ _FLOW_READERS: dict[str, Callable[[Any, str, Problems], Any]] = {
     "start": lambda v, p, pr: None if v is None else _one_of(v, START_CHOICES, p, pr),
     "mm2_offsets_topic": lambda v, p, pr: None if v is None else _string(v, p, pr),
     "mm2_source_connector": lambda v, p, pr: None if v is None else _string(v, p, pr),
+    "restarted_at": lambda v, p, pr: None if v is None else _string(v, p, pr),
     "heartbeats_replication_enabled": _bool,
     "config_properties_exclude": _regex_list,
     **{name: (_SELECTION if kind is Selection else _SCHEDULE) for name, kind in NESTED_FLOW_FIELDS.items()},

@@ -181,7 +181,9 @@ class FlowConfig:
     ``mm2_offsets_topic`` is the Connect offsets topic MirrorMaker 2 kept its progress in, on the
     target (default ``mm2-offsets.<source>.internal``, dedicated mode's), and ``mm2_source_connector``
     the name its MirrorSourceConnector ran under (default ``MirrorSourceConnector``, dedicated mode's;
-    on a Connect cluster, the name the connector was created with).
+    on a Connect cluster, the name the connector was created with). ``restarted_at`` is set by
+    `strait flow restart` (a UTC time): each time it takes a new value, every service ends its work
+    on the flow and starts it again from what the clusters hold (:meth:`restart_requested`).
     """
 
     source: str
@@ -213,6 +215,7 @@ class FlowConfig:
     start: str | None = None
     mm2_offsets_topic: str | None = None
     mm2_source_connector: str | None = None
+    restarted_at: str | None = None
     # Derived, not a setting: every cluster alias of the configuration (the policy traces remote
     # topics to them), filled in by StraitConfig.
     cluster_aliases: tuple[str, ...] = field(default=(), compare=False, repr=False,
@@ -239,6 +242,13 @@ class FlowConfig:
         """Every topic name of the flow: remote names, heartbeats, checkpoints, offset syncs and where they live."""
         return FlowTopics(self.source, self.target, self.policy(), self.offset_syncs_topic_location == "target",
                           self.mm2_offsets_topic, self.mm2_source_connector)
+
+    def restart_requested(self, before: FlowConfig | None) -> bool:
+        """Whether this version of the flow asks for a restart of the work on it ``before`` served.
+
+        Only a new ``restarted_at`` does: a file applied without the key (None) asks for nothing.
+        """
+        return before is not None and self.restarted_at is not None and self.restarted_at != before.restarted_at
 
     def internal_topic_replication_factor(self, kind: InternalTopic) -> int:
         """Replication factor of the flow's heartbeats, checkpoints or offset-syncs topic."""
@@ -417,6 +427,13 @@ class StraitConfig:
             if flow.name == name:
                 return flow
         raise ConfigError(f"no flow {name!r}; flows are {', '.join(f.name for f in self.flows) or 'none'}")
+
+    def restarted_flows(self, before: StraitConfig | None) -> frozenset[str]:
+        """The flows this version asks to restart, compared with the version ``before`` that was served."""
+        if before is None:
+            return frozenset()
+        served = {flow.name: flow for flow in before.flows}
+        return frozenset(flow.name for flow in self.flows if flow.restart_requested(served.get(flow.name)))
 
     @property
     def enabled_flows(self) -> tuple[FlowConfig, ...]:

@@ -1,0 +1,116 @@
+"""`strait flow restart A->B` under load: every service running the flow ends its work on it and
+starts it again, the replicator resumes from its own progress, and no record is lost."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+import time
+from collections.abc import Callable
+from pathlib import Path
+
+import pytest
+import redis
+
+from strait.progress import read_resume_report
+from strait_lab.clients import create_topic
+from strait_lab.kafka import KafkaCluster
+from strait_lab.services import StraitProcess
+from tests.integration.replicator_support import (
+    NumberedLoad, count, flow_config, numbered_copies, resume_evidence, wait_for, write_config,
+)
+
+pytestmark = pytest.mark.slow
+
+PARTITIONS = 3
+RATE = 400
+SHARDS = 2
+SUPERVISED = ("configsync", "heartbeat", "checkpoint")
+
+
+def test_flow_restart_restarts_every_service_on_the_flow_and_loses_nothing(
+    source_cluster: KafkaCluster, target_cluster: KafkaCluster, redis_url: str,
+    services: Callable[..., StraitProcess], unique_name: Callable[[str], str], tmp_path: Path,
+) -> None:
+    topic = unique_name("restarted")
+    remote = f"A.{topic}"
+    create_topic(source_cluster.admin(), topic, partitions=PARTITIONS, config={"retention.ms": "-1"})
+    config = flow_config(source_cluster, target_cluster, [topic], checkpoint_shards=SHARDS)
+    config["redis_url"] = redis_url
+    assert _strait("config", "apply", str(write_config(tmp_path / "strait.yaml", config)),
+                   "--redis-url", redis_url).returncode == 0
+    client = redis.Redis.from_url(redis_url)
+    replicator = services("replicator", "--redis-url", redis_url)
+    supervised = {name: services(name, "--redis-url", redis_url, "--lease-ttl", "5") for name in SUPERVISED}
+    load = NumberedLoad(source_cluster, topic, PARTITIONS, RATE)
+    try:
+        wait_for(lambda: count(target_cluster, remote) > 2 * RATE, 180, "the flow copying under load")
+        leases = ["configsync:A->B", "heartbeat:A->B", *(f"checkpoint:A->B#{i}/{SHARDS}" for i in range(SHARDS))]
+        wait_for(lambda: all(client.hget(f"strait:lease:{name}", "holder") for name in leases), 60,
+                 "every service holding its part of the flow")
+        first_start = read_resume_report(client, "A->B")
+        assert first_start is not None
+
+        restart = _strait("flow", "restart", "A->B", "--wait", "120", "--redis-url", redis_url)
+        print(restart.stdout)
+        assert restart.returncode == 0, restart.stdout + restart.stderr
+        for part in ("replicator", *leases):
+            assert f"{part}: started again" in restart.stdout
+        assert f"every running part started again ({len(leases) + 1})" in restart.stdout
+
+        before = count(target_cluster, remote)
+        wait_for(lambda: count(target_cluster, remote) > before + 2 * RATE, 120, "copying after the restart")
+        total = load.stop()
+        wait_for(lambda: count(target_cluster, remote) >= total, 120, f"{remote} to catch up")
+    finally:
+        load.stop()
+
+    for name, process in supervised.items():
+        assert "restart requested: ending the work, it is taken again" in process.log_text(), name
+    assert "flow=A->B restart requested: stopping its query, starting it again" in replicator.log_text()
+    starts = resume_evidence(replicator, topic)
+    assert len(starts) == 2 and starts[1][0] == "strait-progress", starts
+    status = json.loads(_strait("flow", "status", "A->B", "--json", "--redis-url", redis_url).stdout)
+    assert status["restarted_at"] and status["version"] == 2
+
+    copies = numbered_copies(target_cluster, remote)
+    duplicates = 0
+    for partition in range(PARTITIONS):
+        got = copies.get(partition, [])
+        assert set(got) == set(range(len(range(partition, total, PARTITIONS)))), f"partition {partition} lost records"
+        duplicates += len(got) - len(set(got))
+    print(f"{total} records produced, {duplicates} copied twice across the restart (bound {starts[1][1]})")
+    assert duplicates <= int(starts[1][1])
+
+
+def test_restarting_a_disabled_flow_is_refused_and_a_reapplied_file_asks_for_no_restart(
+    source_cluster: KafkaCluster, target_cluster: KafkaCluster, redis_url: str, tmp_path: Path,
+) -> None:
+    config = flow_config(source_cluster, target_cluster, ["nothing"])
+    path = write_config(tmp_path / "strait.yaml", config)
+    assert _strait("config", "apply", str(path), "--redis-url", redis_url).returncode == 0
+
+    restarted = _strait("flow", "restart", "A->B", "--redis-url", redis_url)
+    assert restarted.returncode == 0 and "configuration version 2 (was 1)" in restarted.stdout, restarted.stderr
+    shown = json.loads(_strait("config", "show", "--json", "--redis-url", redis_url).stdout)
+    assert shown["source"] == "strait flow restart A->B" and shown["config"]["flows"][0]["restarted_at"]
+
+    assert _strait("config", "apply", str(path), "--redis-url", redis_url).returncode == 0
+    shown = json.loads(_strait("config", "show", "--json", "--redis-url", redis_url).stdout)
+    assert shown["version"] == 3 and shown["config"]["flows"][0]["restarted_at"] is None
+
+    assert _strait("flow", "disable", "A->B", "--redis-url", redis_url).returncode == 0
+    refused = _strait("flow", "restart", "A->B", "--redis-url", redis_url)
+    assert refused.returncode == 1 and "flow A->B is disabled" in refused.stdout
+    waited = _strait("flow", "enable", "A->B", "--redis-url", redis_url)
+    assert waited.returncode == 0
+    nothing_runs = _strait("flow", "restart", "A->B", "--wait", "5", "--redis-url", redis_url)
+    assert nothing_runs.returncode == 0 and "no part was running" in nothing_runs.stdout
+
+
+def _strait(*args: str) -> subprocess.CompletedProcess[str]:
+    started = time.monotonic()
+    done = subprocess.run([sys.executable, "-m", "strait.cli", *args], capture_output=True, text=True, timeout=180)
+    print(f"strait {' '.join(args[:3])}: exit {done.returncode} in {time.monotonic() - started:.1f}s")
+    return done
