@@ -100,3 +100,19 @@ def test_a_pem_value_spanning_lines_stays_one_value(tmp_path: Path) -> None:
     pem = "-----BEGIN CERTIFICATE-----\nMIIBsz\\CCAVmgAwIBAgI=\n-----END CERTIFICATE-----"
     source = _write(tmp_path, "msc", _source(**{"target.cluster.ssl.truststore.certificates": pem}))
     assert load_connect([source], "connect-offsets").config.cluster("backup").client["ssl.truststore.certificates"] == pem
+
+
+def test_two_flows_giving_one_cluster_alias_different_settings_are_refused(tmp_path: Path) -> None:
+    back = {"source.cluster.alias": "backup", "target.cluster.alias": "primary",
+            "source.cluster.bootstrap.servers": "b:9092", "target.cluster.bootstrap.servers": "p:9092"}
+    forth = _write(tmp_path, "forth", _source(**{"source.cluster.security.protocol": "SASL_SSL"}))
+    agreeing = _write(tmp_path, "back", {"name": "mm2-msc-back", "config": {
+        "connector.class": PACKAGE + "MirrorSourceConnector", **back, "target.cluster.security.protocol": "SASL_SSL"}})
+    loaded = load_connect([forth, agreeing], "connect-offsets")
+    assert {f.name for f in loaded.config.flows} == {"primary->backup", "backup->primary"}
+
+    differing = _write(tmp_path, "back", {"name": "mm2-msc-back", "config": {
+        "connector.class": PACKAGE + "MirrorSourceConnector", **back, "target.cluster.bootstrap.servers": "p2:9092"}})
+    with pytest.raises(ConfigError, match=r"back\.json: connector mm2-msc-back: cluster primary's bootstrap.servers "
+                                          r"differs from the value connector mm2-msc \(.*forth\.json\) gives it"):
+        load_connect([forth, differing], "connect-offsets")

@@ -62,6 +62,7 @@ def load_connect(paths: Sequence[str | Path], offsets_topic: str) -> Mm2File:
     (``offsets.storage.topic``); ConfigError names the file and key."""
     flows = _flows([c for path in paths for c in _read(Path(path))])
     clusters: dict[str, dict[str, str]] = {}
+    set_by: dict[tuple[str, str], Connector] = {}  # (alias, key) -> the connector whose value is used
     lines, ignored, progress = [], [], {}
     for (source, target), by_kind in flows.items():
         name = f"{source}->{target}"
@@ -71,11 +72,11 @@ def load_connect(paths: Sequence[str | Path], offsets_topic: str) -> Mm2File:
         for kind in (SOURCE, CHECKPOINT, HEARTBEAT):  # the source connector's values win
             if kind in by_kind:
                 ignored += _merge(by_kind[kind], source, target, settings)
-        for (scope, key), (value, _whose) in settings.items():
+        for (scope, key), (value, whose) in settings.items():
             if scope == name:
                 lines.append(f"{name}.{key} = {value}")
             else:
-                clusters.setdefault(scope, {})[key] = value
+                _set_cluster(clusters, set_by, scope, key, value, whose)
         source_connector = by_kind[SOURCE]
         progress[name] = (source_connector.config.get("offsets.storage.topic") or offsets_topic, source_connector.name)
     text = "".join(escaped_line(line) + "\n" for line in [
@@ -122,6 +123,19 @@ def _merge(connector: Connector, source: str, target: str,
         elif earlier[0] != value:
             notes.append(f"{connector.name}: {scoped[1]} (differs from {earlier[1].name}'s, which is used)")
     return notes
+
+
+def _set_cluster(clusters: dict[str, dict[str, str]], set_by: dict[tuple[str, str], Connector], alias: str,
+                 key: str, value: str, whose: Connector) -> None:
+    """One cluster setting; another flow's connector giving the same alias another value is refused."""
+    known = clusters.setdefault(alias, {})
+    if key in known and known[key] != value:
+        other = set_by[(alias, key)]
+        raise ConfigError(f"{whose.origin}: connector {whose.name}: cluster {alias}'s {key} differs from the value "
+                          f"connector {other.name} ({other.origin}) gives it; strait keeps one set of settings per "
+                          f"cluster alias: make the values equal, or give the clusters different aliases")
+    known[key] = value
+    set_by.setdefault((alias, key), whose)
 
 
 def _read(path: Path) -> list[Connector]:
