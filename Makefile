@@ -9,7 +9,7 @@ PY := $(VENV)/bin/python
 INSTALLED := $(VENV)/.installed
 PYTEST_ARGS ?=
 
-.PHONY: help deps lab test test-unit test-integration test-e2e test-compose up down clean bench bench-quick bench-paths test-faults
+.PHONY: help deps lab test test-unit test-integration test-e2e test-compose up down clean bench bench-quick bench-paths test-faults test-compat
 
 help: ## list the targets
 	@grep -E '^[a-z-]+:.*## ' $(MAKEFILE_LIST) | awk -F ':.*## ' '{printf "  %-18s %s\n", $$1, $$2}'
@@ -40,6 +40,9 @@ test-e2e: deps ## only the end-to-end tests
 
 test-faults: deps ## the fault drills at full length (make test runs their short version)
 	STRAIT_FAULTS=full $(VENV)/bin/pytest -m faults -rA $(PYTEST_ARGS)
+
+test-compat: deps ## the compatibility matrix in full: every pair of Kafka 2.4, 3.9 (ZooKeeper) and 4.x (make test runs 2.4 -> 3.9)
+	STRAIT_COMPAT=full $(VENV)/bin/pytest -m compat -rA -s $(PYTEST_ARGS)
 
 test-compose: deps ## boot the compose lab on a Docker engine (started, with stand-in base images, when missing; root)
 	$(VENV)/bin/pytest -m compose -rs -s $(PYTEST_ARGS)

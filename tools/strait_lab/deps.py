@@ -24,7 +24,10 @@ from strait_lab.errors import SetupError
 
 log = logging.getLogger(__name__)
 
-JAR_SETS = {"kafka": "kafka-pom.xml", "mm2": "mm2-pom.xml", "spark-kafka": "spark-kafka-pom.xml"}
+# kafka-3.9 and kafka-2.4 are the ZooKeeper-mode brokers of compatibility clusters, resolved on demand
+# when such a cluster starts (strait_lab.kafka), so `make deps` does not wait for them.
+JAR_SETS = {"kafka": "kafka-pom.xml", "kafka-3.9": "kafka-3.9-pom.xml", "kafka-2.4": "kafka-2.4-pom.xml",
+            "mm2": "mm2-pom.xml", "spark-kafka": "spark-kafka-pom.xml"}
 _STAMP = ".resolved"
 
 # Binary name -> Debian package that provides it.
@@ -187,7 +190,7 @@ def main(argv: list[str] | None = None) -> int:
     """Command line: ``python -m strait_lab.deps [system] [jars NAME ...]``."""
     parser = argparse.ArgumentParser(prog="python -m strait_lab.deps", description=__doc__)
     parser.add_argument("what", nargs="*", default=["system", "kafka"],
-                        help="`system` for OS packages, or a jar set name (kafka, mm2)")
+                        help="`system` for OS packages, or a jar set name (kafka, mm2, kafka-3.9, ...)")
     args = parser.parse_args(argv)
     logging.basicConfig(level="INFO", format="%(message)s")
     try:

@@ -1,4 +1,4 @@
-"""A real Apache Kafka 4 cluster in KRaft combined mode, run from Maven Central jars.
+"""A real Apache Kafka cluster, run from Maven Central jars: Kafka 4 in KRaft combined mode by default.
 
 Each node is both broker and controller (static quorum), listening on loopback. Optional extras:
 StandardAuthorizer with the right super users, a SASL_PLAINTEXT listener with SCRAM users
@@ -6,14 +6,21 @@ created at format time, and TLS: SSL and (with SASL) SASL_SSL listeners whose ce
 at start by the lab's own CA (:mod:`strait_lab.tls`). The PLAINTEXT listener is the lab's admin
 door: its principal (``User:ANONYMOUS``) is a super user so fixtures can set things up; ACL tests
 connect through SASL. Controllers and brokers talk PLAINTEXT among themselves in every case.
+
+Older release lines (:data:`KAFKA_VERSIONS`, for compatibility tests) run in ZooKeeper mode: a
+ZooKeeper server of the cluster's own (:mod:`strait_lab.zookeeper`), brokers only, the same
+listeners, SCRAM users written to ZooKeeper before the brokers start, and the ACL authorizer of
+their era. Their jars are resolved on demand, when such a cluster first starts.
 """
 
 from __future__ import annotations
 
 import base64
 import logging
+import re
 import shutil
 import subprocess
+import time
 import uuid
 from collections.abc import Mapping
 from concurrent.futures import ThreadPoolExecutor
@@ -27,6 +34,7 @@ from strait_lab import deps
 from strait_lab.ports import claim_port, free_port
 from strait_lab.process import ManagedProcess, console_log4j2, tail
 from strait_lab.tls import TlsFiles, make_tls_files
+from strait_lab.zookeeper import TICK_TIME_MS, ZooKeeperServer, console_log4j
 
 log = logging.getLogger(__name__)
 # librdkafka reports "connection refused" while a broker starts; the probe expects that, so mute it.
@@ -37,7 +45,50 @@ BROKER_MAIN = "kafka.Kafka"
 STORAGE_TOOL = "kafka.tools.StorageTool"
 SCRAM_MECHANISM = "SCRAM-SHA-512"
 AUTHORIZER = "org.apache.kafka.metadata.authorizer.StandardAuthorizer"
+ACL_AUTHORIZER = "kafka.security.authorizer.AclAuthorizer"  # ZooKeeper mode, Kafka 2.4 to 3.9
+CONFIG_COMMAND = "kafka.admin.ConfigCommand"
+# ZooKeeper-mode brokers' session: how long a killed broker's registration outlives it (Kafka 2.4's
+# default; 3.9's 18 s would hold a restart that long).
+ZOOKEEPER_SESSION_TIMEOUT_MS = 6000
 ADMIN_USER = "admin"
+
+
+@dataclass(frozen=True)
+class KafkaVersion:
+    """A Kafka release line the lab can run.
+
+    Args:
+        name: its ``KafkaClusterSpec.version``.
+        jar_set: the :mod:`strait_lab.deps` jar set it runs from; its pom pins the exact release.
+        zookeeper: ZooKeeper mode (brokers only, metadata in ZooKeeper) instead of KRaft.
+        authorizer: the ACL authorizer class of its era.
+        pem_stores: reads PEM key and trust stores (Kafka 2.7+), as the lab's TLS listeners need.
+    """
+
+    name: str
+    jar_set: str
+    zookeeper: bool
+    authorizer: str
+    pem_stores: bool = True
+
+
+DEFAULT_KAFKA_VERSION = "4"
+_VERSIONS = {v.name: v for v in (
+    KafkaVersion(DEFAULT_KAFKA_VERSION, "kafka", zookeeper=False, authorizer=AUTHORIZER),
+    KafkaVersion("3.9", "kafka-3.9", zookeeper=True, authorizer=ACL_AUTHORIZER),
+    # The oldest 2.x that runs on Java 17: 2.0 to 2.3 ship a ZooKeeper 3.4 client that cannot connect there.
+    KafkaVersion("2.4", "kafka-2.4", zookeeper=True, authorizer=ACL_AUTHORIZER, pem_stores=False),
+)}
+# The versions a cluster can run, newest first: today's KRaft Kafka, then the ZooKeeper-mode lines.
+KAFKA_VERSIONS = tuple(_VERSIONS)
+
+
+def kafka_version(name: str) -> KafkaVersion:
+    """What the lab knows of a release line; a LabError naming the known ones for any other name."""
+    if name not in _VERSIONS:
+        raise LabError(f"unknown Kafka version {name!r} for a lab cluster; known: {', '.join(KAFKA_VERSIONS)}")
+    return _VERSIONS[name]
+
 
 _BROKER_LOG4J2 = """\
 logger.kafka.name = kafka
@@ -50,6 +101,12 @@ _AUDIT_LOG4J2 = """\
 logger.authorizer.name = kafka.authorizer.logger
 logger.authorizer.level = DEBUG
 """
+# The same for ZooKeeper-mode brokers, which log through log4j 1 (reload4j).
+_BROKER_LOG4J = """\
+log4j.logger.kafka={level}
+log4j.logger.state.change.logger=WARN
+"""
+_AUDIT_LOG4J = "log4j.logger.kafka.authorizer.logger=DEBUG\n"
 
 
 @dataclass(frozen=True)
@@ -65,12 +122,17 @@ class KafkaClusterSpec:
             a broker certificate made at start.
         client_auth: the SSL listener requires a client certificate the lab's CA signed
             (``client_keystore_path``); SASL_SSL ones authenticate by SASL as before.
-        scram_users: user -> password created at format time when ``sasl`` is on.
-        base_port: fixed ports from here (node n uses base+10n .. base+10n+4); None picks free ports.
+        scram_users: user -> password created at format time when ``sasl`` is on (in ZooKeeper
+            mode: written to ZooKeeper before the brokers start).
+        base_port: fixed ports from here (node n uses base+10n .. base+10n+4, a ZooKeeper base+5);
+            None picks free ports.
         audit_log: log the authorizer's allowed decisions too (DEBUG ``kafka.authorizer.logger``),
             to learn which ACLs clients really use.
         overrides: extra broker properties, applied last.
         heap: Java heap size per node.
+        version: the Kafka release line, one of :data:`KAFKA_VERSIONS`: today's Kafka 4 in KRaft
+            mode by default, or an older line in ZooKeeper mode (``"3.9"``, ``"2.4"``). Kafka 2.4
+            cannot read the lab's PEM stores, so ``tls`` is refused for it.
     """
 
     alias: str
@@ -84,17 +146,37 @@ class KafkaClusterSpec:
     audit_log: bool = False
     overrides: Mapping[str, str] = field(default_factory=dict)
     heap: str = "512m"
+    version: str = DEFAULT_KAFKA_VERSION
+
+    def __post_init__(self) -> None:
+        version = kafka_version(self.version)  # a LabError for an unknown version
+        if self.tls and not version.pem_stores:
+            raise LabError(f"Kafka {self.version} cannot read PEM key stores (Kafka 2.7+ can), which the lab's "
+                           f"TLS listeners use: start cluster {self.alias} without tls=True")
 
 
 @dataclass(frozen=True)
 class NodePorts:
-    """The loopback ports of one node."""
+    """The loopback ports of one node (no controller port in ZooKeeper mode)."""
 
     client: int
-    controller: int
+    controller: int | None
     sasl: int | None
     ssl: int | None = None
     sasl_ssl: int | None = None
+
+
+_PARTITION_DIR = re.compile(r"^(?P<topic>.+)-(?P<partition>\d+)$")
+_PROTOCOL_MAP = "PLAINTEXT:PLAINTEXT,SASL_PLAINTEXT:SASL_PLAINTEXT,SSL:SSL,SASL_SSL:SASL_SSL"
+
+
+def _listeners(ports: NodePorts) -> tuple[str, str]:
+    """A node's ``listeners`` and ``advertised.listeners`` (a KRaft node's CONTROLLER one not advertised)."""
+    door = f"PLAINTEXT://127.0.0.1:{ports.client}"
+    controller = [] if ports.controller is None else [f"CONTROLLER://127.0.0.1:{ports.controller}"]
+    extra = [f"{protocol}://127.0.0.1:{port}" for protocol, port in
+             (("SASL_PLAINTEXT", ports.sasl), ("SSL", ports.ssl), ("SASL_SSL", ports.sasl_ssl)) if port is not None]
+    return ",".join([door, *controller, *extra]), ",".join([door, *extra])
 
 
 def new_cluster_id() -> str:
@@ -119,12 +201,23 @@ class KafkaCluster:
         self.cluster_id = new_cluster_id()
         self.ports = [self._node_ports(n) for n in range(spec.brokers)]
         self.nodes: list[ManagedProcess] = []
+        self.zookeeper_server: ZooKeeperServer | None = self._zookeeper_server()
         self._tls: TlsFiles | None = None
 
     @property
     def alias(self) -> str:
         """The cluster alias."""
         return self.spec.alias
+
+    @property
+    def zookeeper(self) -> bool:
+        """True for a ZooKeeper-mode cluster (an older ``spec.version``), False for KRaft."""
+        return self.zookeeper_server is not None
+
+    @property
+    def zookeeper_connect(self) -> str | None:
+        """The brokers' ``zookeeper.connect``, or None in KRaft mode."""
+        return self.zookeeper_server.connect if self.zookeeper_server else None
 
     @property
     def bootstrap_servers(self) -> str:
@@ -234,31 +327,40 @@ class KafkaCluster:
     def launch(self) -> None:
         """Format every node's storage and start the nodes, without waiting for readiness.
 
-        Must run on the thread that owns the lab: children die with the thread that forked them.
+        In ZooKeeper mode, start the ZooKeeper server (and wait for it) and write the SCRAM users
+        into it instead of formatting. Must run on the thread that owns the lab: children die with
+        the thread that forked them.
         """
         deps.ensure_java()
-        cp = deps.classpath("kafka")
+        cp = self._classpath()
         self.workdir.mkdir(parents=True, exist_ok=True)
-        audit = _AUDIT_LOG4J2 if self.spec.audit_log else ""
-        (self.workdir / "log4j2.properties").write_text(
-            console_log4j2() + _BROKER_LOG4J2.format(level="INFO") + audit)
+        self._write_log_config()
         if self.spec.tls and self._tls is None:
             self._tls = make_tls_files(self.workdir / "tls", f"kafka-{self.alias}")
         for n in range(self.spec.brokers):
             self._node_dir(n).mkdir(parents=True, exist_ok=True)
             (self._node_dir(n) / "server.properties").write_text(self._server_properties(n))
-        with ThreadPoolExecutor(max_workers=self.spec.brokers) as pool:
-            list(pool.map(lambda n: self._format(cp, n), range(self.spec.brokers)))
+        if self.zookeeper_server is not None:
+            self.zookeeper_server.start(cp)
+            self._add_scram_users(cp)
+        else:
+            with ThreadPoolExecutor(max_workers=self.spec.brokers) as pool:
+                list(pool.map(lambda n: self._format(cp, n), range(self.spec.brokers)))
         self.nodes = [self._node_process(cp, n) for n in range(self.spec.brokers)]
         for node in self.nodes:
             node.start()
 
     def wait_ready(self, timeout: float = 90.0) -> None:
-        """Block until describe_cluster sees every broker of the cluster."""
+        """Block until describe_cluster sees every broker of the cluster.
+
+        In ZooKeeper mode also until every topic the brokers hold on disk is listed with a leader for
+        each partition: a broker is listed once registered, while the controller sends it the topics
+        later (a restarted 1-broker cluster answered "unknown topic" in between).
+        """
         last = ["no answer"]
 
         def all_brokers_registered() -> bool:
-            for node in self.nodes:
+            for node in self._processes():
                 node.check_alive()
             # A fresh client per probe: one made while a node restarts once kept a view without that
             # node for the whole 180 s of a drill's restart, though the node was serving.
@@ -269,7 +371,13 @@ class KafkaCluster:
                 last[0] = f"describe_cluster failed: {exc}"
                 raise
             last[0] = f"brokers seen: {sorted(n.id for n in result.nodes)}"
-            return len(result.nodes) == self.spec.brokers
+            if len(result.nodes) != self.spec.brokers:
+                return False
+            if self.zookeeper_server is None:
+                return True
+            waiting = self._topics_without_leader(admin)
+            last[0] += f", topics without a leader yet: {waiting[:5]}" if waiting else ""
+            return not waiting
         try:
             self.nodes[0].wait_until(all_brokers_registered, timeout, "describe cluster")
         except ProcessStartError as exc:
@@ -277,42 +385,97 @@ class KafkaCluster:
         log.info("kafka cluster ready alias=%s bootstrap=%s", self.alias, self.bootstrap_servers)
 
     def stop(self) -> None:
-        """Stop every node (SIGTERM, then SIGKILL)."""
+        """Stop every node (SIGTERM, then SIGKILL), then the ZooKeeper server if any."""
         for node in reversed(self.nodes):
             node.stop()
+        if self.zookeeper_server is not None:
+            self.zookeeper_server.stop()
 
     def stop_node(self, n: int) -> None:
         """Stop one node cleanly (fault drills)."""
         self.nodes[n].stop()
 
     def restart_node(self, n: int, timeout: float = 90.0) -> None:
-        """Start node ``n`` again on the same ports and data, then wait for the full cluster."""
+        """Start node ``n`` again on the same ports and data, then wait for the full cluster.
+
+        In ZooKeeper mode, a node that was killed (SIGKILL) is started only once its ZooKeeper
+        session has expired: until then its registration stands and a new broker of the same id exits.
+        """
+        killed = (self.nodes[n].returncode() or 0) < 0
         self.nodes[n].stop()
-        self.nodes[n] = self._node_process(deps.classpath("kafka"), n)
+        if self.zookeeper and killed:
+            seconds = (ZOOKEEPER_SESSION_TIMEOUT_MS + TICK_TIME_MS) / 1000
+            log.info("waiting for a killed broker's zookeeper session to expire alias=%s node=%d seconds=%.0f",
+                     self.alias, n + 1, seconds)
+            time.sleep(seconds)
+        self.nodes[n] = self._node_process(self._classpath(), n)
         self.nodes[n].start()
         self.wait_ready(timeout)
 
     def pids(self) -> list[int]:
-        """Pids of the running nodes."""
-        return [n.pid for n in self.nodes if n.pid is not None and n.alive()]
+        """Pids of the running nodes, and of the ZooKeeper server in ZooKeeper mode."""
+        return [n.pid for n in self._processes() if n.pid is not None and n.alive()]
 
     def log_paths(self) -> list[Path]:
-        """One log file per node."""
-        return [node.log_path for node in self.nodes]
+        """One log file per node, then the ZooKeeper server's in ZooKeeper mode."""
+        zookeeper = [self.zookeeper_server.log_path] if self.zookeeper_server else []
+        return [node.log_path for node in self.nodes] + zookeeper
 
     # -- internals -------------------------------------------------------------------------------
+
+    @property
+    def _version(self) -> KafkaVersion:
+        return kafka_version(self.spec.version)
+
+    def _processes(self) -> list[ManagedProcess]:
+        """The nodes, then the ZooKeeper server once started."""
+        zookeeper = self.zookeeper_server.process if self.zookeeper_server else None
+        return self.nodes + ([zookeeper] if zookeeper is not None else [])
+
+    def _topics_on_disk(self) -> dict[str, int]:
+        """Topic -> partition count, from the partition folders in every node's data folder."""
+        topics: dict[str, int] = {}
+        for n in range(self.spec.brokers):
+            data = self._node_dir(n) / "data"
+            for entry in data.iterdir() if data.is_dir() else ():
+                match = _PARTITION_DIR.match(entry.name)  # not a deleted topic's "-delete" folder
+                if match and entry.is_dir():
+                    topics[match["topic"]] = max(topics.get(match["topic"], 0), int(match["partition"]) + 1)
+        return topics
+
+    def _topics_without_leader(self, admin: AdminClient) -> list[str]:
+        """The topics held on disk that the cluster does not list yet with a leader for every partition."""
+        listed = admin.list_topics(timeout=5).topics
+        return sorted(
+            name for name, count in self._topics_on_disk().items()
+            if name not in listed or len(listed[name].partitions) < count
+            or any(p.leader < 0 for p in listed[name].partitions.values())
+        )
+
+    def _classpath(self) -> str:
+        jar_set = self._version.jar_set
+        if jar_set != "kafka":  # compatibility versions: resolved when first used, not by `make deps`
+            deps.ensure_jars(jar_set)
+        return deps.classpath(jar_set)
+
+    def _zookeeper_server(self) -> ZooKeeperServer | None:
+        if not self._version.zookeeper:
+            return None
+        base = self.spec.base_port
+        return ZooKeeperServer(f"Kafka cluster {self.alias} ZooKeeper", self.workdir / "zookeeper",
+                               None if base is None else base + 5)
 
     def _node_ports(self, n: int) -> NodePorts:
         base = self.spec.base_port
         owner = f"Kafka cluster {self.spec.alias} node {n + 1}"
-        sasl, tls = self.spec.sasl, self.spec.tls
+        sasl, tls, kraft = self.spec.sasl, self.spec.tls, not self._version.zookeeper
         if base is None:
-            return NodePorts(free_port(), free_port(), free_port() if sasl else None,
+            return NodePorts(free_port(), free_port() if kraft else None, free_port() if sasl else None,
                              free_port() if tls else None, free_port() if tls and sasl else None)
         port = base + 10 * n
         return NodePorts(
             claim_port(port, f"{owner} (client listener)"),
-            claim_port(port + 1, f"{owner} (controller listener)"),
+            claim_port(port + 1, f"{owner} (controller listener)") if kraft else None,
             claim_port(port + 2, f"{owner} (SASL listener)") if sasl else None,
             claim_port(port + 3, f"{owner} (SSL listener)") if tls else None,
             claim_port(port + 4, f"{owner} (SASL_SSL listener)") if tls and sasl else None,
@@ -322,26 +485,33 @@ class KafkaCluster:
         return self.workdir / f"node{n + 1}"
 
     def _server_properties(self, n: int) -> str:
-        ports = self.ports[n]
+        props = {**self._node_properties(n), **self._storage_properties(n), **self._security_properties()}
+        props.update(self.spec.overrides)
+        return "".join(f"{k}={v}\n" for k, v in props.items())
+
+    def _node_properties(self, n: int) -> dict[str, str]:
+        """Identity and listeners: a KRaft broker+controller, or a ZooKeeper-mode broker."""
+        zookeeper = self.zookeeper_server
+        if zookeeper is not None:
+            # The last broker of a cluster retries its controlled shutdown 3 times; 5 s apart by default.
+            props = {"broker.id": str(n + 1), "zookeeper.connect": zookeeper.connect,
+                     "zookeeper.session.timeout.ms": str(ZOOKEEPER_SESSION_TIMEOUT_MS),
+                     "controlled.shutdown.retry.backoff.ms": "500"}
+        else:
+            voters = ",".join(f"{i + 1}@127.0.0.1:{p.controller}" for i, p in enumerate(self.ports))
+            props = {"process.roles": "broker,controller", "node.id": str(n + 1), "controller.quorum.voters": voters}
+        listeners, advertised = _listeners(self.ports[n])
+        props.update({"listeners": listeners, "advertised.listeners": advertised,
+                      "inter.broker.listener.name": "PLAINTEXT"})
+        if zookeeper is None:
+            props["controller.listener.names"] = "CONTROLLER"
+        props["listener.security.protocol.map"] = ("" if zookeeper else "CONTROLLER:PLAINTEXT,") + _PROTOCOL_MAP
+        return props
+
+    def _storage_properties(self, n: int) -> dict[str, str]:
+        """Data folder, internal topics sized for the cluster, short delays for tests."""
         rf = min(3, self.spec.brokers)
-        voters = ",".join(f"{i + 1}@127.0.0.1:{p.controller}" for i, p in enumerate(self.ports))
-        listeners = [f"PLAINTEXT://127.0.0.1:{ports.client}", f"CONTROLLER://127.0.0.1:{ports.controller}"]
-        advertised = [f"PLAINTEXT://127.0.0.1:{ports.client}"]
-        extra = (("SASL_PLAINTEXT", ports.sasl), ("SSL", ports.ssl), ("SASL_SSL", ports.sasl_ssl))
-        for protocol, port in extra:
-            if port is not None:
-                listeners.append(f"{protocol}://127.0.0.1:{port}")
-                advertised.append(f"{protocol}://127.0.0.1:{port}")
-        props: dict[str, str] = {
-            "process.roles": "broker,controller",
-            "node.id": str(n + 1),
-            "controller.quorum.voters": voters,
-            "listeners": ",".join(listeners),
-            "advertised.listeners": ",".join(advertised),
-            "inter.broker.listener.name": "PLAINTEXT",
-            "controller.listener.names": "CONTROLLER",
-            "listener.security.protocol.map": "CONTROLLER:PLAINTEXT,PLAINTEXT:PLAINTEXT,"
-                                              "SASL_PLAINTEXT:SASL_PLAINTEXT,SSL:SSL,SASL_SSL:SASL_SSL",
+        props = {
             "log.dirs": str(self._node_dir(n) / "data"),
             "num.partitions": "1",
             "auto.create.topics.enable": "false",
@@ -350,11 +520,16 @@ class KafkaCluster:
             "transaction.state.log.replication.factor": str(rf),
             "transaction.state.log.min.isr": "1",
             "transaction.state.log.num.partitions": "5",
-            "share.coordinator.state.topic.replication.factor": str(rf),
-            "share.coordinator.state.topic.min.isr": "1",
-            "group.initial.rebalance.delay.ms": "0",
-            "log.cleaner.backoff.ms": "1000",
         }
+        if self.zookeeper_server is None:  # share groups: Kafka 4 only
+            props.update({"share.coordinator.state.topic.replication.factor": str(rf),
+                          "share.coordinator.state.topic.min.isr": "1"})
+        props.update({"group.initial.rebalance.delay.ms": "0", "log.cleaner.backoff.ms": "1000"})
+        return props
+
+    def _security_properties(self) -> dict[str, str]:
+        """SASL SCRAM, TLS and authorizer settings, as the spec asks."""
+        props: dict[str, str] = {}
         if self.spec.sasl:
             props["sasl.enabled.mechanisms"] = SCRAM_MECHANISM
             for listener in ("sasl_plaintext", "sasl_ssl") if self.spec.tls else ("sasl_plaintext",):
@@ -371,18 +546,31 @@ class KafkaCluster:
                 "ssl.client.auth": "required" if self.spec.client_auth else "none",
             })
         if self.spec.authorizer:
-            props["authorizer.class.name"] = AUTHORIZER
+            props["authorizer.class.name"] = self._version.authorizer
             # Controllers and brokers talk PLAINTEXT as ANONYMOUS; they must be super users.
             props["super.users"] = f"User:{ADMIN_USER};User:ANONYMOUS"
             props["allow.everyone.if.no.acl.found"] = "false"
-        props.update(self.spec.overrides)
-        return "".join(f"{k}={v}\n" for k, v in props.items())
+        return props
+
+    def _write_log_config(self) -> None:
+        """The brokers' logging, INFO to the console (their log files): log4j2 for Kafka 4, else log4j 1."""
+        if self.zookeeper_server is None:
+            audit = _AUDIT_LOG4J2 if self.spec.audit_log else ""
+            (self.workdir / "log4j2.properties").write_text(
+                console_log4j2() + _BROKER_LOG4J2.format(level="INFO") + audit)
+        else:
+            audit = _AUDIT_LOG4J if self.spec.audit_log else ""
+            (self.workdir / "log4j.properties").write_text(
+                console_log4j() + _BROKER_LOG4J.format(level="INFO") + audit)
 
     def _java(self, cp: str, main: str, *args: str, heap: str = "256m") -> list[str]:
         java = shutil.which("java") or "java"
+        if self.zookeeper_server is None:
+            log_config = f"-Dlog4j2.configurationFile={self.workdir / 'log4j2.properties'}"
+        else:
+            log_config = f"-Dlog4j.configuration=file:{self.workdir / 'log4j.properties'}"
         return [
-            java, f"-Xmx{heap}", "-XX:+UseG1GC", "-Djava.awt.headless=true",
-            f"-Dlog4j2.configurationFile={self.workdir / 'log4j2.properties'}",
+            java, f"-Xmx{heap}", "-XX:+UseG1GC", "-Djava.awt.headless=true", log_config,
             "-cp", cp, main, *args,
         ]
 
@@ -398,6 +586,25 @@ class KafkaCluster:
             raise ProcessStartError(
                 f"formatting Kafka cluster {self.alias} node {n + 1} failed; log {log_path}:\n{tail(log_path)}"
             )
+
+    def _add_scram_users(self, cp: str) -> None:
+        """ZooKeeper mode: write each SCRAM user's credential into ZooKeeper (before the brokers start)."""
+        if not self.spec.sasl:
+            return
+        with ThreadPoolExecutor(max_workers=2) as pool:
+            list(pool.map(lambda item: self._add_scram_user(cp, *item), self.spec.scram_users.items()))
+
+    def _add_scram_user(self, cp: str, user: str, password: str) -> None:
+        args = ["--zookeeper", str(self.zookeeper_connect), "--alter", "--entity-type", "users",
+                "--entity-name", user, "--add-config", f"{SCRAM_MECHANISM}=[password={password}]"]
+        log_path = self.workdir / "zookeeper" / f"scram-{user}.log"
+        with open(log_path, "wb") as out:
+            proc = subprocess.run(self._java(cp, CONFIG_COMMAND, *args), stdout=out, stderr=subprocess.STDOUT)
+        if proc.returncode != 0:
+            raise ProcessStartError(
+                f"adding SCRAM user {user} to Kafka cluster {self.alias} failed; log {log_path}:\n{tail(log_path)}"
+            )
+        log.info("scram user added alias=%s user=%s", self.alias, user)
 
     def _node_process(self, cp: str, n: int) -> ManagedProcess:
         argv = self._java(cp, BROKER_MAIN, str(self._node_dir(n) / "server.properties"), heap=self.spec.heap)
