@@ -41,7 +41,7 @@ test-e2e: deps ## only the end-to-end tests
 test-faults: deps ## the fault drills at full length (make test runs their short version)
 	STRAIT_FAULTS=full $(VENV)/bin/pytest -m faults -rA $(PYTEST_ARGS)
 
-test-compat: deps ## the compatibility matrix in full: every pair of Kafka 2.4, 3.9 (ZooKeeper) and 4.x (make test runs 2.4 -> 3.9)
+test-compat: deps ## in full: every pair of Kafka 2.4, 3.9 (ZooKeeper) and 4.x, the AMQ two-way example for 2 minutes (make test: short forms)
 	STRAIT_COMPAT=full $(VENV)/bin/pytest -m compat -rA -s $(PYTEST_ARGS)
 
 test-compose: deps ## boot the compose lab on a Docker engine (started, with stand-in base images, when missing; root)
