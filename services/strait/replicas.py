@@ -28,6 +28,7 @@ from strait.coord.assignment import ShareTracker, item_flow
 from strait.coord.leases import LeaseKeeper, LeaseLostError, Leases
 from strait.coord.membership import MemberKeeper, Membership
 from strait.coord.redis_client import CoordinationError, connect
+from strait.coord.restarts import REFRESH_SECONDS, publish_marks
 from strait.metrics import ERRORS
 from strait.service import ConfigFeed, follow_config, run_service, stop_time_left
 from strait.settings import DEFAULT_LEASE_TTL, Settings
@@ -66,6 +67,7 @@ class FlowWorker(abc.ABC):
         self._pending: StraitConfig | None = None
         self._lock = threading.Lock()
         self.wake, self.stopping = threading.Event(), threading.Event()
+        self.restart_mark = _restart_mark(config, item_flow(flow_name))  # the restart it started under
         self._thread = threading.Thread(target=self._run, name=f"{service}-{flow_name}", daemon=True)
 
     @property
@@ -132,6 +134,16 @@ class FlowWorker(abc.ABC):
 WorkerFactory = Callable[[LeaseKeeper, StraitConfig, str], FlowWorker]
 
 
+def lease_name(service: str, item: str) -> str:
+    """The lease a replica of ``service`` holds while working on ``item`` (a flow, or a shard of one)."""
+    return f"{service}:{item}"
+
+
+def _restart_mark(config: StraitConfig, flow: str) -> str:
+    """The flow's ``restarted_at`` in ``config`` ("" when none, or for an item of no configured flow)."""
+    return next((f.restarted_at or "" for f in config.flows if f.name == flow), "")
+
+
 class FlowSupervisor:
     """Membership, this replica's share of the work items, their leases, and one worker per held item."""
 
@@ -151,10 +163,11 @@ class FlowSupervisor:
         self._stopping: list[FlowWorker] = []
         self.feed = ConfigFeed()
         self._applied: StraitConfig | None = None
+        self._marks_due = 0.0
 
     def lease_name(self, item: str) -> str:
         """The lease a replica holds while working on ``item``."""
-        return f"{self.options.service}:{item}"
+        return lease_name(self.options.service, item)
 
     def _flow_holders(self, items: frozenset[str]) -> dict[str, str]:
         """Which replica works on each item now, by the items' leases: it keeps the assignment sticky."""
@@ -189,6 +202,19 @@ class FlowSupervisor:
             for worker in self._workers.values():
                 worker.update(config)
             self._applied = config
+        self._publish_restart_marks()
+
+    def _publish_restart_marks(self) -> None:
+        """Say, every few seconds, which restart of its flow each held item's worker started under."""
+        now = time.monotonic()
+        if now < self._marks_due:
+            return
+        self._marks_due = now + REFRESH_SECONDS
+        marks = {self.lease_name(name): worker.restart_mark for name, worker in self._workers.items() if worker.alive}
+        try:
+            publish_marks(self.client, self.options.namespace, marks)
+        except CoordinationError as exc:  # only `strait flow restart --wait` reads them
+            log.debug("service=%s restart marks not published: %s", self.options.service, exc)
 
     def _take(self, name: str, config: StraitConfig) -> None:
         if any(w.name == name for w in self._stopping):
@@ -203,6 +229,7 @@ class FlowSupervisor:
             return  # the previous owner still holds it; it expires within one TTL
         keeper = LeaseKeeper(self.leases, lease).start()
         self._workers[name] = self._make_worker(keeper, config, name).start()
+        self._marks_due = 0.0  # a worker started (or restarted): say so at once
         log.info("service=%s flow=%s taken member=%s token=%s", self.options.service, name, self.member_id,
                  lease.token)
 

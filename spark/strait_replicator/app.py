@@ -17,6 +17,7 @@ from typing import Any
 
 from strait.config.model import StraitConfig
 from strait.coord.redis_client import connect
+from strait.coord.restarts import REFRESH_SECONDS, publish_marks, replicator_part
 from strait.paths import cache_dir
 from strait.progress import resume_report_key
 from strait.service import ConfigFeed, follow_config, run_service, stop_time_left
@@ -50,6 +51,7 @@ class Replicator:
         self.feed = ConfigFeed()
         self.client: Any = None  # the coordination Redis (None: run from a file)
         self._served: StraitConfig | None = None  # the configuration the last step served
+        self._marks_due = 0.0
 
     def step(self, stop: threading.Event | None = None) -> None:
         """One control-loop pass: reconcile every flow, export progress; ``stop`` cuts planning short."""
@@ -65,17 +67,19 @@ class Replicator:
         for name in list(self.runners):
             if name not in wanted:
                 log.info("flow=%s disabled or removed: stopping its query", name)
-                self.runners.pop(name).stop(state="disabled")
+                self._end(self.runners.pop(name), state="disabled")
             elif name in restarted:
                 # As a disable and enable would: the new runner plans afresh and reads where to resume.
                 log.info("flow=%s restart requested: stopping its query, starting it again", name)
-                self.runners.pop(name).stop(state=None)
+                self._end(self.runners.pop(name), state=None)
         for name, flow in wanted.items():
             runner = self.runners.get(name)
             if runner is None:
                 runner = self.runners[name] = FlowRunner(self.spark, name, self.state_dir / _dirname(name),
                                                          self.options.trigger_seconds, self.options.epoch_seconds,
-                                                         publish=self._publish_resume, start=self.options.start)
+                                                         publish=self._publish_resume, start=self.options.start,
+                                                         restart_mark=flow.restarted_at or "")
+                self._marks_due = 0.0  # say at once which restart it serves, once it runs
             # An epoch's tasks hold their task slots for the whole epoch: flows share the slots. A
             # change (a worker lost or added) changes the plan: the next refresh restarts the query.
             runner.tasks = max(1, task_slots(self.spark) // len(wanted))
@@ -85,6 +89,24 @@ class Replicator:
             except Exception:  # the control loop must outlive any one flow's trouble
                 log.exception("flow=%s control step failed", name)
                 metrics.ERRORS.labels(service=metrics.SERVICE, flow=name, kind="control").inc()
+        self._publish_restart_marks()
+
+    @staticmethod
+    def _end(runner: FlowRunner, state: str | None) -> None:
+        runner.stop(state=state)
+        runner.close()
+
+    def _publish_restart_marks(self) -> None:
+        """Say, every few seconds, which restart of its flow each running query started under."""
+        now = time.monotonic()
+        if self.client is None or now < self._marks_due:
+            return
+        self._marks_due = now + REFRESH_SECONDS
+        marks = {replicator_part(name): runner.restart_mark for name, runner in self.runners.items() if runner.serving}
+        try:
+            publish_marks(self.client, self.settings.namespace, marks)
+        except Exception as exc:  # noqa: BLE001 - only `strait flow restart --wait` reads them
+            log.debug("restart marks not published: %s", exc)
 
     def run(self, stop: threading.Event) -> None:
         """Run until ``stop`` is set, then stop every query and the session.
@@ -106,6 +128,8 @@ class Replicator:
         finally:
             deadline = time.monotonic() + stop_time_left(stop)
             ended = [runner.stop(deadline=deadline) for runner in self.runners.values()]
+            for runner in self.runners.values():
+                runner.close()
             if watcher is not None:
                 watcher.stop()
             if all(ended):

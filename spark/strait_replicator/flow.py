@@ -89,8 +89,9 @@ class FlowRunner:
 
     def __init__(self, spark: SparkSession, flow_name: str, state_dir: Path, trigger_seconds: float,
                  epoch_seconds: float, publish: Callable[[str, dict[str, Any]], None] | None = None,
-                 start: str | None = None) -> None:
+                 start: str | None = None, restart_mark: str = "") -> None:
         self.spark = spark
+        self.restart_mark = restart_mark  # the flow's restarted_at this runner started under ("" for none)
         self.publish = publish  # where the resume report goes for `strait status` (Redis), if anywhere
         self.start = start  # the command line's start, over the flow's
         self.flow_name = flow_name
@@ -237,6 +238,17 @@ class FlowRunner:
             log.warning("flow=%s topics no longer on %s: %s; their remote topics are kept, records not yet "
                         "copied are lost with the source topic", self.flow_name, plan.writer.source_alias,
                         ", ".join(gone))
+
+    @property
+    def serving(self) -> bool:
+        """Whether the flow's work runs: its query copies, or its plan found no topic to copy yet."""
+        if self.query is not None:
+            return bool(self.query.isActive)
+        return self.plan is not None and not self.plan.topics
+
+    def close(self) -> None:
+        """Release what outlives a stop (the live metrics' reader of the progress topic)."""
+        self.live.close()
 
     def _query_healthy(self) -> bool:
         return self.query is None or self.query.isActive

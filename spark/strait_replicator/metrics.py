@@ -28,10 +28,10 @@ DATA_LOSS = Counter("strait_source_data_loss_total",
                     "Source records deleted (retention, delete-records) before they were copied",
                     ["flow", "topic", "partition"])
 RESUMED_FROM = Gauge("strait_replicator_resume_evidence",
-                     "1 for the evidence a topic's copy started from when its query last started "
+                     "1 for the evidence a topic's copy started from, while the flow's query runs "
                      "(strait-progress, mm2-offsets, offset-syncs, empty-remote, from-target, start-earliest, "
                      "start-latest)",
                      ["flow", "topic", "evidence"])
 RESUME_DUPLICATES = Gauge("strait_replicator_resume_duplicates_max",
                           "At most this many records already on the target were copied again when the topic's "
-                          "copy last started (-1: unknown)", ["flow", "topic"])
+                          "copy started, while the flow's query runs (-1: unknown)", ["flow", "topic"])

@@ -59,6 +59,8 @@ def clusters(kafka_cluster_factory: Callable[..., KafkaCluster]) -> Iterator[Cal
         return started[version, side]
 
     yield of
+    for cluster in started.values():  # not kept for the rest of the session on a 2-core machine
+        cluster.stop()
 
 
 @pytest.mark.parametrize(("source_version", "target_version"), PAIRS, ids=[f"{s}-to-{t}" for s, t in PAIRS])

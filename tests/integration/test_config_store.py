@@ -21,7 +21,7 @@ from strait.config.store import (
     read_stored_config,
     watch_config,
 )
-from strait.coord.documents import VersionedDocuments
+from strait.coord.documents import DocumentChangedError, VersionedDocuments
 from strait.errors import ConfigError
 from strait_lab.kafka import KafkaCluster
 
@@ -69,6 +69,21 @@ def test_apply_and_load_round_trip_with_versions(client: redis.Redis) -> None:
     assert load_stored_config(client, 1) == (1, full)
     stored = read_stored_config(client)
     assert stored.source == "mm2-sample.properties" and stored.applied_at.endswith("Z")
+
+
+def test_a_change_made_from_an_older_version_is_refused_and_nothing_stored(client: redis.Redis) -> None:
+    full = load_yaml(DATA / "full.yaml")
+    sample = load_config(DATA / "mm2-sample.properties")
+    assert apply_config(client, full, "full.yaml") == 1
+    assert apply_config(client, sample, "a change from 1", changed_from=1) == 2
+    with pytest.raises(ConfigStoreError, match=r"a second change from 1: the stored configuration changed while "
+                                               r"this ran \(version 2, this change was made from 1\)"):
+        apply_config(client, full, "a second change from 1", changed_from=1)
+    assert load_stored_config(client) == (2, sample)
+    documents = VersionedDocuments(client)  # the store itself is conditional too (a change landing in between)
+    with pytest.raises(DocumentChangedError, match=r"document config is at version 2, not 1"):
+        documents.put(CONFIG_DOCUMENT, b"{}", expected=1)
+    assert documents.get(CONFIG_DOCUMENT).version == 2  # type: ignore[union-attr]
 
 
 def test_stored_json_holds_references_not_values(client: redis.Redis, monkeypatch: pytest.MonkeyPatch) -> None:

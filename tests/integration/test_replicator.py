@@ -343,8 +343,11 @@ def test_two_way_flows_with_aliases_containing_the_separator_never_loop(
                   for t in cluster.admin().list_topics(timeout=30).topics if prefix in t and t.count("cluster-") > 1]
         assert not looped, f"topics copied back and forth: {looped}"
         time.sleep(1)
-    wait_for(lambda: count(target_cluster, f"cluster-1-{one}") == sent, 60, "cluster-1's records copied to cluster-2")
-    wait_for(lambda: count(source_cluster, f"cluster-2-{two}") == sent, 60, "cluster-2's records copied to cluster-1")
+    for cluster, remote, origin in ((target_cluster, f"cluster-1-{one}", "cluster-1"),
+                                    (source_cluster, f"cluster-2-{two}", "cluster-2")):
+        wait_for(lambda: count(cluster, remote) >= sent, 60, f"{origin}'s records copied to {remote}")  # noqa: B023
+        expected = {f"from {origin}".encode()} | {f"from {origin} {i}".encode() for i in range(1, sent)}
+        assert {r.value for r in consume_all(cluster.client_config(), remote)} == expected  # each, at least once
 
 
 def test_one_cluster_under_two_aliases_is_refused_when_the_flow_starts(

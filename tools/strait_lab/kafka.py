@@ -32,9 +32,9 @@ from confluent_kafka.admin import AdminClient
 from strait_lab.errors import LabError, ProcessStartError
 from strait_lab import deps
 from strait_lab.ports import claim_port, free_port
-from strait_lab.process import ManagedProcess, console_log4j2, tail
+from strait_lab.process import ManagedProcess, console_log4j, console_log4j2, tail
 from strait_lab.tls import TlsFiles, make_tls_files
-from strait_lab.zookeeper import TICK_TIME_MS, ZooKeeperServer, console_log4j
+from strait_lab.zookeeper import TICK_TIME_MS, ZooKeeperServer
 
 log = logging.getLogger(__name__)
 # librdkafka reports "connection refused" while a broker starts; the probe expects that, so mute it.

@@ -35,6 +35,21 @@ def console_log4j2(level: str = "INFO") -> str:
     """log4j2 properties for a lab JVM: every line to the console (the process's log file) at ``level``."""
     return _CONSOLE_LOG4J2.format(level=level)
 
+
+_CONSOLE_LOG4J = """\
+log4j.rootLogger={level}, stdout
+log4j.appender.stdout=org.apache.log4j.ConsoleAppender
+log4j.appender.stdout.layout=org.apache.log4j.PatternLayout
+log4j.appender.stdout.layout.ConversionPattern=[%d] %p %m (%c)%n
+"""
+
+
+def console_log4j(level: str = "INFO") -> str:
+    """log4j 1 (reload4j) properties for a lab JVM of the ZooKeeper era: every line to the console
+    (the process's log file) at ``level``; the counterpart of :func:`console_log4j2`."""
+    return _CONSOLE_LOG4J.format(level=level)
+
+
 _PR_SET_PDEATHSIG = 1
 
 

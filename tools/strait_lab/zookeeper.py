@@ -13,26 +13,12 @@ import socket
 from pathlib import Path
 
 from strait_lab.ports import claim_port, free_port
-from strait_lab.process import ManagedProcess
+from strait_lab.process import ManagedProcess, console_log4j
 
 log = logging.getLogger(__name__)
 
 SERVER_MAIN = "org.apache.zookeeper.server.ZooKeeperServerMain"
 TICK_TIME_MS = 2000  # sessions expire on tick boundaries: up to one tick after their timeout
-
-_CONSOLE_LOG4J = """\
-log4j.rootLogger={level}, stdout
-log4j.appender.stdout=org.apache.log4j.ConsoleAppender
-log4j.appender.stdout.layout=org.apache.log4j.PatternLayout
-log4j.appender.stdout.layout.ConversionPattern=[%d] %p %m (%c)%n
-"""
-
-
-def console_log4j(level: str = "INFO") -> str:
-    """log4j 1 (reload4j) properties for a lab JVM of the ZooKeeper era: every line to the console
-    (the process's log file) at ``level``; the counterpart of :func:`strait_lab.process.console_log4j2`."""
-    return _CONSOLE_LOG4J.format(level=level)
-
 
 class ZooKeeperServer:
     """A ZooKeeper process of the lab.

@@ -13,18 +13,21 @@ from __future__ import annotations
 
 import argparse
 import json
+import math
+import sys
 import time
 from dataclasses import replace
 from datetime import datetime, timezone
 from typing import Any
 
 from strait.config.model import FlowConfig
-from strait.settings import settings_of
-from strait.config.store import apply_config, read_stored_config
+from strait.config.store import StoredConfig, apply_config, read_stored_config
 from strait.coord.assignment import ShardItem
 from strait.coord.leases import Leases
 from strait.coord.redis_client import connect
-from strait.progress import read_resume_report
+from strait.coord.restarts import read_marks, replicator_part
+from strait.replicas import lease_name
+from strait.settings import Settings, settings_of
 from strait_configsync.drift import read_reports
 
 SERVICES = ("configsync", "heartbeat")
@@ -45,7 +48,7 @@ def register(subparsers: argparse._SubParsersAction) -> None:
         if name == "status":
             command.add_argument("--json", action="store_true", help="print as JSON")
         if name == "restart":
-            command.add_argument("--wait", type=float, default=0.0, metavar="SECONDS",
+            command.add_argument("--wait", type=_seconds, default=0.0, metavar="SECONDS",
                                  help="wait up to this long for every running part to start again; exit 1 if one "
                                       "did not (default: do not wait)")
         command.set_defaults(handler=handlers[name], enable=name == "enable")
@@ -56,80 +59,87 @@ def _client(args: argparse.Namespace) -> Any:
 
 
 def _switch(args: argparse.Namespace) -> int:
-    client = _client(args)
-    settings = settings_of(args)
+    client, settings = _client(args), settings_of(args)
     stored = read_stored_config(client, namespace=settings.namespace)
     flow = stored.config.flow(args.flow)  # a ConfigError naming the known flows when there is none
     word = "enabled" if args.enable else "disabled"
     if flow.enabled == args.enable:
         print(f"flow {flow.name} is already {word} (configuration version {stored.version})")
         return 0
-    flows = tuple(replace(f, enabled=args.enable) if f.name == flow.name else f for f in stored.config.flows)
-    config = replace(stored.config, flows=flows)
-    version = apply_config(client, config, f"strait flow {'enable' if args.enable else 'disable'} {flow.name}",
-                           namespace=settings.namespace, durable=settings.durable_config)
+    version = _store_flow(client, settings, stored, replace(flow, enabled=args.enable),
+                          f"strait flow {'enable' if args.enable else 'disable'} {flow.name}")
     print(f"flow {flow.name} {word}: configuration version {version} (was {stored.version})")
     return 0
+
+
+def _store_flow(client: Any, settings: Settings, stored: StoredConfig, changed: FlowConfig, reason: str) -> int:
+    """Store the version ``stored`` with one flow changed, unless another version was stored meanwhile."""
+    flows = tuple(changed if f.name == changed.name else f for f in stored.config.flows)
+    return apply_config(client, replace(stored.config, flows=flows), reason, namespace=settings.namespace,
+                        durable=settings.durable_config, changed_from=stored.version)
 
 
 RESTART_POLL_SECONDS = 0.5
 
 
+def _seconds(text: str) -> float:
+    value = float(text)
+    if not math.isfinite(value) or value < 0:
+        raise argparse.ArgumentTypeError(f"expected a number of seconds of 0 or more, got {text!r}")
+    return value
+
+
 def _restart(args: argparse.Namespace) -> int:
-    client = _client(args)
-    settings = settings_of(args)
+    client, settings = _client(args), settings_of(args)
     stored = read_stored_config(client, namespace=settings.namespace)
     flow = stored.config.flow(args.flow)
     if not flow.enabled:
-        print(f"flow {flow.name} is disabled: nothing runs to restart; `strait flow enable {flow.name}` starts it")
+        print(f"flow {flow.name} is disabled: nothing runs to restart; `strait flow enable {flow.name}` starts it",
+              file=sys.stderr)
         return 1
-    before = _running_parts(client, flow, settings.namespace)
+    parts = _parts(flow)
+    running = set(read_marks(client, settings.namespace, parts))
     at = datetime.now(timezone.utc).isoformat(timespec="milliseconds").replace("+00:00", "Z")
-    flows = tuple(replace(f, restarted_at=at) if f.name == flow.name else f for f in stored.config.flows)
-    version = apply_config(client, replace(stored.config, flows=flows), f"strait flow restart {flow.name}",
-                           namespace=settings.namespace, durable=settings.durable_config)
+    version = _store_flow(client, settings, stored, replace(flow, restarted_at=at), f"strait flow restart {flow.name}")
     print(f"flow {flow.name} restart requested at {at}: configuration version {version} (was {stored.version})")
-    if args.wait <= 0:
+    if not args.wait:
         return 0
-    return _wait_for_restart(client, flow, settings.namespace, before, time.monotonic() + args.wait)
+    if not running:
+        print(f"flow {flow.name}: no part of it runs now; each starts it when it runs")
+        return 0
+    return _wait_for_restart(client, settings.namespace, flow.name, parts, running, at,
+                             time.monotonic() + args.wait)
 
 
-def _running_parts(client: Any, flow: FlowConfig, namespace: str) -> dict[str, object]:
-    """What identifies each running part's current start: a lease's fencing token, the replicator's last
-    resume report time. A part that restarted has another one (a retaken lease gets a higher token)."""
-    leases = Leases(client, namespace)
-    parts: dict[str, object] = {}
-    for name in _lease_names(flow):
-        owner = leases.owner(name)
-        if owner is not None:
-            parts[name] = owner.token
-    report = read_resume_report(client, flow.name, namespace)
-    if report is not None:
-        parts["replicator"] = report.get("at")
-    return parts
-
-
-def _wait_for_restart(client: Any, flow: FlowConfig, namespace: str, before: dict[str, object],
+def _wait_for_restart(client: Any, namespace: str, flow: str, parts: list[str], running: set[str], at: str,
                       deadline: float) -> int:
-    waiting = dict(before)
-    while waiting and time.monotonic() < deadline:
-        time.sleep(RESTART_POLL_SECONDS)
-        now = _running_parts(client, flow, namespace)
-        for part in [p for p in waiting if p in now and now[p] != waiting[p]]:
+    """Report each part as it serves the restart ``at``; exit 1 naming those that ran and did not in time."""
+    waiting = set(running)
+    while True:
+        marks = read_marks(client, namespace, parts)
+        for part in sorted(p for p, mark in marks.items() if mark == at and p in waiting):
             print(f"  {part}: started again")
-            del waiting[part]
+            waiting.discard(part)
+        if not waiting or time.monotonic() >= deadline:
+            break
+        time.sleep(RESTART_POLL_SECONDS)
     if waiting:
-        print(f"flow {flow.name}: not started again in time: {', '.join(sorted(waiting))} "
-              "(is that service running and following Redis? see its log)")
+        print(f"flow {flow}: not started again in time: {', '.join(sorted(waiting))} (is that service still "
+              "running and following Redis? a configuration applied since without restarted_at cancels a restart "
+              "not yet begun; see the service's log)", file=sys.stderr)
         return 1
-    print(f"flow {flow.name}: every running part started again ({len(before)})" if before else
-          f"flow {flow.name}: no part was running (no lease held, no replicator report); each starts it when it runs")
+    print(f"flow {flow}: every running part started again ({len(running)})")
     return 0
 
 
+def _parts(flow: FlowConfig) -> list[str]:
+    """Every part that can run the flow: the replicator's query and the supervised services' items."""
+    return [replicator_part(flow.name), *_lease_names(flow)]
+
+
 def _lease_names(flow: FlowConfig) -> list[str]:
-    names = [f"{service}:{flow.name}" for service in SERVICES]
-    return names + [f"checkpoint:{shard.name}" for shard in ShardItem.all_of(flow.name, flow.checkpoint_shards)]
+    names = [lease_name(service, flow.name) for service in SERVICES]
+    return names + [lease_name("checkpoint", shard.name) for shard in ShardItem.all_of(flow.name, flow.checkpoint_shards)]
 
 
 def _status(args: argparse.Namespace) -> int:

@@ -182,8 +182,9 @@ class FlowConfig:
     target (default ``mm2-offsets.<source>.internal``, dedicated mode's), and ``mm2_source_connector``
     the name its MirrorSourceConnector ran under (default ``MirrorSourceConnector``, dedicated mode's;
     on a Connect cluster, the name the connector was created with). ``restarted_at`` is set by
-    `strait flow restart` (a UTC time): each time it takes a new value, every service ends its work
-    on the flow and starts it again from what the clusters hold (:meth:`restart_requested`).
+    `strait flow restart` (to its UTC time; any text works): each time it takes a new value, every
+    service ends its work on the flow and starts it again from what the clusters hold
+    (:meth:`restart_requested`); a version without it asks for nothing.
     """
 
     source: str

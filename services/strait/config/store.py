@@ -18,7 +18,7 @@ from strait.config.document import config_from_dict, config_to_dict
 from strait.config.durable import ConfigKeeper, DurableConfigError, DurableConfigTopic, DurableLocation, same_content
 from strait.config.model import StraitConfig
 from strait.config.validate import describe_inline_secrets, inline_secrets
-from strait.coord.documents import DEFAULT_KEEP, Document, VersionedDocuments, Watcher
+from strait.coord.documents import DEFAULT_KEEP, Document, DocumentChangedError, VersionedDocuments, Watcher
 from strait.coord.redis_client import redis_errors
 from strait.errors import ConfigError, StraitError
 
@@ -84,13 +84,17 @@ def decode_config(document: Document) -> StoredConfig:
 
 
 def apply_config(client: redis.Redis, config: StraitConfig, source_name: str,
-                 namespace: str = "strait", durable: DurableLocation | None = None) -> int:
+                 namespace: str = "strait", durable: DurableLocation | None = None,
+                 changed_from: int | None = None) -> int:
     """Store ``config`` as a new version and return it; an unchanged configuration keeps its version.
 
     With ``durable`` (the settings' durable topic) the new version is numbered above every version
     the topic holds, and is written there too before this returns (:mod:`strait.config.durable`).
+    With ``changed_from`` (the version ``config`` was derived from) it is stored only while that is
+    still the latest version.
 
     Raises:
+        ConfigStoreError: ``changed_from`` is no longer the latest version; nothing was stored.
         DurableConfigError: the topic could not be read (nothing stored) or written (stored in Redis,
             and the services' keepers copy it to the topic once it answers).
     """
@@ -101,11 +105,19 @@ def apply_config(client: redis.Redis, config: StraitConfig, source_name: str,
         floor = _durable_floor(topic) if topic is not None else 0
         with redis_errors(client, "store the configuration"):
             latest = documents.get(CONFIG_DOCUMENT)
+            if changed_from is not None and (latest.version if latest else 0) != changed_from:
+                raise ConfigStoreError(
+                    f"{source_name}: the stored configuration changed while this ran (version "
+                    f"{latest.version if latest else 'none'}, this change was made from {changed_from}); "
+                    "nothing was stored: run the command again")
             if latest is not None and latest.version >= floor and same_content(latest.body, body):
                 log.info("configuration unchanged version=%d source=%s", latest.version, source_name)
                 version = latest.version
             else:
-                version = documents.put(CONFIG_DOCUMENT, body, floor=floor)
+                try:
+                    version = documents.put(CONFIG_DOCUMENT, body, floor=floor, expected=changed_from)
+                except DocumentChangedError as exc:
+                    raise ConfigStoreError(f"{source_name}: {exc}: run the command again") from None
                 log.info("configuration stored version=%d source=%s clusters=%d flows=%d",
                          version, source_name, len(config.clusters), len(config.flows))
         if topic is not None:

@@ -32,19 +32,18 @@ DEFAULT_KEEP = 50
 """Versions kept per document."""
 
 # KEYS: meta hash, versions hash. ARGV: body, put id, keep, channel, floor, exact, expected.
-# exact = '': the next version above max(latest, floor). exact = N: version N, only if above latest
-# and the latest is still ``expected`` ('0': none; '': not checked).
+# exact = '': the next version above max(latest, floor). exact = N: version N, only if above latest.
+# Either way only while the latest is still ``expected`` ('0': none; '': not checked).
 _PUT = LUA_PRELUDE + """
 local meta = redis.call('HMGET', KEYS[1], 'latest', 'gen', 'last_put')
 local gen = meta[2] or INT(NOW_US)
 if meta[3] and meta[3] == ARGV[2] then return {gen, meta[1]} end
 local latest = tonumber(meta[1] or '0')
+if ARGV[7] ~= '' and tonumber(ARGV[7]) ~= latest then return {gen, INT(latest), 'refused'} end
 local version = math.max(latest, tonumber(ARGV[5])) + 1
 if ARGV[6] ~= '' then
   version = tonumber(ARGV[6])
-  if version <= latest or (ARGV[7] ~= '' and tonumber(ARGV[7]) ~= latest) then
-    return {gen, INT(latest), 'refused'}
-  end
+  if version <= latest then return {gen, INT(latest), 'refused'} end
 end
 redis.call('HSET', KEYS[2], INT(version), ARGV[1])
 redis.call('HSET', KEYS[1], 'latest', INT(version), 'gen', gen, 'last_put', ARGV[2])
@@ -84,6 +83,10 @@ return out
 """
 
 
+class DocumentChangedError(CoordinationError):
+    """A conditional store found another version than the one its change was made from."""
+
+
 @dataclass(frozen=True)
 class Document:
     """One version of a named document."""
@@ -112,19 +115,26 @@ class VersionedDocuments:
         self._get = client.register_script(_GET)
         self._since = client.register_script(_SINCE)
 
-    def put(self, name: str, body: bytes, *, floor: int = 0) -> int:
+    def put(self, name: str, body: bytes, *, floor: int = 0, expected: int | None = None) -> int:
         """Store ``body`` as the next version of ``name`` (1, 2, ...), notify watchers, return it.
 
         ``floor``: the new version is above it too (a version a durable copy already holds, so a
-        Redis that lost its data never numbers a new version below an older one). Safe to retry: a
-        repeated request (same put id, after a lost reply) stores nothing new.
+        Redis that lost its data never numbers a new version below an older one). ``expected``: store
+        only while the latest version is still that one (a read-change-write that must not undo a
+        change made in between). Safe to retry: a repeated request (same put id, after a lost reply)
+        stores nothing new.
 
         Raises:
             CoordinationUnavailableError: Redis is down; nothing was stored.
+            DocumentChangedError: the latest version is no longer ``expected``; nothing was stored.
         """
+        check = "" if expected is None else str(expected)
         with redis_errors(self._client, f"store document {name}"):
             reply = self._put(keys=self._keys(name),
-                              args=[body, uuid.uuid4().hex, self._keep, self.channel(name), floor, "", ""])
+                              args=[body, uuid.uuid4().hex, self._keep, self.channel(name), floor, "", check])
+        if len(reply) > 2:
+            raise DocumentChangedError(f"document {name} is at version {int(reply[1])}, not {expected}: another "
+                                       "change was stored in between; nothing was stored")
         version = int(reply[1])
         log.info("document stored name=%s version=%s bytes=%d", name, version, len(body))
         return version
