@@ -28,7 +28,7 @@ from strait.coord.assignment import ShareTracker, item_flow
 from strait.coord.leases import LeaseKeeper, LeaseLostError, Leases
 from strait.coord.membership import MemberKeeper, Membership
 from strait.coord.redis_client import CoordinationError, connect
-from strait.coord.restarts import REFRESH_SECONDS, publish_marks
+from strait.coord.restarts import MarkPublisher
 from strait.metrics import ERRORS
 from strait.service import ConfigFeed, follow_config, run_service, stop_time_left
 from strait.settings import DEFAULT_LEASE_TTL, Settings
@@ -163,7 +163,7 @@ class FlowSupervisor:
         self._stopping: list[FlowWorker] = []
         self.feed = ConfigFeed()
         self._applied: StraitConfig | None = None
-        self._marks_due = 0.0
+        self._marks = MarkPublisher(client, options.namespace)
 
     def lease_name(self, item: str) -> str:
         """The lease a replica holds while working on ``item``."""
@@ -202,19 +202,8 @@ class FlowSupervisor:
             for worker in self._workers.values():
                 worker.update(config)
             self._applied = config
-        self._publish_restart_marks()
-
-    def _publish_restart_marks(self) -> None:
-        """Say, every few seconds, which restart of its flow each held item's worker started under."""
-        now = time.monotonic()
-        if now < self._marks_due:
-            return
-        self._marks_due = now + REFRESH_SECONDS
-        marks = {self.lease_name(name): worker.restart_mark for name, worker in self._workers.items() if worker.alive}
-        try:
-            publish_marks(self.client, self.options.namespace, marks)
-        except CoordinationError as exc:  # only `strait flow restart --wait` reads them
-            log.debug("service=%s restart marks not published: %s", self.options.service, exc)
+        self._marks.refresh(lambda: {self.lease_name(name): worker.restart_mark
+                                     for name, worker in self._workers.items() if worker.alive})
 
     def _take(self, name: str, config: StraitConfig) -> None:
         if any(w.name == name for w in self._stopping):
@@ -229,7 +218,7 @@ class FlowSupervisor:
             return  # the previous owner still holds it; it expires within one TTL
         keeper = LeaseKeeper(self.leases, lease).start()
         self._workers[name] = self._make_worker(keeper, config, name).start()
-        self._marks_due = 0.0  # a worker started (or restarted): say so at once
+        self._marks.soon()  # a worker started (or restarted): say so at once
         log.info("service=%s flow=%s taken member=%s token=%s", self.options.service, name, self.member_id,
                  lease.token)
 

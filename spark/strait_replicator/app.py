@@ -17,7 +17,7 @@ from typing import Any
 
 from strait.config.model import StraitConfig
 from strait.coord.redis_client import connect
-from strait.coord.restarts import REFRESH_SECONDS, publish_marks, replicator_part
+from strait.coord.restarts import MarkPublisher, replicator_part
 from strait.paths import cache_dir
 from strait.progress import resume_report_key
 from strait.service import ConfigFeed, follow_config, run_service, stop_time_left
@@ -51,7 +51,7 @@ class Replicator:
         self.feed = ConfigFeed()
         self.client: Any = None  # the coordination Redis (None: run from a file)
         self._served: StraitConfig | None = None  # the configuration the last step served
-        self._marks_due = 0.0
+        self._marks: MarkPublisher | None = None  # with the coordination Redis
 
     def step(self, stop: threading.Event | None = None) -> None:
         """One control-loop pass: reconcile every flow, export progress; ``stop`` cuts planning short."""
@@ -79,7 +79,8 @@ class Replicator:
                                                          self.options.trigger_seconds, self.options.epoch_seconds,
                                                          publish=self._publish_resume, start=self.options.start,
                                                          restart_mark=flow.restarted_at or "")
-                self._marks_due = 0.0  # say at once which restart it serves, once it runs
+                if self._marks is not None:
+                    self._marks.soon()  # say at once which restart it serves, once it runs
             # An epoch's tasks hold their task slots for the whole epoch: flows share the slots. A
             # change (a worker lost or added) changes the plan: the next refresh restarts the query.
             runner.tasks = max(1, task_slots(self.spark) // len(wanted))
@@ -89,24 +90,14 @@ class Replicator:
             except Exception:  # the control loop must outlive any one flow's trouble
                 log.exception("flow=%s control step failed", name)
                 metrics.ERRORS.labels(service=metrics.SERVICE, flow=name, kind="control").inc()
-        self._publish_restart_marks()
+        if self._marks is not None:
+            self._marks.refresh(lambda: {replicator_part(name): runner.restart_mark
+                                         for name, runner in self.runners.items() if runner.serving})
 
     @staticmethod
     def _end(runner: FlowRunner, state: str | None) -> None:
         runner.stop(state=state)
         runner.close()
-
-    def _publish_restart_marks(self) -> None:
-        """Say, every few seconds, which restart of its flow each running query started under."""
-        now = time.monotonic()
-        if self.client is None or now < self._marks_due:
-            return
-        self._marks_due = now + REFRESH_SECONDS
-        marks = {replicator_part(name): runner.restart_mark for name, runner in self.runners.items() if runner.serving}
-        try:
-            publish_marks(self.client, self.settings.namespace, marks)
-        except Exception as exc:  # noqa: BLE001 - only `strait flow restart --wait` reads them
-            log.debug("restart marks not published: %s", exc)
 
     def run(self, stop: threading.Event) -> None:
         """Run until ``stop`` is set, then stop every query and the session.
@@ -118,6 +109,7 @@ class Replicator:
         client = None
         if self.settings.config_file is None:
             client = self.client = connect(self.settings.coordination_url())
+            self._marks = MarkPublisher(client, self.settings.namespace)
         watcher = follow_config(self.feed, self.settings, client, metrics.SERVICE)
         try:
             while not stop.is_set():

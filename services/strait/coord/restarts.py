@@ -10,7 +10,8 @@ its key holds that request's mark.
 from __future__ import annotations
 
 import logging
-from collections.abc import Iterable, Mapping
+import time
+from collections.abc import Callable, Iterable, Mapping
 
 import redis
 
@@ -48,3 +49,29 @@ def read_marks(client: redis.Redis, namespace: str, parts: Iterable[str]) -> dic
     with redis_errors(client, f"read {len(parts)} restart marks"):
         values = client.mget([_key(namespace, part) for part in parts]) if parts else []
     return {part: text(value) for part, value in zip(parts, values, strict=True) if value is not None}
+
+
+class MarkPublisher:
+    """A process's restart marks, refreshed every :data:`REFRESH_SECONDS` (at once after :meth:`soon`).
+
+    Trouble publishing is only logged: nothing but `strait flow restart --wait` reads the marks.
+    """
+
+    def __init__(self, client: redis.Redis, namespace: str) -> None:
+        self.client, self.namespace = client, namespace
+        self._due = 0.0
+
+    def soon(self) -> None:
+        """Publish at the next :meth:`refresh` (a part started or restarted)."""
+        self._due = 0.0
+
+    def refresh(self, marks: Callable[[], Mapping[str, str]]) -> None:
+        """Publish ``marks()`` (part -> the restart mark it serves) when due."""
+        now = time.monotonic()
+        if now < self._due:
+            return
+        self._due = now + REFRESH_SECONDS
+        try:
+            publish_marks(self.client, self.namespace, marks())
+        except Exception as exc:  # noqa: BLE001 - a mark is never a reason to disturb the work
+            log.debug("restart marks not published namespace=%s: %s", self.namespace, exc)
