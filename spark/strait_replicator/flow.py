@@ -330,8 +330,7 @@ class FlowRunner:
             resume=tuple(sorted((key, at.offset) for key, at in resume.items())),
             on_target=tuple(sorted((key, at.offset) for key, at in resume.items() if at.evidence in COPY_EVIDENCE)),
             progress=(plan.resume.target_consumer, plan.resume.progress.topic),
-            query=self._query_id, last_epoch=checkpoint.newest_epoch(),
-            progress_from=tuple(sorted(self.live.positions().items())))
+            query=self._query_id, last_epoch=checkpoint.newest_epoch())
         self.spark.dataSource.register(CopySource)
         self._stopping = threading.Event()
         return (self.spark.readStream.format(FORMAT).option(PLAN_OPTION, source.encode()).load().writeStream
@@ -595,11 +594,6 @@ class LiveMetrics:
         with self._lock:
             if self._reader is not None:
                 self._read()
-
-    def positions(self) -> dict[int, int]:
-        """Where the tail of the progress topic got to (what is written after it is news)."""
-        with self._lock:
-            return self._reader.positions if self._reader is not None else {}
 
     def forget(self, before_epoch: int) -> None:
         """Drop what is kept of the runs of epochs before ``before_epoch`` (committed: they report no more)."""

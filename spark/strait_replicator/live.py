@@ -27,7 +27,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import asdict, dataclass, field
 from typing import Any
 
-from confluent_kafka import Consumer, KafkaException, TopicPartition
+from confluent_kafka import Consumer, TopicPartition
 
 from strait.config.model import SyncsLocation
 from strait.progress import OffsetsTopic, Progress
@@ -36,7 +36,6 @@ log = logging.getLogger(__name__)
 
 Key = tuple[str, int]
 PROGRESS_READ_SECONDS = 10.0
-STOP_READ_SECONDS = 2.0
 
 
 @dataclass(frozen=True)
@@ -148,16 +147,14 @@ class StopWatch:
         self._consumer = Consumer({**settings, "group.id": "strait-progress", "enable.auto.commit": False,
                                    "enable.auto.offset.store": False, "logger": logging.getLogger("strait.librdkafka")})
         self._key = b""
-        self._query = ""
-        self._from: dict[int, int] = {}
+        self._flow = self._query = ""
         self.stopped = False
 
     def watch(self, topic: str, positions: Mapping[int, int], flow: str, query: str) -> StopWatch:
         """Watch for a stop of ``query`` written after ``positions``."""
         self._consumer.assign([TopicPartition(topic, p, offset) for p, offset in positions.items()])
-        self._from = dict(positions)
         self._key = stop_record(flow, query)[0]
-        self._query = query
+        self._flow, self._query = flow, query
         self.stopped = False
         return self
 
@@ -167,41 +164,26 @@ class StopWatch:
             messages = self._consumer.consume(1000, 0)
             if not messages:
                 break
-            self._scan(messages)
+            for message in messages:
+                if message.error() is None and message.key() == self._key:
+                    self.stopped = stop_named(message.key(), message.value()) == (self._flow, self._query) \
+                        or self.stopped
         return self.stopped
-
-    def requested_by_now(self, timeout: float = STOP_READ_SECONDS) -> bool:
-        """True once the stop record was read, reading everything written before this call first (at
-        most ``timeout``: a target that does not answer gives what has arrived)."""
-        deadline = time.monotonic() + timeout
-        try:
-            assigned = self._consumer.assignment()
-            ends = {tp.partition: self._consumer.get_watermark_offsets(tp, timeout=timeout)[1] for tp in assigned}
-            while not self.stopped and time.monotonic() < deadline:
-                at = {tp.partition: tp.offset for tp in self._consumer.position(assigned)}
-                if all(at.get(p, -1) >= end or end == self._from.get(p) for p, end in ends.items()):
-                    break
-                self._scan(self._consumer.consume(1000, 0.05))
-        except KafkaException as exc:
-            log.warning("stop records of query %s not read to the end: %s", self._query, exc)
-        return self.requested()
-
-    def _scan(self, messages: list[Any]) -> None:
-        for message in messages:
-            key = message.key()
-            if message.error() is None and key and key.startswith(_CONTROL_PREFIX) and key == self._key:
-                self.stopped = _stops(message.value(), self._query) or self.stopped
 
     def close(self) -> None:
         """Close the consumer."""
         self._consumer.close()
 
 
-def _stops(value: bytes | None, query: str) -> bool:
+def stop_named(key: bytes | None, value: bytes | None) -> tuple[str, str] | None:
+    """(flow, query) of a stop record, None for any other record of the progress topic."""
+    if not key or not value or not key.startswith(_CONTROL_PREFIX):
+        return None
     try:
-        return bool(value) and json.loads(value).get("stop") == query
-    except (ValueError, AttributeError):
-        return False
+        flow, query = json.loads(key)[1]["flow"], json.loads(value)["stop"]
+    except (ValueError, TypeError, KeyError, IndexError):
+        return None
+    return (flow, query) if isinstance(flow, str) and isinstance(query, str) else None
 
 
 _watches: dict[tuple[tuple[str, str], ...], StopWatch] = {}

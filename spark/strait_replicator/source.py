@@ -37,7 +37,7 @@ from strait.kafka.admin import KafkaRetriableError, RenewableAdmin, list_offsets
 from strait.logs import setup_logging
 from strait.progress import OffsetsTopic, ResumeError, keys_of
 from strait.retry import retry_transient
-from strait_replicator.live import LiveRun, StopWatch, progress_since, stop_watch
+from strait_replicator.live import LiveRun, progress_since, stop_named, stop_watch
 from strait_replicator.state import CheckpointFormatError, EpochOffsets, Offsets, TopicPartitionKey
 from strait_replicator.writer import SUMMARY_SCHEMA, CopyRange, EpochLimits, WriterSettings, copy_ranges
 
@@ -50,6 +50,7 @@ PLAN_OPTION = "strait.secret.plan"
 # A leader that does not answer (a frozen broker) is given up on after this long and asked again
 # through fresh metadata, where it may have moved.
 LIST_TIMEOUT = 10.0
+STOP_READ_SECONDS = 2.0  # how long the planner reads the progress topic for a stop before planning
 # A rate-limited flow runs one task per this many records/s: the limit is split evenly over tasks.
 RECORDS_PER_SECOND_PER_TASK = 50_000
 # A backlog a task copies in about a second: below it, tasks keep their partitions from epoch to epoch.
@@ -73,10 +74,9 @@ class SourcePlan:
     progress: tuple[tuple[tuple[str, str], ...], str] | None = None  # target consumer settings, progress topic
     query: str = ""  # this run of the flow's query: what a stop record names
     # where the target holds every record below, from the evidence when the query started: no epoch,
-    # a replayed one neither, starts a partition below it (it may hold no progress yet)
+    # a replayed one neither, starts a partition below it until its progress is seen
     on_target: tuple[tuple[tuple[str, int], int], ...] = ()
     last_epoch: EpochOffsets | None = None  # the newest epoch in the checkpoint when the query started
-    progress_from: tuple[tuple[int, int], ...] = ()  # where the progress topic ended then: stops come after
 
     def encode(self) -> str:
         """The plan as a data source option value."""
@@ -123,7 +123,7 @@ class CopyStreamReader(DataSourceStreamReader):  # type: ignore[misc]
         self.plan = plan
         self._last = plan.last_epoch  # the newest epoch planned or run (Spark asks for the next once it is committed)
         self._planned = -1  # the newest epoch this reader planned itself
-        self._stop: StopWatch | None = None
+        self._floor = dict(plan.on_target)  # the copy evidence of partitions whose progress was not seen yet
 
     def initialOffset(self) -> dict[str, Any]:
         return EpochOffsets(-1, dict(self.plan.resume)).to_json()
@@ -132,7 +132,7 @@ class CopyStreamReader(DataSourceStreamReader):  # type: ignore[misc]
         last = self._last or EpochOffsets.from_json(self.initialOffset())
         if self._stop_requested():  # the same offset: Spark starts no new epoch
             return last.to_json()
-        start = {**self._at_least_on_target({**dict(self.plan.resume), **last.start}), **self._progress()}
+        start = self._starting_points({**dict(self.plan.resume), **last.start})
         until = self._list("latest")
         if not until:  # the flow stops, or every planned topic is gone: no epoch until it is planned again
             return last.to_json()
@@ -153,10 +153,9 @@ class CopyStreamReader(DataSourceStreamReader):  # type: ignore[misc]
                 f"earliest offsets (records already on the target are copied again, none is lost)") from exc
         if self._last is None or epoch.epoch >= self._last.epoch:
             self._last = epoch
-        # a replayed epoch goes on where the copies got to
-        starts = {**self._at_least_on_target(epoch.start), **self._progress()}
+        starts = self._starting_points(epoch.start)  # a replayed epoch goes on where the copies got to
         moved = sorted((key, at) for key, at in starts.items() if key in epoch.start and at != epoch.start[key])
-        if moved and epoch.epoch != self._planned:  # an epoch planned before a restart, run again
+        if moved and epoch.epoch != self._planned:  # an epoch planned before this query started, run again
             setup_logging()  # this runs in a Python worker of the driver's: its lines go to the driver's stderr
             for (topic, p), at in moved:
                 log.info("flow=%s epoch=%d topic=%s partition=%d resumes at offset %d: the progress or the resume "
@@ -170,7 +169,8 @@ class CopyStreamReader(DataSourceStreamReader):  # type: ignore[misc]
             seconds=seconds,
             max_records=max(1, self.plan.max_records_per_epoch // max(1, len(groups))),
             records_per_second=self.plan.records_per_second / max(1, len(groups)),
-            ends_at=time.time() + seconds,
+            # a stop read while planning comes before where the tasks watch from: they end at once
+            ends_at=time.time() + (0.0 if self._stop_requested(read=False) else seconds),
         )
         read_to = tuple(sorted(self._progress_reader().positions.items())) if self.plan.progress else ()
         return [CopyTask(epoch.epoch, tuple(group), limits, read_to) for group in groups]
@@ -183,26 +183,26 @@ class CopyStreamReader(DataSourceStreamReader):  # type: ignore[misc]
     def commit(self, end: dict[str, Any]) -> None:
         """Nothing to do: the progress lives on the target, beside the copies."""
 
-    def stop(self) -> None:
-        """The query stops: close the driver's watch for stop records."""
-        if self._stop is not None:
-            self._stop.close()
-            self._stop = None
+    def _starting_points(self, planned: Offsets) -> Offsets:
+        """``planned`` moved on to where the copies got to: each partition's progress on the target;
+        for a partition without progress yet, no lower than where the query's copy evidence says the
+        target holds every record."""
+        progress = self._progress()
+        for key in progress:  # from now on its progress says (a topic re-created starts lower)
+            self._floor.pop(key, None)
+        return {**{key: max(at, self._floor.get(key, at)) for key, at in planned.items()}, **progress}
 
-    def _at_least_on_target(self, starts: Offsets) -> Offsets:
-        """``starts``, none below where the evidence says the target holds every record."""
-        floor = dict(self.plan.on_target)
-        return {key: max(at, floor.get(key, at)) for key, at in starts.items()}
-
-    def _stop_requested(self) -> bool:
-        """Whether a stop of this query was written to the progress topic (read on the driver)."""
-        if self.plan.progress is None or not self.plan.progress_from or not self.plan.query:
+    def _stop_requested(self, read: bool = True) -> bool:
+        """Whether the progress topic holds a stop of this query, read to its end first with ``read``
+        (a target that does not answer in time gives what was read before)."""
+        if self.plan.progress is None or not self.plan.query:
             return False
-        if self._stop is None:
-            settings, topic = self.plan.progress
-            self._stop = StopWatch(dict(settings)).watch(topic, dict(self.plan.progress_from), self.plan.writer.flow,
-                                                         self.plan.query)
-        return self._stop.requested_by_now()
+        if read and (self.plan.writer.flow, self.plan.query) not in _stops_read:
+            try:
+                self._progress_reader().read(STOP_READ_SECONDS)
+            except ResumeError as exc:
+                log.warning("flow=%s stop requests not read: %s", self.plan.writer.flow, exc)
+        return (self.plan.writer.flow, self.plan.query) in _stops_read
 
     def _progress_reader(self) -> OffsetsTopic:
         """This process's reader of the flow's progress topic (read on from where it got to)."""
@@ -211,8 +211,8 @@ class CopyStreamReader(DataSourceStreamReader):  # type: ignore[misc]
         if reader is None:
             settings, topic = self.plan.progress
             location = SyncsLocation(self.plan.writer.target_alias, topic)
-            reader = _progress_readers[self.plan.progress] = OffsetsTopic(dict(settings), location,
-                                                                          self.plan.writer.source_alias)
+            reader = _progress_readers[self.plan.progress] = OffsetsTopic(
+                dict(settings), location, self.plan.writer.source_alias, on_raw=_note_stop)
         return reader
 
     def _progress_since(self, task: CopyTask) -> Offsets:
@@ -279,6 +279,14 @@ class CopyStreamReader(DataSourceStreamReader):  # type: ignore[misc]
 
 
 _admins: dict[tuple[tuple[str, str], ...], RenewableAdmin] = {}
+# (flow, query) of every stop record the planner's progress readers read
+_stops_read: set[tuple[str, str]] = set()
+
+
+def _note_stop(key: bytes | None, value: bytes | None) -> None:
+    stop = stop_named(key, value)
+    if stop is not None:
+        _stops_read.add(stop)
 # One reader of a progress topic per driver-side process, read on from where it got to at each epoch.
 _progress_readers: dict[tuple[tuple[tuple[str, str], ...], str], OffsetsTopic] = {}
 

@@ -127,8 +127,7 @@ class CheckpointLog:
                 return set()
             return {int(name) for name in (s.getPath().getName() for s in fs.listStatus(path)) if name.isdigit()}
         except Exception as exc:  # noqa: BLE001 - py4j wraps the JVM's IOException
-            raise CheckpointReadError(f"checkpoint {self.location}: listing {log_name} failed: "
-                                      f"{str(exc).splitlines()[0] if str(exc) else type(exc).__name__}") from exc
+            raise CheckpointReadError(f"checkpoint {self.location}: listing {log_name} failed: {_cause(exc)}") from exc
 
     def _read(self, relative: str) -> str | None:
         try:
@@ -142,13 +141,21 @@ class CheckpointLog:
             finally:
                 stream.close()
         except Exception as exc:  # noqa: BLE001 - py4j wraps the JVM's IOException
-            raise CheckpointReadError(f"checkpoint {self.location}: reading {relative} failed: "
-                                      f"{str(exc).splitlines()[0] if str(exc) else type(exc).__name__}") from exc
+            raise CheckpointReadError(f"checkpoint {self.location}: reading {relative} failed: {_cause(exc)}") from exc
 
     def _file_system(self, relative: str) -> tuple[Any, Any]:
         context = self._spark.sparkContext
         path = context._jvm.org.apache.hadoop.fs.Path(f"{self.location}/{relative}")
         return path.getFileSystem(context._jsc.hadoopConfiguration()), path
+
+
+def _cause(exc: Exception) -> str:
+    """The JVM's own exception text (py4j's first line only names the call), else Python's."""
+    java = getattr(exc, "java_exception", None)
+    if java is not None:
+        return str(java.toString())
+    text = str(exc).strip()
+    return text.splitlines()[0] if text else type(exc).__name__
 
 
 def _as_json(offsets: Offsets) -> dict[str, dict[str, int]]:

@@ -487,7 +487,8 @@ def copy_ranges(ranges: list[CopyRange], settings: WriterSettings, limits: Epoch
                 run: LiveRun | None = None, stop: Callable[[], bool] | None = None) -> list[tuple[Any, ...]]:
     """Copy each range to its remote topic with its offset syncs; one summary row per range.
 
-    Without ``limits`` every range must be bounded and is copied to its end; with them, open
+    Without ``limits`` every range must be bounded and is copied to its end, however long that takes
+    (a source that stops answering holds it: give limits for a deadline); with them, open
     ranges are copied live until the epoch ends or until ``stop`` returns True (the flow stops). With the
     flow's progress topic, each partition's progress and ``run``'s live totals go there about every
     half second, and once more when everything is on the target.

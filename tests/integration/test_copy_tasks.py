@@ -137,7 +137,7 @@ def test_a_stop_record_ends_the_running_task_and_the_planner_plans_no_epoch_afte
     last = EpochOffsets(3, {(topic, 0): 0, (topic, 1): 0}, {(topic, 0): 0, (topic, 1): 0})
     plan = SourcePlan(((topic, 2),), tuple(sorted(source_cluster.client_config().items())), 1, str(tmp_path),
                       settings, epoch_seconds=60.0, max_records_per_epoch=10**6, progress=progress, query="q-this",
-                      last_epoch=last, progress_from=started_at)
+                      last_epoch=last)
     reader = CopyStreamReader(plan)
     try:
         sent = _send(source_cluster, topic, 0, 100)
@@ -156,7 +156,7 @@ def test_a_stop_record_ends_the_running_task_and_the_planner_plans_no_epoch_afte
         assert _ends(rows) == {0: 50, 1: 50}
         assert EpochOffsets.from_json(reader.latestOffset()) == planned, "a new epoch was planned after the stop"
     finally:
-        reader.stop()
+        reader.stop()  # DataSourceStreamReader's: nothing to release
     copied = records_by_partition(target_cluster, remote)
     assert [[r.value for r in copied[p]] for p in (0, 1)] == [_values(sent, 0), _values(sent, 1)]
 

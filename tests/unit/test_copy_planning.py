@@ -62,7 +62,7 @@ class _Reader(CopyStreamReader):
     def _progress(self) -> Offsets:
         return dict(self.progress)
 
-    def _stop_requested(self) -> bool:
+    def _stop_requested(self, read: bool = True) -> bool:
         return self.stopping
 
 
@@ -109,8 +109,12 @@ def test_no_epoch_starts_below_where_the_evidence_says_the_target_holds_every_re
     reader = _Reader(plan, latest={("t", 0): 9500, ("t", 1): 9500}, progress={})
     starts = {(r.topic, r.partition): r.start for task in reader.partitions({}, logged.to_json()) for r in task.ranges}
     assert starts == {("t", 0): 8000, ("t", 1): 0}, "a policy's start (t-1: start latest) is no floor"
-    reader.progress = {("t", 1): 4000}
+    reader.progress = {("t", 1): 4000}  # the replayed epoch's task copied nothing new of t-0
     assert _planned(reader, tmp_path).start == {("t", 0): 8000, ("t", 1): 4000}
+    reader.progress = {("t", 0): 100}  # t-0 deleted and re-created: its progress says, not the old evidence
+    assert _planned(reader, tmp_path).start == {("t", 0): 100, ("t", 1): 4000}
+    reader.progress = {}  # progress not read: where the last epoch started, not the old evidence
+    assert _planned(reader, tmp_path).start == {("t", 0): 100, ("t", 1): 4000}
 
 
 def test_a_partition_whose_leader_did_not_answer_is_still_copied_and_is_no_reset(tmp_path: Path) -> None:
@@ -130,6 +134,8 @@ def test_a_stop_request_plans_no_new_epoch(tmp_path: Path) -> None:
     reader.progress = {("t", 0): 5}
     reader.stopping = True
     assert EpochOffsets.from_json(reader.latestOffset()) == first  # the same offset: Spark starts no batch
+    # A stop read while its epoch was being planned: its tasks watch from after it, so they end at once
+    assert all(task.limits.ends_at <= time.time() for task in reader.partitions({}, first.to_json()))
     reader.stopping = False
     assert _planned(reader, tmp_path).start == {("t", 0): 5, ("t", 1): 0}
 
