@@ -52,6 +52,9 @@ Key = tuple[str, int]
 DEFAULT_TIMEOUT = 30.0
 EVIDENCE = ("strait-progress", "mm2-offsets", "offset-syncs", "empty-remote", "from-target", "start-earliest",
             "start-latest")
+# Evidence that the target holds every record below the start (from-target matches only the remote's
+# last record; the others are a policy's choice)
+COPY_EVIDENCE = frozenset({"strait-progress", "mm2-offsets", "offset-syncs"})
 # from-target compares at most this many source records from the remote's last timestamp on
 MATCH_SCAN_RECORDS = 100_000
 MATCH_POLL_SECONDS = 0.5

@@ -33,7 +33,7 @@ from strait.kafka.admin import (
 from strait.metrics import set_flow_state
 from strait.config.model import SyncsLocation
 from strait.progress import (
-    OffsetsTopic, Progress, ResumeError, ResumeSources, decide_starts, gather_evidence, keys_of, progress_topic_spec,
+    COPY_EVIDENCE, OffsetsTopic, Progress, Resume, ResumeError, ResumeSources, decide_starts, gather_evidence, keys_of, progress_topic_spec,
     resume_report, summarize,
 )
 from strait.retry import FlowTrouble, retry_transient
@@ -279,7 +279,7 @@ class FlowRunner:
         """The query's Spark checkpoint folder."""
         return self.state_dir / "checkpoint"
 
-    def _resume_points(self, plan: FlowPlan) -> dict[TopicPartitionKey, int]:
+    def _resume_points(self, plan: FlowPlan) -> dict[TopicPartitionKey, Resume]:
         """Where each partition's copy starts, decided from the evidence in Kafka (:mod:`strait.progress`);
         the evidence and the bound on records copied again are logged and exported per topic."""
         keys = keys_of([(t.source, t.partitions) for t in plan.topics])
@@ -299,7 +299,7 @@ class FlowRunner:
                      duplicates if duplicates >= 0 else "unknown")
         if self.publish is not None:
             self.publish(self.flow_name, resume_report(decided))
-        return {key: resume.offset for key, resume in decided.items()}
+        return decided
 
     def _forget_resume(self) -> None:
         """Remove this flow's resume evidence series (its previous start only: other flows keep theirs)."""
@@ -320,7 +320,7 @@ class FlowRunner:
             log.warning("flow=%s stop record not written to %s: tasks on other hosts end their epoch at its deadline",
                         self.flow_name, self.plan.writer.progress_topic)
 
-    def _start_query(self, plan: FlowPlan, resume: dict[TopicPartitionKey, int]) -> StreamingQuery:
+    def _start_query(self, plan: FlowPlan, resume: dict[TopicPartitionKey, Resume]) -> StreamingQuery:
         checkpoint = self.checkpoint
         checkpoint.mkdir(parents=True, exist_ok=True)
         (checkpoint / STOP_FILE).unlink(missing_ok=True)
@@ -331,7 +331,8 @@ class FlowRunner:
             epoch_seconds=self.epoch_seconds, max_records_per_epoch=MAX_RECORDS_PER_EPOCH,
             records_per_second=plan.records_per_second,
             carry_over=self.spark.sparkContext.master.startswith("local"),
-            resume=tuple(sorted(resume.items())),
+            resume=tuple(sorted((key, at.offset) for key, at in resume.items())),
+            on_target=tuple(sorted((key, at.offset) for key, at in resume.items() if at.evidence in COPY_EVIDENCE)),
             progress=(plan.resume.target_consumer, plan.resume.progress.topic),
             query=self._query_id)
         self.live.follow(dict(plan.resume.target_consumer), plan.resume.progress, plan.writer.source_alias)

@@ -85,6 +85,9 @@ class SourcePlan:
     resume: tuple[tuple[tuple[str, int], int], ...] = ()  # where each partition starts when it has no progress
     progress: tuple[tuple[tuple[str, str], ...], str] | None = None  # target consumer settings, progress topic
     query: str = ""  # this run of the flow's query: what a stop record names
+    # where the target holds every record below, from the evidence when the query started: no epoch,
+    # a replayed one neither, starts a partition below it until its progress is seen
+    on_target: tuple[tuple[tuple[str, int], int], ...] = ()
 
     def encode(self) -> str:
         """The plan as a data source option value."""
@@ -160,6 +163,7 @@ class CopyStreamReader(DataSourceStreamReader):  # type: ignore[misc]
         self.plan = plan
         self.checkpoint = Path(plan.checkpoint)
         self._planned = -1  # the newest epoch this reader planned itself
+        self._floor = dict(plan.on_target)  # the copy evidence of partitions whose progress was not seen yet
 
     def initialOffset(self) -> dict[str, Any]:
         return EpochOffsets(-1, dict(self.plan.resume)).to_json()
@@ -171,7 +175,7 @@ class CopyStreamReader(DataSourceStreamReader):  # type: ignore[misc]
         last = newest_epoch(self.checkpoint) or EpochOffsets.from_json(self.initialOffset())
         if (self.checkpoint / STOP_FILE).exists():  # the same offset: Spark starts no new epoch
             return last.to_json()
-        start = {**dict(self.plan.resume), **last.start, **self._progress()}
+        start = self._starting_points({**dict(self.plan.resume), **last.start})
         until = self._list("latest")
         if not until:  # the flow stops, or every planned topic is gone: no epoch until it is planned again
             return last.to_json()
@@ -189,7 +193,7 @@ class CopyStreamReader(DataSourceStreamReader):  # type: ignore[misc]
                 f"flow {self.plan.writer.flow}: the checkpoint {self.checkpoint} was written by an older strait: "
                 f"{exc}. Move that folder away and start again: the flow then copies its topics from their "
                 f"earliest offsets (records already on the target are copied again, none is lost)") from exc
-        starts = {**epoch.start, **self._progress()}  # a replayed epoch goes on where the copies got to
+        starts = self._starting_points(epoch.start)  # a replayed epoch goes on where the copies got to
         moved = sorted((key, at) for key, at in starts.items() if key in epoch.start and at != epoch.start[key])
         if moved and epoch.epoch != self._planned:  # an epoch planned before a restart, run again
             setup_logging()  # this runs in a Python worker of the driver's: its lines go to the driver's stderr
@@ -247,6 +251,15 @@ class CopyStreamReader(DataSourceStreamReader):  # type: ignore[misc]
         def run(interrupt: Callable[[], bool]) -> None:
             copy_ranges(following, self.plan.writer, limits, carried, interrupt=interrupt)
         return CarryOver(run, locks)
+
+    def _starting_points(self, planned: Offsets) -> Offsets:
+        """``planned`` moved on to where the copies got to: each partition's progress on the target;
+        for a partition without progress yet, no lower than where the query's copy evidence says the
+        target holds every record (a run killed before a task's first progress record)."""
+        progress = self._progress()
+        for key in progress:  # from now on its progress says (a topic re-created starts lower)
+            self._floor.pop(key, None)
+        return {**{key: max(at, self._floor.get(key, at)) for key, at in planned.items()}, **progress}
 
     def commit(self, end: dict[str, Any]) -> None:
         """Nothing to do: the progress lives on the target, beside the copies."""

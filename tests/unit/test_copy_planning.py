@@ -64,11 +64,12 @@ class _Reader(CopyStreamReader):
 
 
 def _plan(tmp_path: Path, partitions: tuple[tuple[str, int], ...] = (("t", 2),), tasks: int = 2,
-          rate: float = 0.0, resume: Offsets | None = None) -> SourcePlan:
+          rate: float = 0.0, resume: Offsets | None = None, on_target: Offsets | None = None) -> SourcePlan:
     writer = WriterSettings("A->B", "A", "B", DefaultReplicationPolicy(), {}, {}, "syncs", "A")
     (tmp_path / "offsets").mkdir(exist_ok=True)
     return SourcePlan(partitions, (), tasks, str(tmp_path), writer, epoch_seconds=5.0, max_records_per_epoch=1000,
-                      records_per_second=rate, resume=tuple(sorted((resume or {}).items())))
+                      records_per_second=rate, resume=tuple(sorted((resume or {}).items())),
+                      on_target=tuple(sorted((on_target or {}).items())))
 
 
 def _planned(reader: CopyStreamReader, tmp_path: Path) -> EpochOffsets:
@@ -99,6 +100,24 @@ def test_a_replayed_epoch_goes_on_where_the_progress_says(tmp_path: Path) -> Non
     reader.progress = {("t", 0): 6}  # the driver died mid-epoch; its tasks had copied this far
     starts = {(r.topic, r.partition): r.start for task in reader.partitions({}, epoch.to_json()) for r in task.ranges}
     assert starts == {("t", 0): 6, ("t", 1): 0}
+
+
+def test_no_epoch_starts_below_where_the_evidence_says_the_target_holds_every_record(tmp_path: Path) -> None:
+    """A run killed before one task's first progress record: the checkpoint's epoch says 0, the offset
+    syncs on the target say 8,000 were copied; the replayed epoch and the next start there, not at 0."""
+    logged = EpochOffsets(0, {("t", 0): 0, ("t", 1): 0}, {("t", 0): 9000, ("t", 1): 9000})
+    (tmp_path / "offsets").mkdir(exist_ok=True)
+    (tmp_path / "offsets" / "0").write_text('v1\n{"batchWatermarkMs":0}\n' + json.dumps(logged.to_json()))
+    plan = _plan(tmp_path, resume={("t", 0): 8000, ("t", 1): 9000}, on_target={("t", 0): 8000})
+    reader = _Reader(plan, latest={("t", 0): 9500, ("t", 1): 9500}, progress={})
+    starts = {(r.topic, r.partition): r.start for task in reader.partitions({}, logged.to_json()) for r in task.ranges}
+    assert starts == {("t", 0): 8000, ("t", 1): 0}, "a policy's start (t-1: start latest) is no floor"
+    reader.progress = {("t", 1): 4000}  # the replayed epoch's task copied nothing new of t-0
+    assert _planned(reader, tmp_path).start == {("t", 0): 8000, ("t", 1): 4000}
+    reader.progress = {("t", 0): 100}  # t-0 deleted and re-created: its progress says, not the old evidence
+    assert _planned(reader, tmp_path).start == {("t", 0): 100, ("t", 1): 4000}
+    reader.progress = {}  # progress not read: where the last epoch started, not the old evidence
+    assert _planned(reader, tmp_path).start == {("t", 0): 100, ("t", 1): 4000}
 
 
 def test_a_partition_whose_leader_did_not_answer_is_still_copied_and_is_no_reset(tmp_path: Path) -> None:
