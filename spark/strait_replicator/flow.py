@@ -33,8 +33,8 @@ from strait.kafka.admin import (
 from strait.metrics import set_flow_state
 from strait.config.model import SyncsLocation
 from strait.progress import (
-    COPY_EVIDENCE, OffsetsTopic, Progress, Resume, ResumeError, ResumeSources, decide_starts, gather_evidence, keys_of, progress_topic_spec,
-    resume_report, summarize,
+    COPY_EVIDENCE, OffsetsTopic, Progress, Resume, ResumeError, ResumeSources, decide_starts, gather_evidence,
+    keys_of, progress_topic_spec, resume_report, summarize,
 )
 from strait.retry import FlowTrouble, retry_transient
 from strait.remote_topics import RemoteTopic, reconcile_remote_topics, replicated_topics
@@ -332,7 +332,8 @@ class FlowRunner:
             records_per_second=plan.records_per_second,
             carry_over=self.spark.sparkContext.master.startswith("local"),
             resume=tuple(sorted((key, at.offset) for key, at in resume.items())),
-            on_target=tuple(sorted((key, at.offset) for key, at in resume.items() if at.evidence in COPY_EVIDENCE)),
+            on_target=tuple(sorted((key, at.offset) for key, at in resume.items()
+                                   if at.evidence in COPY_EVIDENCE)),
             progress=(plan.resume.target_consumer, plan.resume.progress.topic),
             query=self._query_id)
         self.live.follow(dict(plan.resume.target_consumer), plan.resume.progress, plan.writer.source_alias)
