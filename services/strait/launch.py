@@ -51,8 +51,8 @@ def add_process_options(parser: argparse.ArgumentParser, component: Component) -
 
 def _replicator_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--master", help="Spark master URL (default local[*] or $STRAIT_SPARK_MASTER)")
-    parser.add_argument("--state-dir", type=Path, help="Spark checkpoints (default $STRAIT_STATE_DIR, "
-                        "else .cache/replicator)")
+    parser.add_argument("--state-dir", help="where the Spark checkpoints live: a folder or a Hadoop-compatible URI "
+                        "such as hdfs://... or s3a://... (default $STRAIT_STATE_DIR, else .cache/replicator)")
     parser.add_argument("--trigger-seconds", type=float, default=0.25,
                         help="shortest time between the starts of two epochs (micro-batches)")
     parser.add_argument("--epoch-seconds", type=float, default=60.0,

@@ -9,7 +9,7 @@ Every command and every component process builds one :class:`Settings` at start
 | metrics address | | ``STRAIT_METRICS_ADDR`` | 127.0.0.1 (0.0.0.0 in containers) |
 | metrics port | ``--metrics-port`` | | 0: a free one |
 | log level | ``--log-level`` | ``STRAIT_LOG_LEVEL`` | INFO |
-| replicator state | ``--state-dir`` | ``STRAIT_STATE_DIR`` | ``<cache>/replicator`` |
+| replicator state (a folder or a Hadoop URI) | ``--state-dir`` | ``STRAIT_STATE_DIR`` | ``<cache>/replicator`` |
 | stop grace | | ``STRAIT_STOP_GRACE_SECONDS`` | 9 s, under the 10 s Docker gives before SIGKILL |
 | durable configuration: cluster | | ``STRAIT_CONFIG_KAFKA`` | none: Redis alone keeps the configuration |
 | durable configuration: client file | | ``STRAIT_CONFIG_KAFKA_PROPERTIES`` | none (plaintext) |
@@ -47,7 +47,7 @@ class Settings:
     metrics_addr: str = "127.0.0.1"
     metrics_port: int = 0
     log_level: str = "INFO"
-    state_dir: Path | None = None
+    state_dir: str | None = None  # a folder or a Hadoop-compatible URI (strait_replicator.state)
     stop_grace: float = STOP_GRACE_SECONDS
     lease_ttl: float = DEFAULT_LEASE_TTL
     flows: tuple[str, ...] = ()  # only these flows (every wanted one when empty)
@@ -71,7 +71,7 @@ class Settings:
             metrics_addr=environ.get("STRAIT_METRICS_ADDR") or "127.0.0.1",
             metrics_port=int(flag("metrics_port", 0)),
             log_level=(flag("log_level") or environ.get("STRAIT_LOG_LEVEL") or "INFO").upper(),
-            state_dir=Path(state_dir) if state_dir else None,
+            state_dir=str(state_dir) if state_dir else None,
             stop_grace=_seconds(environ, "STRAIT_STOP_GRACE_SECONDS", STOP_GRACE_SECONDS),
             lease_ttl=float(flag("lease_ttl", DEFAULT_LEASE_TTL)),
             flows=_flows(flag("flow", ())),

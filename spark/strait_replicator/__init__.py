@@ -6,6 +6,6 @@ that copy them live with confluent-kafka (:mod:`strait_replicator.writer`), emit
 offset syncs themselves, which Spark's Kafka sink could not (it writes no record timestamps and
 reports no target offsets). Running tasks report what they copied about every half second
 (:mod:`strait_replicator.live`), for live metrics and so that a restarted epoch resumes where it got
-to; between two epochs a worker goes on copying its partitions until the next epoch claims them
-(:mod:`strait_replicator.handover`).
+to. Tasks and driver exchange everything through the target cluster; the driver alone reads Spark's
+checkpoint (:mod:`strait_replicator.state`), so local mode and a multi-host cluster run one design.
 """

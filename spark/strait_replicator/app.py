@@ -25,6 +25,7 @@ from strait.settings import Settings
 from strait_replicator import metrics
 from strait_replicator.flow import FlowRunner
 from strait_replicator.session import build_session, task_slots, wait_for_executors
+from strait_replicator.state import flow_checkpoint, state_location
 
 log = logging.getLogger(__name__)
 
@@ -44,7 +45,7 @@ class Replicator:
 
     def __init__(self, settings: Settings, options: ReplicatorOptions) -> None:
         self.settings, self.options = settings, options
-        self.state_dir = settings.state_dir or cache_dir() / "replicator"
+        self.state = state_location(settings.state_dir, cache_dir() / "replicator")
         self.spark = build_session(options.master)
         wait_for_executors(self.spark)
         self.runners: dict[str, FlowRunner] = {}
@@ -75,7 +76,7 @@ class Replicator:
         for name, flow in wanted.items():
             runner = self.runners.get(name)
             if runner is None:
-                runner = self.runners[name] = FlowRunner(self.spark, name, self.state_dir / _dirname(name),
+                runner = self.runners[name] = FlowRunner(self.spark, name, flow_checkpoint(self.state, name),
                                                          self.options.trigger_seconds, self.options.epoch_seconds,
                                                          publish=self._publish_resume, start=self.options.start,
                                                          restart_mark=flow.restarted_at or "")
@@ -138,10 +139,6 @@ class Replicator:
             self.client.set(resume_report_key(self.settings.namespace, flow), json.dumps(report, separators=(",", ":")))
         except Exception as exc:  # noqa: BLE001 - Redis down must not stop a query from starting
             log.warning("flow=%s resume report not stored in Redis: %s", flow, exc)
-
-
-def _dirname(flow: str) -> str:
-    return flow.replace("->", "_to_")
 
 
 def main(settings: Settings, options: ReplicatorOptions = ReplicatorOptions()) -> int:

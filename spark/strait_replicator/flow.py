@@ -18,7 +18,6 @@ import uuid
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from functools import partial
-from pathlib import Path
 from typing import Any
 
 from confluent_kafka import Producer, TopicPartition
@@ -41,10 +40,8 @@ from strait.remote_topics import RemoteTopic, reconcile_remote_topics, replicate
 from strait_replicator import metrics
 from strait_replicator.live import PartitionReport, RunReport, run_report, stop_record
 from strait_replicator.session import task_slots
-from strait_replicator.source import (
-    FORMAT, LIST_TIMEOUT, PLAN_OPTION, STOP_FILE, CopySource, EpochOffsets, Offsets, SourcePlan, TopicPartitionKey,
-    batch_ids, cached_admin, epoch_of_log_file,
-)
+from strait_replicator.source import FORMAT, LIST_TIMEOUT, PLAN_OPTION, CopySource, SourcePlan, cached_admin
+from strait_replicator.state import CheckpointLog, CheckpointReadError, EpochOffsets, Offsets, TopicPartitionKey
 from strait_replicator.writer import ReplicationReadError, WriterSettings
 
 log = logging.getLogger(__name__)
@@ -55,7 +52,7 @@ log = logging.getLogger(__name__)
 # not yet covered (about a second), not the epoch.
 MAX_RECORDS_PER_EPOCH = 20_000_000
 # Interrupting a query inside its foreachBatch callback can wedge py4j's callback channel, so a stop
-# first ends the running epoch (the stop record and file) and waits for Spark to commit it.
+# first ends the running epoch (the stop record) and waits for Spark to commit it.
 GRACEFUL_STOP_SECONDS = 120.0
 LIVE_READ_SECONDS = 2.0  # the control loop waits at most this long for the live progress (a target down)
 PLAN_POLL_SECONDS = 0.1  # how often a control loop waiting for a plan looks at the stop request
@@ -82,12 +79,12 @@ class FlowRunner:
 
     Args:
         spark: the session.
-        state_dir: folder for this flow's Spark checkpoint.
+        checkpoint: this flow's Spark checkpoint (a folder or a Hadoop-compatible URI: strait_replicator.state).
         trigger_seconds: shortest time between the starts of two epochs.
         epoch_seconds: how long an epoch's tasks copy before Spark commits their progress.
     """
 
-    def __init__(self, spark: SparkSession, flow_name: str, state_dir: Path, trigger_seconds: float,
+    def __init__(self, spark: SparkSession, flow_name: str, checkpoint: str, trigger_seconds: float,
                  epoch_seconds: float, publish: Callable[[str, dict[str, Any]], None] | None = None,
                  start: str | None = None, restart_mark: str = "") -> None:
         self.spark = spark
@@ -95,7 +92,7 @@ class FlowRunner:
         self.publish = publish  # where the resume report goes for `strait status` (Redis), if anywhere
         self.start = start  # the command line's start, over the flow's
         self.flow_name = flow_name
-        self.state_dir = state_dir
+        self.checkpoint = checkpoint
         self.trigger_seconds = trigger_seconds
         self.epoch_seconds = epoch_seconds
         self.tasks = task_slots(spark) or 1  # task slots this flow's epochs may hold
@@ -268,16 +265,16 @@ class FlowRunner:
             return
         if self._trouble.kind == "resume":
             self._recovered()
-        self.query = self._start_query(plan, resume)
+        try:
+            self.query = self._start_query(plan, resume)
+        except CheckpointReadError as exc:
+            self.plan = None
+            self._fail("checkpoint", str(exc), exc)
+            return
         if self._trouble.kind != "query":  # after a failed query: running once the new one copies (observe)
             set_flow_state(metrics.SERVICE, self.flow_name, "running")
         log.info("flow=%s query started topics=%d epoch_seconds=%s records_per_second=%s", self.flow_name,
                  len(plan.topics), self.epoch_seconds, plan.records_per_second or "unlimited")
-
-    @property
-    def checkpoint(self) -> Path:
-        """The query's Spark checkpoint folder."""
-        return self.state_dir / "checkpoint"
 
     def _resume_points(self, plan: FlowPlan) -> dict[TopicPartitionKey, Resume]:
         """Where each partition's copy starts, decided from the evidence in Kafka (:mod:`strait.progress`);
@@ -309,8 +306,8 @@ class FlowRunner:
         self._resume_labels = []
 
     def _request_stop(self) -> None:
-        """Ask the running query's tasks, wherever they run, to end their epoch: a stop record in the
-        progress topic (the stop file reaches the tasks on this machine at once)."""
+        """Ask the running query's tasks, wherever they run, and its planner to end the epoch and start
+        no other: a stop record in the progress topic, which every host reaches."""
         if self.plan is None or not self.plan.writer.progress_topic:
             return
         key, value = stop_record(self.flow_name, self._query_id)
@@ -321,29 +318,26 @@ class FlowRunner:
                         self.flow_name, self.plan.writer.progress_topic)
 
     def _start_query(self, plan: FlowPlan, resume: dict[TopicPartitionKey, Resume]) -> StreamingQuery:
-        checkpoint = self.checkpoint
-        checkpoint.mkdir(parents=True, exist_ok=True)
-        (checkpoint / STOP_FILE).unlink(missing_ok=True)
+        checkpoint = CheckpointLog(self.spark, self.checkpoint)
         self._query_id = uuid.uuid4().hex[:12]
+        self.live.follow(dict(plan.resume.target_consumer), plan.resume.progress, plan.writer.source_alias)
+        check = epoch_check(self.flow_name, plan, checkpoint)
         source = SourcePlan(
             partitions=tuple((t.source, t.partitions) for t in plan.topics), source_admin=plan.source_admin,
-            tasks=plan.tasks, checkpoint=str(checkpoint), writer=plan.writer,
+            tasks=plan.tasks, checkpoint=self.checkpoint, writer=plan.writer,
             epoch_seconds=self.epoch_seconds, max_records_per_epoch=MAX_RECORDS_PER_EPOCH,
             records_per_second=plan.records_per_second,
-            carry_over=self.spark.sparkContext.master.startswith("local"),
             resume=tuple(sorted((key, at.offset) for key, at in resume.items())),
             on_target=tuple(sorted((key, at.offset) for key, at in resume.items()
                                    if at.evidence in COPY_EVIDENCE)),
             progress=(plan.resume.target_consumer, plan.resume.progress.topic),
-            query=self._query_id)
-        self.live.follow(dict(plan.resume.target_consumer), plan.resume.progress, plan.writer.source_alias)
+            query=self._query_id, last_epoch=checkpoint.newest_epoch())
         self.spark.dataSource.register(CopySource)
         self._stopping = threading.Event()
         return (self.spark.readStream.format(FORMAT).option(PLAN_OPTION, source.encode()).load().writeStream
                 .queryName(f"strait {self.flow_name}")
-                .foreachBatch(partial(_write_batch, flow=self.flow_name, live=self.live,
-                                      check=epoch_check(self.flow_name, plan, checkpoint)))
-                .option("checkpointLocation", str(checkpoint))
+                .foreachBatch(partial(_write_batch, flow=self.flow_name, live=self.live, check=check))
+                .option("checkpointLocation", self.checkpoint)
                 .trigger(processingTime=f"{int(self.trigger_seconds * 1000)} milliseconds")
                 .start())
 
@@ -379,7 +373,6 @@ class FlowRunner:
         if self.query is not None:
             try:
                 self._stopping.set()
-                (self.checkpoint / STOP_FILE).touch()
                 self._request_stop()
                 started = time.monotonic()
                 ended = self._wait_for_batch_end(deadline or started + GRACEFUL_STOP_SECONDS)
@@ -456,14 +449,18 @@ class EpochCheck:
     flow: str
     source_alias: str
     admin: tuple[tuple[str, str], ...]  # librdkafka admin settings of the source
-    checkpoint: Path  # the query's checkpoint: offsets/N holds epoch N's entry
+    checkpoint: CheckpointLog  # the query's checkpoint: its offsets log holds each batch's epoch entry
     read_timeout: float
     replayed_batch: int | None = None  # planned but not committed before the query started: run again
     stalled_since: dict[TopicPartitionKey, float] = field(default_factory=dict)
 
     def after_epoch(self, batch_id: int, rows: list[Any]) -> int | None:
         """Check the epoch's rows against its plan (records lost on the source, stalls); the epoch."""
-        epoch = epoch_of_log_file(self.checkpoint / "offsets" / str(batch_id))
+        try:
+            epoch = self.checkpoint.epoch(batch_id)
+        except CheckpointReadError as exc:
+            log.warning("flow=%s epoch of batch %d not checked for losses and stalls: %s", self.flow, batch_id, exc)
+            return None
         if epoch is None:
             log.warning("flow=%s epoch of batch %d not found in the checkpoint: its progress is not recorded "
                         "(the next epoch copies it again)", self.flow, batch_id)
@@ -539,13 +536,10 @@ class EpochCheck:
                     f"{until}); check that its brokers are up and the partition has a leader")
 
 
-def epoch_check(flow: str, plan: FlowPlan, checkpoint: Path) -> EpochCheck:
+def epoch_check(flow: str, plan: FlowPlan, checkpoint: CheckpointLog) -> EpochCheck:
     """The check after each epoch of a query starting from ``checkpoint``."""
-    planned = batch_ids(checkpoint / "offsets")
-    committed = batch_ids(checkpoint / "commits")
-    replayed = max(planned) if planned and max(planned) not in committed else None
     return EpochCheck(flow, plan.writer.source_alias, plan.source_admin, checkpoint, plan.writer.read_timeout,
-                      replayed)
+                      checkpoint.uncommitted_batch())
 
 
 def _reached_offsets(rows: list[Any]) -> Offsets:

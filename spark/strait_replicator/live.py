@@ -147,14 +147,14 @@ class StopWatch:
         self._consumer = Consumer({**settings, "group.id": "strait-progress", "enable.auto.commit": False,
                                    "enable.auto.offset.store": False, "logger": logging.getLogger("strait.librdkafka")})
         self._key = b""
-        self._query = ""
+        self._flow = self._query = ""
         self.stopped = False
 
     def watch(self, topic: str, positions: Mapping[int, int], flow: str, query: str) -> StopWatch:
         """Watch for a stop of ``query`` written after ``positions``."""
         self._consumer.assign([TopicPartition(topic, p, offset) for p, offset in positions.items()])
         self._key = stop_record(flow, query)[0]
-        self._query = query
+        self._flow, self._query = flow, query
         self.stopped = False
         return self
 
@@ -165,9 +165,9 @@ class StopWatch:
             if not messages:
                 break
             for message in messages:
-                key = message.key()
-                if message.error() is None and key and key.startswith(_CONTROL_PREFIX) and key == self._key:
-                    self.stopped = _stops(message.value(), self._query) or self.stopped
+                if message.error() is None and message.key() == self._key:
+                    self.stopped = stop_named(message.key(), message.value()) == (self._flow, self._query) \
+                        or self.stopped
         return self.stopped
 
     def close(self) -> None:
@@ -175,11 +175,15 @@ class StopWatch:
         self._consumer.close()
 
 
-def _stops(value: bytes | None, query: str) -> bool:
+def stop_named(key: bytes | None, value: bytes | None) -> tuple[str, str] | None:
+    """(flow, query) of a stop record, None for any other record of the progress topic."""
+    if not key or not value or not key.startswith(_CONTROL_PREFIX):
+        return None
     try:
-        return bool(value) and json.loads(value).get("stop") == query
-    except (ValueError, AttributeError):
-        return False
+        flow, query = json.loads(key)[1]["flow"], json.loads(value)["stop"]
+    except (ValueError, TypeError, KeyError, IndexError):
+        return None
+    return (flow, query) if isinstance(flow, str) and isinstance(query, str) else None
 
 
 _watches: dict[tuple[tuple[str, str], ...], StopWatch] = {}

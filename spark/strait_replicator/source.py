@@ -5,10 +5,9 @@ showed to cap a flow below what one librdkafka consumer and producer do in a Pyt
 micro-batch per few hundred records puts Spark's fixed cost per batch (planning, two checkpoint
 writes, task launch) into every record's latency. Here each micro-batch is an *epoch*: its tasks
 copy their partitions live, record by record as they arrive, for a minute
-(:func:`strait_replicator.writer.copy_ranges`), and between two epochs each worker goes on copying
-until the next epoch's task claims its partitions (:mod:`strait_replicator.handover`). Spark keeps
-what it is good at: the write-ahead offsets log in the checkpoint, task scheduling on local cores or
-a cluster, and replay of a failed epoch.
+(:func:`strait_replicator.writer.copy_ranges`). Spark keeps what it is good at: the write-ahead
+offsets log in the checkpoint, task scheduling on local cores or a cluster, one running task per
+partition at a time, and replay of a failed epoch.
 
 An epoch's entry in the offsets log holds where each partition starts (``from``) and the source's
 end offsets when it was planned (``until``). Where a partition's copy got to lives on the target:
@@ -16,36 +15,31 @@ the tasks write each partition's progress there (:mod:`strait.progress`), and ev
 replayed one too, starts each partition where its progress says; a partition without progress
 starts where the query's evidence decided (``SourcePlan.resume``). A task that copies an epoch
 again resumes each partition where the progress written since the epoch was planned says, and every
-task ends its epoch early on a stop record (:mod:`strait_replicator.live`).
+task ends its epoch early on a stop record (:mod:`strait_replicator.live`). What lives where is
+:mod:`strait_replicator.state`'s to say.
 """
 
 from __future__ import annotations
 
 import base64
-import json
 import logging
-import os
 import pickle
-import sys
 import time
-from collections.abc import Callable, Iterator, Mapping, Sequence
-from dataclasses import dataclass, field
-from pathlib import Path
+from collections.abc import Callable, Iterator, Sequence
+from dataclasses import dataclass
 from typing import Any
 
 from confluent_kafka import IsolationLevel, TopicPartition
 from pyspark.sql.datasource import DataSource, DataSourceStreamReader, InputPartition
 
 from strait.config.model import SyncsLocation
-from strait.errors import StraitError
 from strait.kafka.admin import KafkaRetriableError, RenewableAdmin, list_offsets_per_leader
 from strait.logs import setup_logging
 from strait.progress import OffsetsTopic, ResumeError, keys_of
 from strait.retry import retry_transient
-from strait_replicator.handover import CARRY_OVER_SECONDS, LOCKS_DIR, CarryOver, PartitionLocks, claim, \
-    start_carry_over
-from strait_replicator.live import LiveRun, progress_since, stop_watch
-from strait_replicator.writer import SUMMARY_FIELDS, SUMMARY_SCHEMA, CopyRange, EpochLimits, WriterSettings, copy_ranges
+from strait_replicator.live import LiveRun, progress_since, stop_named, stop_watch
+from strait_replicator.state import CheckpointFormatError, EpochOffsets, Offsets, TopicPartitionKey
+from strait_replicator.writer import SUMMARY_SCHEMA, CopyRange, EpochLimits, WriterSettings, copy_ranges
 
 log = logging.getLogger(__name__)
 
@@ -53,20 +47,15 @@ FORMAT = "strait_copy"
 # Spark redacts option values whose key matches its redaction pattern ("secret"): the plan holds
 # cluster credentials.
 PLAN_OPTION = "strait.secret.plan"
-# While this file exists in the checkpoint, running epochs end and no new one starts (graceful stop).
-STOP_FILE = "strait-stop"
 # A leader that does not answer (a frozen broker) is given up on after this long and asked again
 # through fresh metadata, where it may have moved.
 LIST_TIMEOUT = 10.0
+STOP_READ_SECONDS = 2.0  # how long the planner reads the progress topic for a stop before planning
 # A rate-limited flow runs one task per this many records/s: the limit is split evenly over tasks.
 RECORDS_PER_SECOND_PER_TASK = 50_000
 # A backlog a task copies in about a second: below it, tasks keep their partitions from epoch to epoch.
 SMALL_BACKLOG = 50_000
 
-NEXT_OFFSET = SUMMARY_FIELDS.index("next_offset")
-
-TopicPartitionKey = tuple[str, int]
-Offsets = dict[TopicPartitionKey, int]
 
 
 @dataclass(frozen=True)
@@ -76,18 +65,18 @@ class SourcePlan:
     partitions: tuple[tuple[str, int], ...]  # (source topic, partition count)
     source_admin: tuple[tuple[str, str], ...]  # librdkafka settings of an admin client on the source
     tasks: int
-    checkpoint: str
+    checkpoint: str  # the query's Spark checkpoint (named in messages; read by the driver only)
     writer: WriterSettings
     epoch_seconds: float
     max_records_per_epoch: int
     records_per_second: float = 0.0  # 0: no limit
-    carry_over: bool = False  # workers copy on between epochs (strait_replicator.handover; local mode only)
     resume: tuple[tuple[tuple[str, int], int], ...] = ()  # where each partition starts when it has no progress
     progress: tuple[tuple[tuple[str, str], ...], str] | None = None  # target consumer settings, progress topic
     query: str = ""  # this run of the flow's query: what a stop record names
     # where the target holds every record below, from the evidence when the query started: no epoch,
     # a replayed one neither, starts a partition below it until its progress is seen
     on_target: tuple[tuple[tuple[str, int], int], ...] = ()
+    last_epoch: EpochOffsets | None = None  # the newest epoch in the checkpoint when the query started
 
     def encode(self) -> str:
         """The plan as a data source option value."""
@@ -101,35 +90,6 @@ class SourcePlan:
     def keys(self) -> list[TopicPartitionKey]:
         """Every source partition of the plan."""
         return keys_of(self.partitions)
-
-
-class CheckpointFormatError(StraitError):
-    """An entry of a checkpoint's offsets log is not an epoch entry (another strait version wrote it)."""
-
-
-@dataclass(frozen=True)
-class EpochOffsets:
-    """One epoch's entry in Spark's offsets log.
-
-    ``start``: where each partition's copy starts (it also keeps partitions the plan no longer
-    holds, so a topic added back resumes where it stopped); ``until``: the source's end offsets
-    when the epoch was planned (a partition missing there is not copied in this epoch).
-    """
-
-    epoch: int
-    start: Offsets
-    until: Offsets = field(default_factory=dict)
-
-    def to_json(self) -> dict[str, Any]:
-        """Spark's offset: a JSON object."""
-        return {"epoch": self.epoch, "from": _as_json(self.start), "until": _as_json(self.until)}
-
-    @staticmethod
-    def from_json(value: Mapping[str, Any]) -> EpochOffsets:
-        """The entry of a Spark offset written by :meth:`to_json`; CheckpointFormatError for any other."""
-        if not isinstance(value, Mapping) or "epoch" not in value or "from" not in value:
-            raise CheckpointFormatError(f"offsets-log entry {json.dumps(value)[:200]} is not a strait epoch entry")
-        return EpochOffsets(int(value["epoch"]), _as_keys(value.get("from", {})), _as_keys(value.get("until", {})))
 
 
 @dataclass(frozen=True)
@@ -161,7 +121,7 @@ class CopyStreamReader(DataSourceStreamReader):  # type: ignore[misc]
 
     def __init__(self, plan: SourcePlan) -> None:
         self.plan = plan
-        self.checkpoint = Path(plan.checkpoint)
+        self._last = plan.last_epoch  # the newest epoch planned or run (Spark asks for the next once it is committed)
         self._planned = -1  # the newest epoch this reader planned itself
         self._floor = dict(plan.on_target)  # the copy evidence of partitions whose progress was not seen yet
 
@@ -169,11 +129,8 @@ class CopyStreamReader(DataSourceStreamReader):  # type: ignore[misc]
         return EpochOffsets(-1, dict(self.plan.resume)).to_json()
 
     def latestOffset(self) -> dict[str, Any]:
-        # The newest entry of the offsets log is the epoch Spark ran last (it asks for the next one
-        # only once that is committed); Spark may call initialOffset again on a resumed stream, so
-        # nothing is kept in memory.
-        last = newest_epoch(self.checkpoint) or EpochOffsets.from_json(self.initialOffset())
-        if (self.checkpoint / STOP_FILE).exists():  # the same offset: Spark starts no new epoch
+        last = self._last or EpochOffsets.from_json(self.initialOffset())
+        if self._stop_requested():  # the same offset: Spark starts no new epoch
             return last.to_json()
         start = self._starting_points({**dict(self.plan.resume), **last.start})
         until = self._list("latest")
@@ -182,24 +139,27 @@ class CopyStreamReader(DataSourceStreamReader):  # type: ignore[misc]
         # A partition whose leader is not known at this moment (a broker just died) lists no end
         # (-1001); its task copies it live all the same, from where it starts.
         until = {key: end if end >= 0 else max(0, start.get(key, 0)) for key, end in until.items()}
-        self._planned = last.epoch + 1
-        return EpochOffsets(last.epoch + 1, start, until).to_json()
+        self._last = EpochOffsets(last.epoch + 1, start, until)
+        self._planned = self._last.epoch
+        return self._last.to_json()
 
     def partitions(self, start: dict[str, Any], end: dict[str, Any]) -> Sequence[CopyTask]:
         try:
             epoch = EpochOffsets.from_json(end)
         except CheckpointFormatError as exc:
             raise CheckpointFormatError(
-                f"flow {self.plan.writer.flow}: the checkpoint {self.checkpoint} was written by an older strait: "
+                f"flow {self.plan.writer.flow}: the checkpoint {self.plan.checkpoint} was written by an older strait: "
                 f"{exc}. Move that folder away and start again: the flow then copies its topics from their "
                 f"earliest offsets (records already on the target are copied again, none is lost)") from exc
+        if self._last is None or epoch.epoch >= self._last.epoch:
+            self._last = epoch
         starts = self._starting_points(epoch.start)  # a replayed epoch goes on where the copies got to
         moved = sorted((key, at) for key, at in starts.items() if key in epoch.start and at != epoch.start[key])
-        if moved and epoch.epoch != self._planned:  # an epoch planned before a restart, run again
+        if moved and epoch.epoch != self._planned:  # an epoch planned before this query started, run again
             setup_logging()  # this runs in a Python worker of the driver's: its lines go to the driver's stderr
             for (topic, p), at in moved:
-                log.info("flow=%s epoch=%d topic=%s partition=%d resumes at offset %d: the progress on the target "
-                         "(the epoch started at %d)", self.plan.writer.flow, epoch.epoch, topic, p, at,
+                log.info("flow=%s epoch=%d topic=%s partition=%d resumes at offset %d: the progress or the resume "
+                         "evidence on the target (the epoch started at %d)", self.plan.writer.flow, epoch.epoch, topic, p, at,
                          epoch.start[(topic, p)])
         ranges = [CopyRange(topic, p, starts[(topic, p)]) for topic, p in self.plan.keys()
                   if (topic, p) in starts and (topic, p) in epoch.until]
@@ -209,60 +169,40 @@ class CopyStreamReader(DataSourceStreamReader):  # type: ignore[misc]
             seconds=seconds,
             max_records=max(1, self.plan.max_records_per_epoch // max(1, len(groups))),
             records_per_second=self.plan.records_per_second / max(1, len(groups)),
-            stop_file=str(self.checkpoint / STOP_FILE),
-            ends_at=time.time() + seconds,
+            # a stop read while planning comes before where the tasks watch from: they end at once
+            ends_at=time.time() + (0.0 if self._stop_requested(read=False) else seconds),
         )
         read_to = tuple(sorted(self._progress_reader().positions.items())) if self.plan.progress else ()
         return [CopyTask(epoch.epoch, tuple(group), limits, read_to) for group in groups]
 
     def read(self, partition: CopyTask) -> Iterator[tuple[Any, ...]]:
-        locks_dir = self.checkpoint / LOCKS_DIR
-        keys = [(r.topic, r.partition) for r in partition.ranges]
-        locks = claim(locks_dir, keys) if self.plan.carry_over else PartitionLocks(locks_dir, {})
-        try:  # a carry-over that held these partitions has written its final progress: resume after it
-            ranges = resumed_ranges(partition, self._progress_since(partition), self.plan.writer.flow)
-            rows = copy_ranges(ranges, self.plan.writer, partition.limits, LiveRun(partition.epoch),
+        ranges = resumed_ranges(partition, self._progress_since(partition), self.plan.writer.flow)
+        yield from copy_ranges(ranges, self.plan.writer, partition.limits, LiveRun(partition.epoch),
                                stop=self._stop_watch(partition))
-        except BaseException:
-            locks.release()
-            raise
-        carry_over = self._carry_over(partition, ranges, rows, locks)
-        if carry_over is None:
-            locks.release()
-        else:
-            start_carry_over(carry_over)
-        yield from rows
 
-    def _carry_over(self, task: CopyTask, ranges: list[CopyRange], rows: list[tuple[Any, ...]],
-                    locks: PartitionLocks) -> CarryOver | None:
-        """The copy that goes on as a run of the next epoch from where each partition's progress says
-        it starts, or None (no carry-over wanted, a stop requested, an unknown start)."""
-        stop_file = task.limits.stop_file
-        if not self.plan.carry_over or task.limits.records_per_second or (stop_file and os.path.exists(stop_file)):
-            return None
-        ended = {(row[0], row[1]): row[NEXT_OFFSET] for row in rows if row[NEXT_OFFSET] >= 0}
-        starts = {(r.topic, r.partition): ended.get((r.topic, r.partition), r.start) for r in ranges}
-        if any(start is None for start in starts.values()):
-            return None
-        following = [CopyRange(topic, p, start) for (topic, p), start in starts.items()]
-        limits = EpochLimits(seconds=CARRY_OVER_SECONDS, max_records=sys.maxsize, stop_file=stop_file)
-        carried = LiveRun(task.epoch + 1)
-
-        def run(interrupt: Callable[[], bool]) -> None:
-            copy_ranges(following, self.plan.writer, limits, carried, interrupt=interrupt)
-        return CarryOver(run, locks)
+    def commit(self, end: dict[str, Any]) -> None:
+        """Nothing to do: the progress lives on the target, beside the copies."""
 
     def _starting_points(self, planned: Offsets) -> Offsets:
         """``planned`` moved on to where the copies got to: each partition's progress on the target;
         for a partition without progress yet, no lower than where the query's copy evidence says the
-        target holds every record (a run killed before a task's first progress record)."""
+        target holds every record."""
         progress = self._progress()
         for key in progress:  # from now on its progress says (a topic re-created starts lower)
             self._floor.pop(key, None)
         return {**{key: max(at, self._floor.get(key, at)) for key, at in planned.items()}, **progress}
 
-    def commit(self, end: dict[str, Any]) -> None:
-        """Nothing to do: the progress lives on the target, beside the copies."""
+    def _stop_requested(self, read: bool = True) -> bool:
+        """Whether the progress topic holds a stop of this query, read to its end first with ``read``
+        (a target that does not answer in time gives what was read before)."""
+        if self.plan.progress is None or not self.plan.query:
+            return False
+        if read and (self.plan.writer.flow, self.plan.query) not in _stops_read:
+            try:
+                self._progress_reader().read(STOP_READ_SECONDS)
+            except ResumeError as exc:
+                log.warning("flow=%s stop requests not read: %s", self.plan.writer.flow, exc)
+        return (self.plan.writer.flow, self.plan.query) in _stops_read
 
     def _progress_reader(self) -> OffsetsTopic:
         """This process's reader of the flow's progress topic (read on from where it got to)."""
@@ -271,13 +211,13 @@ class CopyStreamReader(DataSourceStreamReader):  # type: ignore[misc]
         if reader is None:
             settings, topic = self.plan.progress
             location = SyncsLocation(self.plan.writer.target_alias, topic)
-            reader = _progress_readers[self.plan.progress] = OffsetsTopic(dict(settings), location,
-                                                                          self.plan.writer.source_alias)
+            reader = _progress_readers[self.plan.progress] = OffsetsTopic(
+                dict(settings), location, self.plan.writer.source_alias, on_raw=_note_stop)
         return reader
 
     def _progress_since(self, task: CopyTask) -> Offsets:
         """Where the copies of the task's partitions got to since its epoch was planned (a retried task,
-        a carry-over that went on meanwhile); read on the worker, from the target."""
+        an earlier run of it); read on the worker, from the target."""
         if self.plan.progress is None or not task.progress_from:
             return {}
         settings, topic = self.plan.progress
@@ -335,10 +275,18 @@ class CopyStreamReader(DataSourceStreamReader):  # type: ignore[misc]
             return offsets
 
         return retry_transient(listed, f"flow={self.plan.writer.flow} listing {which} offsets",
-                               (self.checkpoint / STOP_FILE).exists, on_failure=admin.renew)
+                               self._stop_requested, on_failure=admin.renew)
 
 
 _admins: dict[tuple[tuple[str, str], ...], RenewableAdmin] = {}
+# (flow, query) of every stop record the planner's progress readers read
+_stops_read: set[tuple[str, str]] = set()
+
+
+def _note_stop(key: bytes | None, value: bytes | None) -> None:
+    stop = stop_named(key, value)
+    if stop is not None:
+        _stops_read.add(stop)
 # One reader of a progress topic per driver-side process, read on from where it got to at each epoch.
 _progress_readers: dict[tuple[tuple[tuple[str, str], ...], str], OffsetsTopic] = {}
 
@@ -363,43 +311,6 @@ def resumed_ranges(task: CopyTask, progress: Offsets, flow: str) -> list[CopyRan
             log.info("flow=%s epoch=%d topic=%s partition=%d resumes at offset %d: the progress on the target "
                      "(planned at %d)", flow, task.epoch, topic, partition, offset, starts[(topic, partition)])
     return [CopyRange(r.topic, r.partition, points.get((r.topic, r.partition), r.start), r.end) for r in task.ranges]
-
-
-def _as_json(offsets: Offsets) -> dict[str, dict[str, int]]:
-    result: dict[str, dict[str, int]] = {}
-    for (topic, partition), offset in sorted(offsets.items()):
-        result.setdefault(topic, {})[str(partition)] = offset
-    return result
-
-
-def _as_keys(offsets: Mapping[str, Any]) -> Offsets:
-    return {(topic, int(p)): int(o) for topic, partitions in offsets.items() if isinstance(partitions, dict)
-            for p, o in partitions.items()}
-
-
-def batch_ids(folder: Path) -> set[int]:
-    """The batch ids of one of Spark's checkpoint logs (``offsets`` or ``commits``): its numbered files."""
-    return {int(p.name) for p in folder.iterdir() if p.name.isdigit()} if folder.is_dir() else set()
-
-
-def epoch_of_log_file(path: Path) -> EpochOffsets | None:
-    """The epoch entry of one of Spark's offsets-log files (JSON on the last line), or None."""
-    try:
-        lines = path.read_text(errors="replace").splitlines()
-        parsed = json.loads(lines[-1]) if lines else None
-        return EpochOffsets.from_json(parsed) if isinstance(parsed, dict) else None
-    except (OSError, ValueError, KeyError, TypeError, CheckpointFormatError):
-        return None
-
-
-def newest_epoch(checkpoint: Path) -> EpochOffsets | None:
-    """The newest epoch in the checkpoint's offsets log (the one a resumed stream goes on from)."""
-    folder = checkpoint / "offsets"
-    for batch in sorted(batch_ids(folder), reverse=True):
-        epoch = epoch_of_log_file(folder / str(batch))
-        if epoch is not None:
-            return epoch
-    return None
 
 
 def assign_partitions(ranges: list[CopyRange], until: Offsets, tasks: int) -> list[list[CopyRange]]:

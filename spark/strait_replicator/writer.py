@@ -74,8 +74,6 @@ CONSUMER_FIXED = {
 CONSUME_BATCH = 10_000
 # With nothing queued, wait this long for one record (it is sent as soon as it arrives).
 IDLE_WAIT_SECONDS = 0.1
-# A copy that another may interrupt (a carry-over between epochs) looks this often, busy or idle.
-INTERRUPT_CHECK_SECONDS = 0.01
 # How often acknowledged records turn into offset syncs and latency counts while an epoch runs, and
 # the progress is written (with what the previous settle's acknowledged syncs cover: a restart
 # copies again about two of these).
@@ -182,13 +180,11 @@ class CopyRange:
 class EpochLimits:
     """When a task's epoch ends: at ``ends_at`` (wall clock, the same for every task of the epoch, so
     no partition waits for a task that started later) or, without it, ``seconds`` after the task
-    starts; after ``max_records``; or once ``stop_file`` exists (checked when it is on the task's
-    machine). ``records_per_second`` (0: none) throttles the copy."""
+    starts; or after ``max_records``. ``records_per_second`` (0: none) throttles the copy."""
 
     seconds: float
     max_records: int
     records_per_second: float = 0.0
-    stop_file: str | None = None
     ends_at: float = 0.0
 
     def task_seconds(self) -> float:
@@ -488,13 +484,12 @@ def _produce(producer: Producer, topic: str, **kwargs: Any) -> None:
 
 
 def copy_ranges(ranges: list[CopyRange], settings: WriterSettings, limits: EpochLimits | None = None,
-                run: LiveRun | None = None, interrupt: Callable[[], bool] | None = None,
-                stop: Callable[[], bool] | None = None) -> list[tuple[Any, ...]]:
+                run: LiveRun | None = None, stop: Callable[[], bool] | None = None) -> list[tuple[Any, ...]]:
     """Copy each range to its remote topic with its offset syncs; one summary row per range.
 
-    Without ``limits`` every range must be bounded and is copied to its end; with them, open
-    ranges are copied live until the epoch ends, until ``interrupt`` returns True, or until a stop is
-    requested (the limits' stop file, or ``stop`` returning True: the flow stops). With the
+    Without ``limits`` every range must be bounded and is copied to its end, however long that takes
+    (a source that stops answering holds it: give limits for a deadline); with them, open
+    ranges are copied live until the epoch ends or until ``stop`` returns True (the flow stops). With the
     flow's progress topic, each partition's progress and ``run``'s live totals go there about every
     half second, and once more when everything is on the target.
     """
@@ -510,7 +505,7 @@ def copy_ranges(ranges: list[CopyRange], settings: WriterSettings, limits: Epoch
     progress = _ProgressWriter(settings, producer, run)
     if copied:
         loop = _CopyLoop(_consumer(settings), producer, syncs, copied, settings, limits, errors, progress)
-        loop.interrupt, loop.stop = interrupt, stop
+        loop.stop = stop
         loop.run()
         first_sent_at = loop.first_sent_at
         if loop.stop_requested:
@@ -552,7 +547,6 @@ class _CopyLoop:
         # those syncs are acknowledged
         self._settles: list[tuple[int, dict[tuple[str, int], tuple[int, int]]]] = []
         self._acked = {key: (-1, -1) for key in copied}
-        self.interrupt: Callable[[], bool] | None = None
         self.stop: Callable[[], bool] | None = None
         self.stop_requested = False  # the loop ended on a stop request
 
@@ -592,18 +586,13 @@ class _CopyLoop:
         limits = self.limits
         deadline = began + limits.task_seconds() if limits else float("inf")
         cap = limits.max_records if limits else sys.maxsize
-        stall_deadline = now + self.settings.read_timeout
         next_settle = next_stop_check = now
-        check_every = INTERRUPT_CHECK_SECONDS if self.interrupt else STOP_CHECK_SECONDS
-        idle_wait = min(IDLE_WAIT_SECONDS, check_every)
         while self.pending and now < deadline and self.sent < cap:
             if now >= next_stop_check:
-                if (limits and limits.stop_file and os.path.exists(limits.stop_file)) or (self.stop and self.stop()):
+                if self.stop is not None and self.stop():
                     self.stop_requested = True
                     return
-                if self.interrupt is not None and self.interrupt():
-                    return
-                next_stop_check = now + check_every
+                next_stop_check = now + STOP_CHECK_SECONDS
             if self.errors:
                 _raise_write_error(self.settings, self.errors)
             want = min(CONSUME_BATCH, cap - self.sent)
@@ -613,15 +602,11 @@ class _CopyLoop:
                     self.producer.poll(0.02)
                     now = time.monotonic()
                     continue
-            messages = self.consumer.consume(want, 0) or self.consumer.consume(1, idle_wait)
+            messages = self.consumer.consume(want, 0) or self.consumer.consume(1, IDLE_WAIT_SECONDS)
             now = time.monotonic()
             if messages:
                 self.first_sent_at = self.first_sent_at or now
                 self.sent += _send_messages(messages, self.producer, self.pending)
-                stall_deadline = now + self.settings.read_timeout
-            elif now > stall_deadline:
-                self._raise_if_stalled()
-                stall_deadline = now + self.settings.read_timeout
             self.producer.poll(0)
             if now >= next_settle or not messages:  # idle: syncs follow their records closely
                 self._settle()
@@ -649,15 +634,6 @@ class _CopyLoop:
         self.progress.write({key: (part.report(self._acked[key][0]), self._acked[key][1])
                              for key, part in self.copied.items()})
         self.progress.check()
-
-    def _raise_if_stalled(self) -> None:
-        """A bounded range that does not reach its end fails the task (its records exist on the source)."""
-        part = next((p for p in self.pending.values() if p.end is not None), None)
-        if part is not None:
-            raise ReplicationReadError(
-                f"flow {self.settings.flow}: reading topic {part.topic} partition {part.partition} on cluster "
-                f"{self.settings.source_alias} stalled for {self.settings.read_timeout:.0f}s before offset "
-                f"{part.end}; check that its brokers are up and the partition has a leader")
 
 
 def _note_lag(consumer: Consumer, copied: dict[tuple[str, int], _Copied]) -> None:

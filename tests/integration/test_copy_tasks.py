@@ -1,5 +1,5 @@
 """The executor side of the replicator on real clusters: epoch tasks run one after another in one worker,
-and the worker copies on between them.
+and a stop written to the target ends them.
 
 An epoch task leaves its source consumer assigned, so the next task going on from the same offsets
 finds the records that arrived in between already fetched. These tests run the tasks' function
@@ -10,6 +10,7 @@ and after a task with other partitions.
 
 from __future__ import annotations
 
+import threading
 import time
 from collections.abc import Callable, Iterator
 from pathlib import Path
@@ -19,10 +20,12 @@ import pytest
 from strait_lab.clients import Record, create_topic, produce
 from strait_lab.kafka import KafkaCluster
 from strait.policy import DefaultReplicationPolicy
-from strait_replicator import handover, writer
+from strait_replicator import writer
 from strait.config.model import SyncsLocation
 from strait.progress import OffsetsTopic
-from strait_replicator.source import STOP_FILE, CopyStreamReader, CopyTask, SourcePlan
+from strait_replicator.live import stop_record
+from strait_replicator.source import CopyStreamReader, CopyTask, SourcePlan
+from strait_replicator.state import EpochOffsets
 from strait_replicator.writer import CopyRange, EpochLimits, WriterSettings, copy_ranges
 from tests.integration.replicator_support import count, records_by_partition, wait_for
 
@@ -103,9 +106,9 @@ def test_epoch_tasks_in_one_worker_copy_exactly_from_each_start(
     assert [r.value for r in copied[1]] == _values(sent, 1)
 
 
-def _task(epoch: int, topic: str, starts: dict[int, int], seconds: float, stop_file: Path,
+def _task(epoch: int, topic: str, starts: dict[int, int], seconds: float,
           progress_from: tuple[tuple[int, int], ...] = ()) -> CopyTask:
-    limits = EpochLimits(seconds=seconds, max_records=1_000_000, stop_file=str(stop_file), ends_at=time.time() + seconds)
+    limits = EpochLimits(seconds=seconds, max_records=1_000_000, ends_at=time.time() + seconds)
     return CopyTask(epoch, tuple(CopyRange(topic, p, start) for p, start in starts.items()), limits, progress_from)
 
 
@@ -113,58 +116,47 @@ def _ends(rows: list[tuple]) -> dict[int, int]:
     return {row[PARTITION]: row[NEXT_OFFSET] for row in rows}
 
 
-def test_a_worker_copies_on_between_epochs_and_the_next_task_resumes_exactly_after_it(
+def _write_stop(target: KafkaCluster, topic: str, flow: str, query: str) -> None:
+    key, value = stop_record(flow, query)
+    produce(target.client_config(), _progress_topic(topic), [Record(key, value, partition=0)])
+
+
+def test_a_stop_record_ends_the_running_task_and_the_planner_plans_no_epoch_after_it(
         source_cluster: KafkaCluster, target_cluster: KafkaCluster, topics: tuple[str, str, str],
         tmp_path: Path, clients_released: None) -> None:
+    """Tasks and planner learn of a stop from the target alone (no file): another query's stop is no
+    stop; this query's ends the running task within moments and the planner repeats the last epoch."""
     topic, remote, syncs = topics
     settings = _settings(source_cluster, target_cluster, topic, remote, syncs)
     progress = (tuple(sorted(target_cluster.client_config().items())), _progress_topic(topic))
-    plan = SourcePlan(((topic, 2),), (), 1, str(tmp_path), settings, epoch_seconds=1.5, max_records_per_epoch=10**6,
-                      carry_over=True, progress=progress)
+    where = OffsetsTopic(target_cluster.client_config(), SyncsLocation(target_cluster.alias, progress[1]),
+                         source_cluster.alias)
+    where.read()
+    started_at = tuple(sorted(where.positions.items()))  # where the progress topic ended when the query started
+    where.close()
+    last = EpochOffsets(3, {(topic, 0): 0, (topic, 1): 0}, {(topic, 0): 0, (topic, 1): 0})
+    plan = SourcePlan(((topic, 2),), tuple(sorted(source_cluster.client_config().items())), 1, str(tmp_path),
+                      settings, epoch_seconds=60.0, max_records_per_epoch=10**6, progress=progress, query="q-this",
+                      last_epoch=last)
     reader = CopyStreamReader(plan)
-    stop_file = tmp_path / STOP_FILE
-    sent = _send(source_cluster, topic, 0, 100)
-    planned = OffsetsTopic(target_cluster.client_config(), SyncsLocation(target_cluster.alias, progress[1]),
-                           source_cluster.alias)
     try:
-        first = _ends(list(reader.read(_task(0, topic, {0: 0, 1: 0}, 1.5, stop_file))))
-        assert first == {0: 50, 1: 50}
-        planned.read()  # where the driver stands in the progress topic when it plans epoch 1
-        # Between the epochs the worker's carry-over copies what arrives, as a run of epoch 1.
-        sent += _send(source_cluster, topic, 100, 100)
-        wait_for(lambda: count(target_cluster, remote) == 200, 30, "the records sent between epochs")
-        # Epoch 1 starts where epoch 0 ended; its task stops the carry-over and resumes after it,
-        # where the carry-over's progress on the target says.
-        task = _task(1, topic, first, 1.5, stop_file, tuple(sorted(planned.positions.items())))
-        second = _ends(list(reader.read(task)))
-        assert second == {0: 100, 1: 100}
+        sent = _send(source_cluster, topic, 0, 100)
+        _write_stop(target_cluster, topic, settings.flow, "q-other")
+        planned = EpochOffsets.from_json(reader.latestOffset())
+        assert planned.epoch == 4 and planned.until == {(topic, 0): 50, (topic, 1): 50}, "another query's stop"
+        rows: list[tuple] = []
+        task = threading.Thread(target=lambda: rows.extend(reader.read(_task(4, topic, {0: 0, 1: 0}, 60.0,
+                                                                             started_at))))
+        began = time.monotonic()
+        task.start()
+        wait_for(lambda: count(target_cluster, remote) == 100, 30, "the epoch's copies")
+        _write_stop(target_cluster, topic, settings.flow, "q-this")
+        task.join(30)
+        assert not task.is_alive() and time.monotonic() - began < 30, "the stop record did not end the 60 s task"
+        assert _ends(rows) == {0: 50, 1: 50}
+        assert EpochOffsets.from_json(reader.latestOffset()) == planned, "a new epoch was planned after the stop"
     finally:
-        stop_file.touch()  # ends the last carry-over, as a graceful stop does
-        handover.stop_carry_over()
-        planned.close()
+        reader.stop()  # DataSourceStreamReader's: nothing to release
     copied = records_by_partition(target_cluster, remote)
-    assert [[r.value for r in copied[p]] for p in (0, 1)] == [_values(sent, 0), _values(sent, 1)]  # no duplicate
+    assert [[r.value for r in copied[p]] for p in (0, 1)] == [_values(sent, 0), _values(sent, 1)]
 
-
-def test_a_claim_from_another_process_ends_the_carry_over_holding_the_partition(tmp_path: Path) -> None:
-    import multiprocessing
-    locks = handover.claim(tmp_path, [("t", 0), ("t", 1)])
-    stopped_by_claim: list[float] = []
-
-    def copy_until(interrupt: Callable[[], bool]) -> None:
-        while not interrupt():
-            time.sleep(0.005)
-        stopped_by_claim.append(time.monotonic())
-    handover.start_carry_over(handover.CarryOver(copy_until, locks))
-    context = multiprocessing.get_context("spawn")
-    other = context.Process(target=_claim_and_release, args=(str(tmp_path), [("t", 1)]))
-    other.start()
-    other.join(30)
-    assert other.exitcode == 0, "the other process never got the partition"
-    assert stopped_by_claim, "the carry-over did not end when another process claimed its partition"
-    handover.stop_carry_over()
-    handover.claim(tmp_path, [("t", 0), ("t", 1)], timeout=1).release()  # every lock was released
-
-
-def _claim_and_release(folder: str, keys: list[tuple[str, int]]) -> None:
-    handover.claim(folder, keys, timeout=20).release()

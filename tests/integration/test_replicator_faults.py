@@ -21,7 +21,7 @@ from confluent_kafka import Producer
 from strait_lab.clients import create_topic
 from strait_lab.kafka import KafkaCluster
 from strait_lab.services import StraitProcess
-from strait_replicator.source import batch_ids, epoch_of_log_file
+from strait_replicator.state import epoch_of_log_text
 from tests.integration.replicator_support import count, flow_config, last_values, records_by_partition, wait_for, write_config
 
 pytestmark = pytest.mark.slow
@@ -59,10 +59,11 @@ def _load(cluster: KafkaCluster, topic: str, stop: threading.Event, done: thread
 def _epoch_starts(checkpoint: Path, topic: str) -> dict[int, set[int]]:
     """Each partition's start offset of every epoch, from Spark's offsets log."""
     starts: dict[int, set[int]] = {p: set() for p in range(PARTITIONS)}
-    folder = checkpoint / "offsets"
-    for batch in sorted(batch_ids(folder)):
-        epoch = epoch_of_log_file(folder / str(batch))
-        assert epoch is not None, f"offsets log entry {batch} unreadable"
+    for path in sorted((checkpoint / "offsets").iterdir()):
+        if not path.name.isdigit():
+            continue
+        epoch = epoch_of_log_text(path.read_text())
+        assert epoch is not None, f"offsets log entry {path.name} unreadable"
         for (t, p), offset in epoch.start.items():
             if t == topic:
                 starts[p].add(offset)

@@ -3,7 +3,8 @@
 Each Spark worker runs in its own mount namespace with an empty tmpfs over the folder that holds the
 driver's state dir, so its executors cannot see the driver's checkpoint or any file the driver
 writes there: everything tasks and driver exchange has to go through Kafka (the progress records on
-the target). Under continuous load: the driver, submitted with spark-submit as users submit a Spark
+the target). The state dir is given as a ``file:`` URI, as an ``hdfs://`` or ``s3a://`` one would be:
+only the driver's JVM opens it. Under continuous load: the driver, submitted with spark-submit as users submit a Spark
 job, copies through the workers and its live metrics move while they copy; a worker is SIGKILLed
 mid-epoch (a replacement joins); the driver is SIGKILLed mid-epoch and started again with `strait run
 replicator --master`; every record reaches the target byte for byte, and the offset syncs translate
@@ -18,6 +19,7 @@ import urllib.request
 from collections.abc import Callable, Iterator
 from pathlib import Path
 
+import psutil
 import pytest
 from prometheus_client.parser import text_string_to_metric_families
 
@@ -51,6 +53,22 @@ def other_hosts(lab_root: Path, tmp_path: Path) -> Iterator[SparkStandalone]:
         cluster.stop()
 
 
+def _spark_python_processes() -> set[psutil.Process]:
+    """The Python daemons and workers Spark runs beside its JVMs (the copiers live in them)."""
+    found = set()
+    for process in psutil.process_iter(["cmdline"]):
+        if any(part.startswith("pyspark.") for part in process.info["cmdline"] or ()):
+            found.add(process)
+    return found
+
+
+def _rewinds(copies: list[bytes | None], order: dict[bytes | None, int]) -> int:
+    """How often a partition's copy goes back in source order: once per replay after a crash; two
+    copiers interleaving would go back and forth all the time."""
+    positions = [order[value] for value in copies]
+    return sum(1 for before, after in zip(positions, positions[1:]) if after < before)
+
+
 def _copied_total(metrics_port: int) -> float:
     """The driver's strait_replicated_records_total of flow A->B (0 while it does not answer)."""
     try:
@@ -78,7 +96,8 @@ def test_workers_that_share_no_disk_with_the_driver_copy_under_load_and_survive_
     remote = f"A.{topic}"
     create_topic(source_cluster.admin(), topic, partitions=PARTITIONS, config={"retention.ms": "-1"})
     config = write_config(tmp_path / "s.yaml", flow_config(source_cluster, target_cluster, [topic]))
-    args = ["--config", str(config), "--state-dir", str(tmp_path / "state")]
+    # A URI, as for hdfs:// or s3a://: only the driver's JVM opens it, through Hadoop's file system.
+    args = ["--config", str(config), "--state-dir", (tmp_path / "state").as_uri()]
     load = NumberedLoad(source_cluster, topic, PARTITIONS, RATE)
     drivers: list[ManagedProcess | StraitProcess] = []
     try:
@@ -103,13 +122,22 @@ def test_workers_that_share_no_disk_with_the_driver_copy_under_load_and_survive_
         wait_for(lambda: count(target_cluster, remote) > before + 3 * RATE, 180, "copying after the worker loss")
 
         time.sleep(5)
+        copiers = _spark_python_processes()
+        assert copiers, "no Python worker of Spark found"
         submitted.kill()  # the driver lost mid-epoch
+        killed_at = time.monotonic()
         assert (tmp_path / "state" / "A_to_B" / "checkpoint" / "commits").is_dir(), "spark-submit ran no epoch"
         # epochs longer than the stop's grace: only the stop record ends the last one in time
         driver = StraitProcess("replicator", [*args, "--master", other_hosts.url, "--epoch-seconds", "300"],
                                lab_root / "replicator", env=SPARK_ENV, name=f"driver-1-{topic}")
         drivers.append(driver)
         driver.start(timeout=120)
+        # Its executors and their Python workers go with the driver: no copier of the old driver's is
+        # left to interleave with the new driver's tasks (they copy once it has started).
+        _gone, alive = psutil.wait_procs(list(copiers), timeout=max(1.0, 30 - (time.monotonic() - killed_at)))
+        assert not alive, f"the old driver's Spark Python processes outlived it: {[p.pid for p in alive]}"
+        print(f"the old driver's {len(copiers)} Spark Python processes were gone "
+              f"{time.monotonic() - killed_at:.1f} s after its SIGKILL (new driver started)")
         before = count(target_cluster, remote)
         wait_for(lambda: count(target_cluster, remote) > before + 3 * RATE, 180, "copying after the driver loss")
         total = load.stop()
@@ -126,13 +154,18 @@ def test_workers_that_share_no_disk_with_the_driver_copy_under_load_and_survive_
     assert not list((tmp_path / "state").rglob("strait-live*")), "no live files beside the checkpoint"
     source = records_by_partition(source_cluster, topic)
     target = records_by_partition(target_cluster, remote)
-    duplicates = 0
+    duplicates, rewinds = 0, []
     for partition in range(PARTITIONS):
         originals = {(r.key, r.value) for r in source[partition]}
         copies = [(r.key, r.value) for r in target[partition]]
         assert set(copies) == originals, f"partition {partition}: records lost or changed"
         duplicates += len(copies) - len(set(copies))
-    print(f"multi-host: {total} records, {duplicates} copied twice after a worker and a driver SIGKILL")
+        rewinds.append(_rewinds([r.value for r in target[partition]],
+                                {r.value: i for i, r in enumerate(source[partition])}))
+    print(f"multi-host: {total} records, {duplicates} copied twice after a worker and a driver SIGKILL; "
+          f"replays per partition {rewinds}")
+    # One replay per crash that hit the partition's task (a worker, the driver), a retried task once more
+    assert max(rewinds) <= 4, f"copies went back in source order {rewinds} times: two copiers interleaved"
 
     strait_config = load_config(config)
     flow = strait_config.flow("A->B")

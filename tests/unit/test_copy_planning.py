@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import json
 import time
 from pathlib import Path
 
@@ -12,9 +11,9 @@ from hypothesis import strategies as st
 
 from strait.policy import DefaultReplicationPolicy
 from strait_replicator.source import (
-    SMALL_BACKLOG, STOP_FILE, CheckpointFormatError, CopyStreamReader, CopyTask, EpochOffsets, Offsets, SourcePlan,
-    assign_partitions, newest_epoch, resumed_ranges,
+    SMALL_BACKLOG, CopyStreamReader, CopyTask, SourcePlan, assign_partitions, resumed_ranges,
 )
+from strait_replicator.state import CheckpointFormatError, EpochOffsets, Offsets, epoch_of_log_text
 from strait_replicator.writer import MIN_TASK_SECONDS, CopyRange, EpochLimits, WriterSettings
 
 keys = st.tuples(st.sampled_from(["a", "b", "c"]), st.integers(0, 5))
@@ -54,6 +53,7 @@ class _Reader(CopyStreamReader):
     def __init__(self, plan: SourcePlan, latest: Offsets, progress: Offsets | None = None) -> None:
         super().__init__(plan)
         self.latest, self.progress = latest, dict(progress or {})
+        self.stopping = False  # a stop record of this query was read
 
     def _list(self, which: str, only: list[tuple[str, int]] | None = None) -> Offsets:
         assert which == "latest", "starts come from the evidence and the progress, never from listing"
@@ -62,23 +62,22 @@ class _Reader(CopyStreamReader):
     def _progress(self) -> Offsets:
         return dict(self.progress)
 
+    def _stop_requested(self, read: bool = True) -> bool:
+        return self.stopping
+
 
 def _plan(tmp_path: Path, partitions: tuple[tuple[str, int], ...] = (("t", 2),), tasks: int = 2,
-          rate: float = 0.0, resume: Offsets | None = None, on_target: Offsets | None = None) -> SourcePlan:
+          rate: float = 0.0, resume: Offsets | None = None, last_epoch: EpochOffsets | None = None,
+          on_target: Offsets | None = None) -> SourcePlan:
     writer = WriterSettings("A->B", "A", "B", DefaultReplicationPolicy(), {}, {}, "syncs", "A")
-    (tmp_path / "offsets").mkdir(exist_ok=True)
     return SourcePlan(partitions, (), tasks, str(tmp_path), writer, epoch_seconds=5.0, max_records_per_epoch=1000,
-                      records_per_second=rate, resume=tuple(sorted((resume or {}).items())),
+                      records_per_second=rate, resume=tuple(sorted((resume or {}).items())), last_epoch=last_epoch,
                       on_target=tuple(sorted((on_target or {}).items())))
 
 
 def _planned(reader: CopyStreamReader, tmp_path: Path) -> EpochOffsets:
-    """The reader's next epoch, written to the offsets log as Spark does before it runs it."""
-    entry = reader.latestOffset()
-    batches = sorted(int(p.name) for p in (tmp_path / "offsets").iterdir())
-    (tmp_path / "offsets" / str(batches[-1] + 1 if batches else 0)).write_text(
-        'v1\n{"batchWatermarkMs":0}\n' + json.dumps(entry))
-    return EpochOffsets.from_json(entry)
+    """The reader's next epoch (Spark writes it to the offsets log and runs it)."""
+    return EpochOffsets.from_json(reader.latestOffset())
 
 
 def test_each_epoch_starts_where_the_progress_on_the_target_says_else_where_the_last_one_started(
@@ -106,9 +105,7 @@ def test_no_epoch_starts_below_where_the_evidence_says_the_target_holds_every_re
     """A run killed before one task's first progress record: the checkpoint's epoch says 0, the offset
     syncs on the target say 8,000 were copied; the replayed epoch and the next start there, not at 0."""
     logged = EpochOffsets(0, {("t", 0): 0, ("t", 1): 0}, {("t", 0): 9000, ("t", 1): 9000})
-    (tmp_path / "offsets").mkdir(exist_ok=True)
-    (tmp_path / "offsets" / "0").write_text('v1\n{"batchWatermarkMs":0}\n' + json.dumps(logged.to_json()))
-    plan = _plan(tmp_path, resume={("t", 0): 8000, ("t", 1): 9000}, on_target={("t", 0): 8000})
+    plan = _plan(tmp_path, resume={("t", 0): 8000, ("t", 1): 9000}, last_epoch=logged, on_target={("t", 0): 8000})
     reader = _Reader(plan, latest={("t", 0): 9500, ("t", 1): 9500}, progress={})
     starts = {(r.topic, r.partition): r.start for task in reader.partitions({}, logged.to_json()) for r in task.ranges}
     assert starts == {("t", 0): 8000, ("t", 1): 0}, "a policy's start (t-1: start latest) is no floor"
@@ -135,17 +132,18 @@ def test_a_stop_request_plans_no_new_epoch(tmp_path: Path) -> None:
     reader = _Reader(_plan(tmp_path, resume={("t", 0): 0, ("t", 1): 0}), latest={("t", 0): 5, ("t", 1): 5})
     first = _planned(reader, tmp_path)
     reader.progress = {("t", 0): 5}
-    (tmp_path / STOP_FILE).touch()
+    reader.stopping = True
     assert EpochOffsets.from_json(reader.latestOffset()) == first  # the same offset: Spark starts no batch
-    (tmp_path / STOP_FILE).unlink()
+    # A stop read while its epoch was being planned: its tasks watch from after it, so they end at once
+    assert all(task.limits.ends_at <= time.time() for task in reader.partitions({}, first.to_json()))
+    reader.stopping = False
     assert _planned(reader, tmp_path).start == {("t", 0): 5, ("t", 1): 0}
 
 
 def test_a_resumed_stream_goes_on_from_the_progress_and_new_partitions_start_where_the_evidence_says(
         tmp_path: Path) -> None:
-    plan = _plan(tmp_path, partitions=(("t", 1), ("u", 1)), resume={("t", 0): 0, ("u", 0): 2})
-    logged = EpochOffsets(4, {("t", 0): 7, ("gone", 0): 9}, {("t", 0): 9})
-    (tmp_path / "offsets" / "4").write_text('v1\n{"batchWatermarkMs":0}\n' + json.dumps(logged.to_json()))
+    logged = EpochOffsets(4, {("t", 0): 7, ("gone", 0): 9}, {("t", 0): 9})  # the checkpoint's newest epoch
+    plan = _plan(tmp_path, partitions=(("t", 1), ("u", 1)), resume={("t", 0): 0, ("u", 0): 2}, last_epoch=logged)
     reader = _Reader(plan, latest={("t", 0): 9, ("u", 0): 6}, progress={("t", 0): 9})
     entry = EpochOffsets.from_json(reader.latestOffset())
     # A topic no longer planned keeps its offset, so it resumes there if it comes back.
@@ -164,7 +162,6 @@ def test_partitions_become_tasks_that_share_the_epochs_limits(tmp_path: Path, ra
         assert time.time() < task.limits.ends_at <= time.time() + task.limits.seconds  # the same for every task
         assert task.limits.max_records == 1000 // tasks
         assert task.limits.records_per_second == rate / tasks
-        assert task.limits.stop_file == str(tmp_path / STOP_FILE)
 
 
 def test_every_epoch_lasts_the_configured_time_and_tasks_know_their_epoch(tmp_path: Path) -> None:
@@ -193,5 +190,4 @@ def test_an_offsets_log_entry_of_another_format_names_the_checkpoint_and_what_to
     reader = _Reader(_plan(tmp_path), latest={})
     with pytest.raises(CheckpointFormatError, match=f"checkpoint {tmp_path} was written by an older strait.*Move"):
         reader.partitions({}, {"t": {"0": 5}})  # a per-partition offsets entry, as Spark's Kafka source writes
-    (tmp_path / "offsets" / "3").write_text('v1\n{"batchWatermarkMs":0}\n{"t": {"0": 5}}')
-    assert newest_epoch(tmp_path) is None
+    assert epoch_of_log_text('v1\n{"batchWatermarkMs":0}\n{"t": {"0": 5}}') is None

@@ -15,6 +15,7 @@ import io
 import json
 import pstats
 import shutil
+import sys
 import tempfile
 import time
 from functools import partial
@@ -26,7 +27,10 @@ from strait_lab.deps import spark_kafka_jars
 from strait_lab.kafka import KafkaCluster, KafkaClusterSpec
 from strait_replicator.session import build_session
 from strait_replicator.source import assign_partitions
-from strait_replicator.writer import CopyRange, WriterSettings, copy_ranges
+from strait_replicator.writer import CopyRange, EpochLimits, WriterSettings, copy_ranges
+
+# Bounded copies end at their ranges' ends; a source that stops answering ends them after this long.
+COPY_LIMITS = EpochLimits(seconds=600.0, max_records=sys.maxsize)
 
 
 def _load(cluster: KafkaCluster, topic: str, records: int, size: int, partitions: int) -> None:
@@ -66,7 +70,7 @@ def run(records: int, size: int, partitions: int, repeats: int) -> dict[str, obj
                     groups = assign_partitions(ranges, {("bench", r.partition): r.end or 0 for r in ranges},
                                                spark.sparkContext.defaultParallelism)
                     (spark.sparkContext.parallelize(groups, len(groups))
-                     .flatMap(partial(copy_ranges, settings=settings)).collect())
+                     .flatMap(partial(copy_ranges, settings=settings, limits=COPY_LIMITS)).collect())
                 results[path].append(time.monotonic() - started)
         sample = consume_all(target.client_config(), "strait_copier-0", partitions=[0])[:1]
         spark_sample = consume_all(target.client_config(), "spark_kafka_sink-0", partitions=[0])[:1]
@@ -115,7 +119,7 @@ def profile_copier(records: int, size: int, partitions: int, top: int = 25) -> d
         profiler = cProfile.Profile()
         started = time.monotonic()
         profiler.enable()
-        summary = copy_ranges(ranges, _settings(source, target, "A.bench"))
+        summary = copy_ranges(ranges, _settings(source, target, "A.bench"), COPY_LIMITS)
         profiler.disable()
         seconds = time.monotonic() - started
     finally:

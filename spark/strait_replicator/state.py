@@ -1,0 +1,170 @@
+"""Where the replicator keeps its state: the one module that knows the layout.
+
+- **On the target, beside the copies** (the flow's progress topic, :mod:`strait.progress`): each
+  partition's progress, one record per partition, with the running task's live totals
+  (:mod:`strait_replicator.live`), and the stop requests of the running query. Every host that
+  copies reaches the target, so tasks and driver exchange everything there.
+- **Spark's streaming checkpoint**, one per flow: ``<state location>/<flow>/checkpoint``. Its offsets
+  log holds each epoch's entry (:class:`EpochOffsets`: where each partition started, the source's
+  end offsets when it was planned), its commits log the epochs that ended. The state location is a
+  local folder of the driver or any Hadoop-compatible URI (``hdfs://``, ``s3a://``, ``file:``); only
+  the driver reads it, through Hadoop's file system API in the driver's JVM
+  (:class:`CheckpointLog`). Workers never touch it.
+
+Nothing else is kept: no file beside the checkpoint, nothing on a worker's disk.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import re
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from strait.errors import StraitError
+
+log = logging.getLogger(__name__)
+
+TopicPartitionKey = tuple[str, int]
+Offsets = dict[TopicPartitionKey, int]
+
+_SCHEME = re.compile(r"^[A-Za-z][A-Za-z0-9+.-]*:")
+
+
+class CheckpointFormatError(StraitError):
+    """An entry of a checkpoint's offsets log is not an epoch entry (another strait version wrote it)."""
+
+
+class CheckpointReadError(StraitError):
+    """Spark's checkpoint could not be read (its file system does not answer)."""
+
+
+@dataclass(frozen=True)
+class EpochOffsets:
+    """One epoch's entry in Spark's offsets log.
+
+    ``start``: where each partition's copy starts (it also keeps partitions the plan no longer
+    holds, so a topic added back resumes where it stopped); ``until``: the source's end offsets
+    when the epoch was planned (a partition missing there is not copied in this epoch).
+    """
+
+    epoch: int
+    start: Offsets
+    until: Offsets = field(default_factory=dict)
+
+    def to_json(self) -> dict[str, Any]:
+        """Spark's offset: a JSON object."""
+        return {"epoch": self.epoch, "from": _as_json(self.start), "until": _as_json(self.until)}
+
+    @staticmethod
+    def from_json(value: Mapping[str, Any]) -> EpochOffsets:
+        """The entry of a Spark offset written by :meth:`to_json`; CheckpointFormatError for any other."""
+        if not isinstance(value, Mapping) or "epoch" not in value or "from" not in value:
+            raise CheckpointFormatError(f"offsets-log entry {json.dumps(value)[:200]} is not a strait epoch entry")
+        return EpochOffsets(int(value["epoch"]), _as_keys(value.get("from", {})), _as_keys(value.get("until", {})))
+
+
+def state_location(given: str | Path | None, default: Path) -> str:
+    """The replicator's state location: a URI as given, a local folder made absolute."""
+    if given is None:
+        return str(default.resolve())
+    text = str(given)
+    return text.rstrip("/") if _SCHEME.match(text) else str(Path(text).resolve())
+
+
+def flow_checkpoint(location: str, flow: str) -> str:
+    """The Spark checkpoint of ``flow`` under the state location."""
+    return f"{location.rstrip('/')}/{flow.replace('->', '_to_')}/checkpoint"
+
+
+def epoch_of_log_text(text: str) -> EpochOffsets | None:
+    """The epoch entry of one offsets-log file's text (Spark writes the source's offset JSON on the
+    last line), or None for anything else."""
+    lines = text.splitlines()
+    try:
+        parsed = json.loads(lines[-1]) if lines else None
+        return EpochOffsets.from_json(parsed) if isinstance(parsed, dict) else None
+    except (ValueError, KeyError, TypeError, CheckpointFormatError):
+        return None
+
+
+class CheckpointLog:
+    """Reads a query's Spark checkpoint where it lives, through Hadoop's file system in the driver's JVM.
+
+    Call it on the driver (the control loop or a foreachBatch callback): it needs the session's JVM.
+    """
+
+    def __init__(self, spark: Any, location: str) -> None:
+        self.location = location
+        self._spark = spark
+
+    def newest_epoch(self) -> EpochOffsets | None:
+        """The newest epoch in the offsets log (the one a resumed query goes on from), or None."""
+        for batch in sorted(self.batch_ids("offsets"), reverse=True):
+            epoch = self.epoch(batch)
+            if epoch is not None:
+                return epoch
+        return None
+
+    def epoch(self, batch_id: int) -> EpochOffsets | None:
+        """The epoch entry of one batch of the offsets log, or None (not written, not strait's)."""
+        text = self._read(f"offsets/{batch_id}")
+        return epoch_of_log_text(text) if text is not None else None
+
+    def uncommitted_batch(self) -> int | None:
+        """The newest planned batch that was never committed (a query resumed runs it again), or None."""
+        planned = self.batch_ids("offsets")
+        return max(planned) if planned and max(planned) not in self.batch_ids("commits") else None
+
+    def batch_ids(self, log_name: str) -> set[int]:
+        """The batch ids of one of the checkpoint's logs (``offsets`` or ``commits``)."""
+        try:
+            fs, path = self._file_system(log_name)
+            if not fs.exists(path):
+                return set()
+            return {int(name) for name in (s.getPath().getName() for s in fs.listStatus(path)) if name.isdigit()}
+        except Exception as exc:  # noqa: BLE001 - py4j wraps the JVM's IOException
+            raise CheckpointReadError(f"checkpoint {self.location}: listing {log_name} failed: {_cause(exc)}") from exc
+
+    def _read(self, relative: str) -> str | None:
+        try:
+            fs, path = self._file_system(relative)
+            if not fs.exists(path):
+                return None
+            stream = fs.open(path)
+            try:
+                jvm = self._spark.sparkContext._jvm
+                return str(jvm.org.apache.commons.io.IOUtils.toString(stream, "UTF-8"))
+            finally:
+                stream.close()
+        except Exception as exc:  # noqa: BLE001 - py4j wraps the JVM's IOException
+            raise CheckpointReadError(f"checkpoint {self.location}: reading {relative} failed: {_cause(exc)}") from exc
+
+    def _file_system(self, relative: str) -> tuple[Any, Any]:
+        context = self._spark.sparkContext
+        path = context._jvm.org.apache.hadoop.fs.Path(f"{self.location}/{relative}")
+        return path.getFileSystem(context._jsc.hadoopConfiguration()), path
+
+
+def _cause(exc: Exception) -> str:
+    """The JVM's own exception text (py4j's first line only names the call), else Python's."""
+    java = getattr(exc, "java_exception", None)
+    if java is not None:
+        return str(java.toString())
+    text = str(exc).strip()
+    return text.splitlines()[0] if text else type(exc).__name__
+
+
+def _as_json(offsets: Offsets) -> dict[str, dict[str, int]]:
+    result: dict[str, dict[str, int]] = {}
+    for (topic, partition), offset in sorted(offsets.items()):
+        result.setdefault(topic, {})[str(partition)] = offset
+    return result
+
+
+def _as_keys(offsets: Mapping[str, Any]) -> Offsets:
+    return {(topic, int(p)): int(o) for topic, partitions in offsets.items() if isinstance(partitions, dict)
+            for p, o in partitions.items()}
