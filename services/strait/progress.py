@@ -50,6 +50,10 @@ librdkafka_log = logging.getLogger("strait.librdkafka")
 
 Key = tuple[str, int]
 DEFAULT_TIMEOUT = 30.0
+# A reader asks for a topic's end at each read; the broker answers that request only after the
+# reader's fetch waiting for new records there (500 ms by default) returns. The replicator reads its
+# progress topic several times at every change of epochs, while no record is copied.
+READER_FETCH_WAIT_MS = 20
 EVIDENCE = ("strait-progress", "mm2-offsets", "offset-syncs", "empty-remote", "from-target", "start-earliest",
             "start-latest")
 # Evidence that the target holds every record below the start (from-target matches only the remote's
@@ -116,7 +120,8 @@ class OffsetsTopic:
         self._start_at, self._on_record, self._on_raw = start_at, on_record, on_raw
         self._consumer = Consumer({**settings, "group.id": "strait-progress", "enable.auto.commit": False,
                                    "enable.auto.offset.store": False, "enable.partition.eof": False,
-                                   "isolation.level": "read_committed", "logger": librdkafka_log})
+                                   "isolation.level": "read_committed", "logger": librdkafka_log,
+                                   "fetch.wait.max.ms": READER_FETCH_WAIT_MS})
         self._positions: dict[int, int] = {}  # partition of the offsets topic -> next offset to read
         self.progress: dict[Key, Progress] = {}
         self.exists = False
@@ -133,7 +138,9 @@ class OffsetsTopic:
                     behind = {p: end - self._positions.get(p, 0) for p, end in ends.items()}
                     raise ResumeError(f"cluster {self.location.alias}: reading topic {self.location.topic} took over "
                                       f"{timeout:.0f}s ({sum(behind.values())} records left); is the cluster up?")
-                messages = self._consumer.consume(1000, min(left, 0.2))
+                # as many as are left at most: consume() returns once it has them, not at its timeout
+                left_records = sum(max(0, end - self._positions.get(p, 0)) for p, end in ends.items())
+                messages = self._consumer.consume(max(1, min(1000, left_records)), min(left, 0.2))
                 for message in messages:
                     self._add(message)
                 if not messages:  # past transaction markers, which no message shows
@@ -152,16 +159,20 @@ class OffsetsTopic:
     def _ends(self, timeout: float) -> dict[int, int]:
         """The current end offset of each partition of the topic (assigning partitions new to the reader)."""
         topic = self.location.topic
-        metadata = self._consumer.list_topics(topic, timeout=timeout).topics.get(topic)
-        if metadata is None or metadata.error is not None:
-            if metadata is not None and metadata.error.code() not in (KafkaError.UNKNOWN_TOPIC_OR_PART,
-                                                                      KafkaError._UNKNOWN_TOPIC):
-                raise KafkaException(metadata.error)
-            return {}
+        if self._positions:  # the topic's partitions are known: one request, not two
+            partitions = list(self._positions)
+        else:
+            metadata = self._consumer.list_topics(topic, timeout=timeout).topics.get(topic)
+            if metadata is None or metadata.error is not None:
+                if metadata is not None and metadata.error.code() not in (KafkaError.UNKNOWN_TOPIC_OR_PART,
+                                                                          KafkaError._UNKNOWN_TOPIC):
+                    raise KafkaException(metadata.error)
+                return {}
+            partitions = list(metadata.partitions)
         self.exists = True
         marks = {p: self._consumer.get_watermark_offsets(TopicPartition(topic, p), timeout=timeout)
-                 for p in metadata.partitions}
-        new = [p for p in metadata.partitions if p not in self._positions]
+                 for p in partitions}
+        new = [p for p in partitions if p not in self._positions]
         for p in new:
             low, high = marks[p]
             if self._start_at == "end":

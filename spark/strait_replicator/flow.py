@@ -646,8 +646,8 @@ def _write_batch(batch: DataFrame, batch_id: int, flow: str, live: LiveMetrics |
     started = time.monotonic()
     rows = batch.collect()  # the source's tasks copy their partitions; each row sums one partition up
     copied = time.monotonic()
-    if live is not None:
-        live.poll()  # the tasks' final reports
+    # The tasks' final live reports are counted by the control loop (LiveMetrics.poll), not here: no
+    # record is copied until the next epoch starts.
     epoch = check.after_epoch(batch_id, rows) if check is not None else None
     if live is not None and epoch is not None:
         live.forget(before_epoch=epoch)

@@ -22,6 +22,7 @@ task ends its epoch early on a stop record (:mod:`strait_replicator.live`). What
 from __future__ import annotations
 
 import base64
+import itertools
 import logging
 import pickle
 import time
@@ -123,6 +124,7 @@ class CopyStreamReader(DataSourceStreamReader):  # type: ignore[misc]
         self.plan = plan
         self._last = plan.last_epoch  # the newest epoch planned or run (Spark asks for the next once it is committed)
         self._planned = -1  # the newest epoch this reader planned itself
+        self._planned_starts: Offsets = {}  # where that epoch's partitions start (read from the progress then)
         self._floor = dict(plan.on_target)  # the copy evidence of partitions whose progress was not seen yet
 
     def initialOffset(self) -> dict[str, Any]:
@@ -140,7 +142,7 @@ class CopyStreamReader(DataSourceStreamReader):  # type: ignore[misc]
         # (-1001); its task copies it live all the same, from where it starts.
         until = {key: end if end >= 0 else max(0, start.get(key, 0)) for key, end in until.items()}
         self._last = EpochOffsets(last.epoch + 1, start, until)
-        self._planned = self._last.epoch
+        self._planned, self._planned_starts = self._last.epoch, start
         return self._last.to_json()
 
     def partitions(self, start: dict[str, Any], end: dict[str, Any]) -> Sequence[CopyTask]:
@@ -153,7 +155,9 @@ class CopyStreamReader(DataSourceStreamReader):  # type: ignore[misc]
                 f"earliest offsets (records already on the target are copied again, none is lost)") from exc
         if self._last is None or epoch.epoch >= self._last.epoch:
             self._last = epoch
-        starts = self._starting_points(epoch.start)  # a replayed epoch goes on where the copies got to
+        # An epoch planned just now starts where the progress said then: no copy ran since. A replayed
+        # one goes on where the copies got to.
+        starts = self._planned_starts if epoch.epoch == self._planned else self._starting_points(epoch.start)
         moved = sorted((key, at) for key, at in starts.items() if key in epoch.start and at != epoch.start[key])
         if moved and epoch.epoch != self._planned:  # an epoch planned before this query started, run again
             setup_logging()  # this runs in a Python worker of the driver's: its lines go to the driver's stderr
@@ -238,11 +242,13 @@ class CopyStreamReader(DataSourceStreamReader):  # type: ignore[misc]
         then starts where the epoch says: records may be copied again, none is skipped)."""
         if self.plan.progress is None:
             return {}
+        reader = self._progress_reader()
         try:
-            found = self._progress_reader().read(LIST_TIMEOUT)
+            found = reader.read(LIST_TIMEOUT)
         except ResumeError as exc:
-            log.warning("flow=%s progress not read, epochs start where the last one did: %s", self.plan.writer.flow, exc)
-            return {}
+            log.warning("flow=%s progress not read to its end, epochs start where it was read to: %s",
+                        self.plan.writer.flow, exc)
+            found = reader.progress
         return {key: found[key].next_offset for key in self.plan.keys() if key in found}
 
     def _task_count(self, partitions: int) -> int:
@@ -274,8 +280,9 @@ class CopyStreamReader(DataSourceStreamReader):  # type: ignore[misc]
                          self.plan.writer.flow, alias, ",".join(f"{t}[{p}]" for t, p in unknown))
             return offsets
 
+        tries = itertools.count()  # the stop was read just before planning: read again only on a retry
         return retry_transient(listed, f"flow={self.plan.writer.flow} listing {which} offsets",
-                               self._stop_requested, on_failure=admin.renew)
+                               lambda: self._stop_requested(read=next(tries) > 0), on_failure=admin.renew)
 
 
 _admins: dict[tuple[tuple[str, str], ...], RenewableAdmin] = {}

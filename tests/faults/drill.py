@@ -206,6 +206,11 @@ class KeyedLoad:
                 self._producer.poll(0.05)
 
 
+def _clock(epoch_seconds: float) -> str:
+    """A wall-clock time as the processes' logs print it."""
+    return time.strftime("%H:%M:%S", time.localtime(epoch_seconds)) + f".{int(epoch_seconds % 1 * 1000):03d}"
+
+
 def longest_gap(times: list[float], start: float, end: float) -> float:
     """The longest time between ``start`` and ``end`` (monotonic) with none of ``times`` in it."""
     inside = [start, *(t for t in times if start < t < end), end]
@@ -318,11 +323,13 @@ class CopyWatch(TopicTail):
 
     def longest_stall(self, load: KeyedLoad, start: float, end: float) -> float:
         """The longest time in the window the copy did not grow while the source had records to copy."""
-        longest = 0.0
+        longest, worst = 0.0, (start, start)
         for since, until, copied in self._intervals(start, end):
             waiting = self._oldest_uncopied(load.acked_at, copied, until)
-            if waiting is not None:
-                longest = max(longest, until - max(since, waiting))
+            if waiting is not None and until - max(since, waiting) > longest:
+                longest, worst = until - max(since, waiting), (max(since, waiting), until)
+        wall = time.time() - time.monotonic()  # when it was, for reading beside the processes' logs
+        log.info("longest stall %.1fs from %s to %s", longest, _clock(worst[0] + wall), _clock(worst[1] + wall))
         return longest
 
     def most_behind(self, source: CopyWatch, start: float, end: float) -> float:
