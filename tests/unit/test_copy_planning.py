@@ -94,10 +94,15 @@ def test_each_epoch_starts_where_the_progress_on_the_target_says_else_where_the_
 
 
 def test_a_replayed_epoch_goes_on_where_the_progress_says(tmp_path: Path) -> None:
-    reader = _Reader(_plan(tmp_path, resume={("t", 0): 0, ("t", 1): 0}), latest={("t", 0): 10, ("t", 1): 4})
+    resume = {("t", 0): 0, ("t", 1): 0}
+    reader = _Reader(_plan(tmp_path, resume=resume), latest={("t", 0): 10, ("t", 1): 4})
     epoch = _planned(reader, tmp_path)
-    reader.progress = {("t", 0): 6}  # the driver died mid-epoch; its tasks had copied this far
     starts = {(r.topic, r.partition): r.start for task in reader.partitions({}, epoch.to_json()) for r in task.ranges}
+    assert starts == epoch.start, "the epoch just planned starts where its planning read the progress"
+    # the driver died mid-epoch; its tasks had copied this far; the next driver replays the epoch
+    replaying = _Reader(_plan(tmp_path, resume=resume, last_epoch=epoch), latest={}, progress={("t", 0): 6})
+    starts = {(r.topic, r.partition): r.start for task in replaying.partitions({}, epoch.to_json())
+              for r in task.ranges}
     assert starts == {("t", 0): 6, ("t", 1): 0}
 
 
