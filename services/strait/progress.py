@@ -54,6 +54,7 @@ DEFAULT_TIMEOUT = 30.0
 # reader's fetch waiting for new records there (500 ms by default) returns. The replicator reads its
 # progress topic several times at every change of epochs, while no record is copied.
 READER_FETCH_WAIT_MS = 20
+RELIST_SECONDS = 30.0  # how often a reader asks again which partitions its topic has (or whether it is gone)
 EVIDENCE = ("strait-progress", "mm2-offsets", "offset-syncs", "empty-remote", "from-target", "start-earliest",
             "start-latest")
 # Evidence that the target holds every record below the start (from-target matches only the remote's
@@ -123,8 +124,10 @@ class OffsetsTopic:
                                    "isolation.level": "read_committed", "logger": librdkafka_log,
                                    "fetch.wait.max.ms": READER_FETCH_WAIT_MS})
         self._positions: dict[int, int] = {}  # partition of the offsets topic -> next offset to read
+        self._listed_at = -float("inf")  # when the topic's partitions were last asked for
         self.progress: dict[Key, Progress] = {}
         self.exists = False
+        self.read_through = False  # a read got to the end once: ``progress`` is whole, if maybe old
         self.skipped = 0
 
     def read(self, timeout: float = DEFAULT_TIMEOUT) -> dict[Key, Progress]:
@@ -132,25 +135,33 @@ class OffsetsTopic:
         deadline = time.monotonic() + timeout
         try:
             ends = self._ends(timeout)
-            while any(self._positions.get(p, 0) < end for p, end in ends.items()):
-                left = deadline - time.monotonic()
-                if left <= 0:
-                    behind = {p: end - self._positions.get(p, 0) for p, end in ends.items()}
-                    raise ResumeError(f"cluster {self.location.alias}: reading topic {self.location.topic} took over "
-                                      f"{timeout:.0f}s ({sum(behind.values())} records left); is the cluster up?")
-                # as many as are left at most: consume() returns once it has them, not at its timeout
-                left_records = sum(max(0, end - self._positions.get(p, 0)) for p, end in ends.items())
-                messages = self._consumer.consume(max(1, min(1000, left_records)), min(left, 0.2))
-                for message in messages:
-                    self._add(message)
-                if not messages:  # past transaction markers, which no message shows
-                    self._note_positions()
+            # Between reads the partitions are paused: no fetch every READER_FETCH_WAIT_MS while idle.
+            self._consumer.resume(self._assigned())
+            self._read_to(ends, deadline, timeout)
+            self.read_through = True
         except KafkaException as exc:
             error = exc.args[0] if exc.args and isinstance(exc.args[0], KafkaError) else None
             kind = ResumeNotAuthorizedError if error is not None and error.code() in _NOT_AUTHORIZED else ResumeError
             raise kind(f"cluster {self.location.alias}: reading topic {self.location.topic}: "
                        f"{error.str() if error is not None else exc}") from None
+        finally:
+            self._consumer.pause(self._assigned())
         return self.progress
+
+    def _read_to(self, ends: dict[int, int], deadline: float, timeout: float) -> None:
+        while any(self._positions.get(p, 0) < end for p, end in ends.items()):
+            left = deadline - time.monotonic()
+            if left <= 0:
+                behind = {p: end - self._positions.get(p, 0) for p, end in ends.items()}
+                raise ResumeError(f"cluster {self.location.alias}: reading topic {self.location.topic} took over "
+                                  f"{timeout:.0f}s ({sum(behind.values())} records left); is the cluster up?")
+            # as many as are left at most: consume() returns once it has them, not at its timeout
+            left_records = sum(max(0, end - self._positions.get(p, 0)) for p, end in ends.items())
+            messages = self._consumer.consume(max(1, min(1000, left_records)), min(left, 0.2))
+            for message in messages:
+                self._add(message)
+            if not messages:  # past transaction markers, which no message shows
+                self._note_positions()
 
     def close(self) -> None:
         """Close the consumer."""
@@ -159,9 +170,10 @@ class OffsetsTopic:
     def _ends(self, timeout: float) -> dict[int, int]:
         """The current end offset of each partition of the topic (assigning partitions new to the reader)."""
         topic = self.location.topic
-        if self._positions:  # the topic's partitions are known: one request, not two
+        if self._positions and time.monotonic() - self._listed_at < RELIST_SECONDS:  # one request, not two
             partitions = list(self._positions)
         else:
+            self._listed_at = time.monotonic()
             metadata = self._consumer.list_topics(topic, timeout=timeout).topics.get(topic)
             if metadata is None or metadata.error is not None:
                 if metadata is not None and metadata.error.code() not in (KafkaError.UNKNOWN_TOPIC_OR_PART,
@@ -184,6 +196,9 @@ class OffsetsTopic:
         if new:
             self._consumer.incremental_assign([TopicPartition(topic, p, self._positions[p]) for p in new])
         return {p: high for p, (_low, high) in marks.items()}
+
+    def _assigned(self) -> list[TopicPartition]:
+        return [TopicPartition(self.location.topic, p) for p in self._positions]
 
     def _note_positions(self) -> None:
         topic = self.location.topic

@@ -336,7 +336,7 @@ class FlowRunner:
         self._stopping = threading.Event()
         return (self.spark.readStream.format(FORMAT).option(PLAN_OPTION, source.encode()).load().writeStream
                 .queryName(f"strait {self.flow_name}")
-                .foreachBatch(partial(_write_batch, flow=self.flow_name, live=self.live, check=check))
+                .foreachBatch(partial(_write_batch, flow=self.flow_name, check=check))
                 .option("checkpointLocation", self.checkpoint)
                 .trigger(processingTime=f"{int(self.trigger_seconds * 1000)} milliseconds")
                 .start())
@@ -376,6 +376,7 @@ class FlowRunner:
                 self._request_stop()
                 started = time.monotonic()
                 ended = self._wait_for_batch_end(deadline or started + GRACEFUL_STOP_SECONDS)
+                self.live.poll()  # the ended epoch's final reports
                 log.info("flow=%s running epoch ended=%s seconds=%.1f", self.flow_name, ended,
                          time.monotonic() - started)
                 error = None if self.query.isActive else self.query.exception()
@@ -577,6 +578,7 @@ class LiveMetrics:
         self._lock = threading.Lock()
         self._reader: OffsetsTopic | None = None
         self._counted: dict[tuple[str, TopicPartitionKey], RunReport] = {}
+        self._epoch = -1  # the newest epoch a run reported
         self._lag_at: dict[TopicPartitionKey, float] = {}
         self.records = 0  # records counted since the process started
 
@@ -596,12 +598,6 @@ class LiveMetrics:
             if self._reader is not None:
                 self._read()
 
-    def forget(self, before_epoch: int) -> None:
-        """Drop what is kept of the runs of epochs before ``before_epoch`` (committed: they report no more)."""
-        with self._lock:
-            for key in [k for k, run in self._counted.items() if run.epoch < before_epoch]:
-                del self._counted[key]
-
     def close(self) -> None:
         """Close the reader."""
         with self._lock:
@@ -619,6 +615,8 @@ class LiveMetrics:
         run = run_report(key, progress)
         if run is None:
             return
+        if run.epoch > self._epoch or run.epoch < self._epoch - 1:  # a newer epoch, or a checkpoint started afresh
+            self._forget_all_but(run.epoch)
         before = self._counted.get((run.task, key))
         self._counted[(run.task, key)] = run
         self._count(run.partition, before.partition if before else None)
@@ -626,6 +624,12 @@ class LiveMetrics:
         if part.lag >= 0 and run.written_at >= self._lag_at.get(key, 0.0):
             self._lag_at[key] = run.written_at
             metrics.SOURCE_LAG.labels(flow=self.flow, topic=part.topic, partition=part.partition).set(part.lag)
+
+    def _forget_all_but(self, epoch: int) -> None:
+        """Keep the runs of ``epoch`` and the one before. An epoch is planned once the one before it
+        is committed, so the runs of earlier ones report no more."""
+        self._epoch = epoch
+        self._counted = {key: run for key, run in self._counted.items() if epoch - 1 <= run.epoch <= epoch}
 
     def _count(self, part: PartitionReport, before: PartitionReport | None) -> None:
         flow, topic = self.flow, part.topic
@@ -640,17 +644,15 @@ class LiveMetrics:
         metrics.LATENCY.add((flow, topic), counts, part.latency_sum - (before.latency_sum if before else 0.0))
 
 
-def _write_batch(batch: DataFrame, batch_id: int, flow: str, live: LiveMetrics | None = None,
-                 check: EpochCheck | None = None) -> None:
+def _write_batch(batch: DataFrame, batch_id: int, flow: str, check: EpochCheck | None = None) -> None:
     """foreachBatch: run the epoch's copy tasks, then account for it on the driver."""
     started = time.monotonic()
     rows = batch.collect()  # the source's tasks copy their partitions; each row sums one partition up
     copied = time.monotonic()
     # The tasks' final live reports are counted by the control loop (LiveMetrics.poll), not here: no
     # record is copied until the next epoch starts.
-    epoch = check.after_epoch(batch_id, rows) if check is not None else None
-    if live is not None and epoch is not None:
-        live.forget(before_epoch=epoch)
+    if check is not None:
+        check.after_epoch(batch_id, rows)
     ended = time.monotonic()
     metrics.BATCH_DURATION.labels(flow=flow).observe(ended - started)
     log.debug("flow=%s batch=%d partitions=%d records=%d copy_s=%.3f after_copy_s=%.3f", flow, batch_id, len(rows),
