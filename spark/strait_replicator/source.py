@@ -37,7 +37,7 @@ from strait.config.model import SyncsLocation
 from strait.kafka.admin import KafkaRetriableError, RenewableAdmin, list_offsets_per_leader
 from strait.logs import setup_logging
 from strait.progress import OffsetsTopic, ResumeError, keys_of
-from strait.retry import retry_transient
+from strait.retry import is_transient, retry_transient
 from strait_replicator.live import LiveRun, progress_since, stop_named, stop_watch
 from strait_replicator.state import CheckpointFormatError, EpochOffsets, Offsets, TopicPartitionKey
 from strait_replicator.writer import SUMMARY_SCHEMA, CopyRange, EpochLimits, WriterSettings, copy_ranges
@@ -51,6 +51,9 @@ PLAN_OPTION = "strait.secret.plan"
 # A leader that does not answer (a frozen broker) is given up on after this long and asked again
 # through fresh metadata, where it may have moved.
 LIST_TIMEOUT = 10.0
+# The source's leaders are asked for their ends at every change of epochs, while nothing is copied:
+# one that does not answer this soon is not waited for then (SourcePlan's reader, _source_ends).
+QUICK_LIST_SECONDS = 0.5
 STOP_READ_SECONDS = 2.0  # how long the planner reads the progress topic for a stop before planning
 # A rate-limited flow runs one task per this many records/s: the limit is split evenly over tasks.
 RECORDS_PER_SECOND_PER_TASK = 50_000
@@ -125,6 +128,7 @@ class CopyStreamReader(DataSourceStreamReader):  # type: ignore[misc]
         self._last = plan.last_epoch  # the newest epoch planned or run (Spark asks for the next once it is committed)
         self._planned = -1  # the newest epoch this reader planned itself
         self._planned_starts: Offsets = {}  # where that epoch's partitions start (read from the progress then)
+        self._ends_unknown = False  # the last epoch was planned without the source's ends
         self._floor = dict(plan.on_target)  # the copy evidence of partitions whose progress was not seen yet
 
     def initialOffset(self) -> dict[str, Any]:
@@ -135,15 +139,36 @@ class CopyStreamReader(DataSourceStreamReader):  # type: ignore[misc]
         if self._stop_requested():  # the same offset: Spark starts no new epoch
             return last.to_json()
         start = self._starting_points({**dict(self.plan.resume), **last.start})
-        until = self._list("latest")
+        until = self._source_ends(last)
         if not until:  # the flow stops, or every planned topic is gone: no epoch until it is planned again
             return last.to_json()
         # A partition whose leader is not known at this moment (a broker just died) lists no end
-        # (-1001); its task copies it live all the same, from where it starts.
-        until = {key: end if end >= 0 else max(0, start.get(key, 0)) for key, end in until.items()}
+        # (-1001); its task copies it live all the same, from where it starts, and its end is the
+        # last one known.
+        until = {key: end if end >= 0 else max(0, start.get(key, 0), last.until.get(key, 0))
+                 for key, end in until.items()}
         self._last = EpochOffsets(last.epoch + 1, start, until)
         self._planned, self._planned_starts = self._last.epoch, start
         return self._last.to_json()
+
+    def _source_ends(self, last: EpochOffsets) -> Offsets | None:
+        """The source's end offsets for the next epoch.
+
+        Nothing is copied while an epoch is planned. When the leaders do not answer within
+        QUICK_LIST_SECONDS (one moving or restarting), an epoch that follows one planned on listed
+        ends starts on those (no end known now, :meth:`latestOffset`); the next change of epochs
+        waits for the leaders, however long, as the first one does.
+        """
+        if last.until and not self._ends_unknown:
+            ends = self._list("latest", wait=False)
+            if ends is not None:
+                return ends
+            self._ends_unknown = True
+            log.info("flow=%s cluster=%s no end offsets in %.1fs: the epoch starts on the last epoch's",
+                     self.plan.writer.flow, self.plan.writer.source_alias, QUICK_LIST_SECONDS)
+            return {key: -1 for key in last.until}
+        self._ends_unknown = False
+        return self._list("latest")
 
     def partitions(self, start: dict[str, Any], end: dict[str, Any]) -> Sequence[CopyTask]:
         try:
@@ -261,11 +286,12 @@ class CopyStreamReader(DataSourceStreamReader):  # type: ignore[misc]
             tasks = min(tasks, -(-int(self.plan.records_per_second) // RECORDS_PER_SECOND_PER_TASK))
         return max(1, tasks) if partitions else 0
 
-    def _list(self, which: str, only: Sequence[TopicPartitionKey] | None = None) -> Offsets | None:
+    def _list(self, which: str, only: Sequence[TopicPartitionKey] | None = None, wait: bool = True) -> Offsets | None:
         """The earliest or latest offset of each partition of the plan; a deleted topic is left out.
 
         A leader moving or a broker restarting is retried promptly with a new admin client (fresh
         metadata) for as long as it lasts, so the query never dies of it; None once the flow stops.
+        Without ``wait``: one try of QUICK_LIST_SECONDS, None when it fails that way.
         """
         isolation = IsolationLevel.READ_UNCOMMITTED \
             if self.plan.writer.source_consumer.get("isolation.level") == "read_uncommitted" \
@@ -274,7 +300,9 @@ class CopyStreamReader(DataSourceStreamReader):  # type: ignore[misc]
         admin = cached_admin(self.plan.source_admin)
         partitions = [TopicPartition(t, p) for t, p in (only if only is not None else self.plan.keys())]
         def listed() -> Offsets:
-            offsets = list_offsets_per_leader(admin.get(), alias, partitions, which, isolation, timeout=LIST_TIMEOUT)
+            offsets = list_offsets_per_leader(admin.get(), alias, partitions, which, isolation,
+                                              timeout=LIST_TIMEOUT if wait else QUICK_LIST_SECONDS,
+                                              grace=1.0 if wait else QUICK_LIST_SECONDS / 2)
             unknown = sorted(key for key, offset in offsets.items() if offset < 0)
             if unknown and which == "earliest":  # where a new partition starts must be known
                 raise KafkaRetriableError(f"cluster {alias}: no earliest offset of {unknown[0][0]}[{unknown[0][1]}] "
@@ -284,6 +312,14 @@ class CopyStreamReader(DataSourceStreamReader):  # type: ignore[misc]
                          self.plan.writer.flow, alias, ",".join(f"{t}[{p}]" for t, p in unknown))
             return offsets
 
+        if not wait:
+            try:
+                return listed()
+            except Exception as exc:  # noqa: BLE001 - a transient one is given up on, any other raised
+                if not is_transient(exc):
+                    raise
+                admin.renew()
+                return None
         tries = itertools.count()  # the stop was read just before planning: read again only on a retry
         return retry_transient(listed, f"flow={self.plan.writer.flow} listing {which} offsets",
                                lambda: self._stop_requested(read=next(tries) > 0), on_failure=admin.renew)

@@ -54,9 +54,12 @@ class _Reader(CopyStreamReader):
         super().__init__(plan)
         self.latest, self.progress = latest, dict(progress or {})
         self.stopping = False  # a stop record of this query was read
+        self.leaders_slow = False  # the source's leaders answer no quick listing
 
-    def _list(self, which: str, only: list[tuple[str, int]] | None = None) -> Offsets:
+    def _list(self, which: str, only: list[tuple[str, int]] | None = None, wait: bool = True) -> Offsets | None:
         assert which == "latest", "starts come from the evidence and the progress, never from listing"
+        if not wait and self.leaders_slow:
+            return None
         return {k: v for k, v in self.latest.items() if only is None or k in only}
 
     def _progress(self) -> Offsets:
@@ -196,3 +199,16 @@ def test_an_offsets_log_entry_of_another_format_names_the_checkpoint_and_what_to
     with pytest.raises(CheckpointFormatError, match=f"checkpoint {tmp_path} was written by an older strait.*Move"):
         reader.partitions({}, {"t": {"0": 5}})  # a per-partition offsets entry, as Spark's Kafka source writes
     assert epoch_of_log_text('v1\n{"batchWatermarkMs":0}\n{"t": {"0": 5}}') is None
+
+
+def test_leaders_slow_at_a_change_of_epochs_start_it_on_the_last_ends_once(tmp_path: Path) -> None:
+    reader = _Reader(_plan(tmp_path, resume={("t", 0): 0, ("t", 1): 0}), latest={("t", 0): 10, ("t", 1): 4})
+    first = _planned(reader, tmp_path)
+    reader.progress, reader.latest, reader.leaders_slow = {("t", 0): 6}, {("t", 0): 20, ("t", 1): 9}, True
+    second = _planned(reader, tmp_path)
+    assert second.until == {("t", 0): 10, ("t", 1): 4}, "the last epoch's ends, not waited for"
+    assert second.start == {("t", 0): 6, ("t", 1): 0}
+    reader.progress = {("t", 0): 12}  # copied past the last known end: no end below a start (no reset)
+    third = _planned(reader, tmp_path)
+    assert third.until == {("t", 0): 20, ("t", 1): 9}, "the next change of epochs waits for the leaders"
+    assert first.epoch + 2 == third.epoch
