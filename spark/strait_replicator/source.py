@@ -154,16 +154,17 @@ class CopyStreamReader(DataSourceStreamReader):  # type: ignore[misc]
     def _source_ends(self, last: EpochOffsets) -> Offsets | None:
         """The source's end offsets for the next epoch.
 
-        Nothing is copied while an epoch is planned. When the leaders do not answer within
-        QUICK_LIST_SECONDS (one moving or restarting), an epoch that follows one planned on listed
-        ends starts on those (no end known now, :meth:`latestOffset`); the next change of epochs
-        waits for the leaders, however long, as the first one does.
+        Nothing is copied while an epoch is planned. When the leaders do not answer one quick try
+        (QUICK_LIST_SECONDS per request: one moving or restarting), an epoch that follows one this
+        reader planned on listed ends starts on those (no end known now, :meth:`latestOffset`); the
+        next change of epochs waits for the leaders, however long, as a query's first one does.
         """
-        if last.until and not self._ends_unknown:
+        if last.until and last.epoch == self._planned and not self._ends_unknown:
             ends = self._list("latest", wait=False)
+            # a leader that did not answer in time: its partitions' ends are waited for next time
+            self._ends_unknown = ends is None or any(end < 0 for end in ends.values())
             if ends is not None:
                 return ends
-            self._ends_unknown = True
             log.info("flow=%s cluster=%s no end offsets in %.1fs: the epoch starts on the last epoch's",
                      self.plan.writer.flow, self.plan.writer.source_alias, QUICK_LIST_SECONDS)
             return {key: -1 for key in last.until}

@@ -9,7 +9,9 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from strait.kafka.admin import ClusterUnreachableError, KafkaAdminError
 from strait.policy import DefaultReplicationPolicy
+from strait_replicator import source
 from strait_replicator.source import (
     SMALL_BACKLOG, CopyStreamReader, CopyTask, SourcePlan, assign_partitions, resumed_ranges,
 )
@@ -208,7 +210,45 @@ def test_leaders_slow_at_a_change_of_epochs_start_it_on_the_last_ends_once(tmp_p
     second = _planned(reader, tmp_path)
     assert second.until == {("t", 0): 10, ("t", 1): 4}, "the last epoch's ends, not waited for"
     assert second.start == {("t", 0): 6, ("t", 1): 0}
-    reader.progress = {("t", 0): 12}  # copied past the last known end: no end below a start (no reset)
     third = _planned(reader, tmp_path)
     assert third.until == {("t", 0): 20, ("t", 1): 9}, "the next change of epochs waits for the leaders"
     assert first.epoch + 2 == third.epoch
+    reader.progress = {("t", 0): 25}  # copied past the last known end meanwhile: no end below a start
+    assert _planned(reader, tmp_path).until == {("t", 0): 25, ("t", 1): 9}
+    reader.leaders_slow = False
+    reader.latest = {("t", 0): -1001, ("t", 1): 12}  # one leader not answering the quick try in time
+    assert _planned(reader, tmp_path).until == {("t", 0): 25, ("t", 1): 12}
+    reader.leaders_slow, reader.latest = True, {("t", 0): 40, ("t", 1): 15}
+    assert _planned(reader, tmp_path).until == {("t", 0): 40, ("t", 1): 15}, "so the next one waits"
+
+
+def test_a_querys_first_change_of_epochs_waits_for_the_leaders(tmp_path: Path) -> None:
+    logged = EpochOffsets(3, {("t", 0): 5, ("t", 1): 5}, {("t", 0): 9, ("t", 1): 9})
+    reader = _Reader(_plan(tmp_path, last_epoch=logged), latest={("t", 0): 30, ("t", 1): 30})
+    reader.leaders_slow = True  # another process planned epoch 3: its ends may name other partitions
+    assert _planned(reader, tmp_path).until == {("t", 0): 30, ("t", 1): 30}
+
+
+def test_the_quick_listing_gives_up_on_a_transient_error_and_raises_any_other(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    renewed: list[bool] = []
+
+    class _Admin:
+        def get(self) -> object:
+            return object()
+
+        def renew(self, *_: object) -> None:
+            renewed.append(True)
+    monkeypatch.setattr(source, "cached_admin", lambda _config: _Admin())
+    reader = CopyStreamReader(_plan(tmp_path))
+
+    def unreachable(*_: object, **__: object) -> Offsets:
+        raise ClusterUnreachableError("cluster A: no partition leader answered")
+    monkeypatch.setattr(source, "list_offsets_per_leader", unreachable)
+    assert reader._list("latest", wait=False) is None and renewed == [True]
+
+    def refused(*_: object, **__: object) -> Offsets:
+        raise KafkaAdminError("cluster A: not authorized to describe topic t")
+    monkeypatch.setattr(source, "list_offsets_per_leader", refused)
+    with pytest.raises(KafkaAdminError):
+        reader._list("latest", wait=False)
