@@ -215,9 +215,10 @@ def test_leaders_slow_at_a_change_of_epochs_start_it_on_the_last_ends_once(tmp_p
     assert first.epoch + 2 == third.epoch
     reader.progress = {("t", 0): 25}  # copied past the last known end meanwhile: no end below a start
     assert _planned(reader, tmp_path).until == {("t", 0): 25, ("t", 1): 9}
-    reader.leaders_slow = False
+    reader.leaders_slow, reader.latest = False, {("t", 0): 30, ("t", 1): 9}
+    assert _planned(reader, tmp_path).until == {("t", 0): 30, ("t", 1): 9}, "waited for after a fallback"
     reader.latest = {("t", 0): -1001, ("t", 1): 12}  # one leader not answering the quick try in time
-    assert _planned(reader, tmp_path).until == {("t", 0): 25, ("t", 1): 12}
+    assert _planned(reader, tmp_path).until == {("t", 0): 30, ("t", 1): 12}, "its last end known"
     reader.leaders_slow, reader.latest = True, {("t", 0): 40, ("t", 1): 15}
     assert _planned(reader, tmp_path).until == {("t", 0): 40, ("t", 1): 15}, "so the next one waits"
 
