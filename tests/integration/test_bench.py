@@ -37,6 +37,11 @@ def test_bench_measures_every_system_and_writes_the_report(tmp_path: Path) -> No
     for system in ("strait", "mm2"):
         assert report["runs"][system][0]["duplicates"] >= 0
         assert report["runs"][system][0]["latency"]["200"]["p99_ms"] > 0
+    limit = report["runs"]["limit"][0]
+    assert limit["workers"] == min(options.cores, 2)  # as many producers and consumers as strait's copy tasks
+    assert min(limit["ingest_records_per_s"], limit["read_records_per_s"]) == limit["records_per_s"]
+    assert "epochs_ended" in report["runs"]["strait"][0]["latency"]["200"]  # counted for strait's windows
     assert set(report["ratios"]) == {"strait/mm2", "strait/limit"}
+    assert [g["met"] for g in report["goals"]][-2:] == [None, None]  # no scaling runs
     markdown = paths["markdown"].read_text()
     assert "| records/s |" in markdown and "strait/mm2" in markdown

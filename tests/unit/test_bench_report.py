@@ -9,7 +9,7 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from strait_bench import report
+from strait_bench import limit, report
 from strait_bench.options import parse_args
 from strait_bench.stats import latency_summary, medians, percentile, ratios
 
@@ -69,18 +69,55 @@ def _run(system: str, rps: float, cpu: float, p99: float) -> dict:
 def test_report_medians_ratios_goals_and_files(tmp_path: Path) -> None:
     runs = {"strait": [_run("strait", r, 40, 30) for r in (900, 1100, 1000)],
             "mm2": [_run("mm2", 500, 50, 20)], "limit": [_run("limit", 2000, 10, 5)]}
-    scaling = [{"partitions": 48, "cores": 2, "records_per_s": 1500, "mb_per_s": 1.5, "cpu_s_per_gb": 45,
-                "peak_rss_mb": 700}]
+    scaling = [{"partitions": 12, "cores": 2, "records_per_s": 1000, "mb_per_s": 1.0, "cpu_s_per_gb": 40,
+                "peak_rss_mb": 500},
+               {"partitions": 48, "cores": 2, "records_per_s": 1500, "mb_per_s": 1.5, "cpu_s_per_gb": 45,
+                "peak_rss_mb": 700},
+               {"partitions": 12, "cores": 1, "records_per_s": 550, "mb_per_s": 0.55, "cpu_s_per_gb": 41,
+                "peak_rss_mb": 400},
+               {"partitions": 12, "cores": 1, "workers": 1, "records_per_s": 9, "mb_per_s": 0.1,
+                "cpu_s_per_gb": 1, "peak_rss_mb": 1}]
     document = report.build({"records": 10, "record_size": 1024, "partitions": 12, "cores": 2, "repeats": 3,
-                             "rates": (5000,)}, runs, scaling, {"cpus": 2, "load_average": [1.0]})
+                             "rates": (5000,), "scaling_partitions": 48}, runs, scaling,
+                            {"cpus": 2, "load_average": [1.0]})
     assert document["medians"]["strait"]["records_per_s"] == 1000
     assert document["ratios"]["strait/mm2"]["records_per_s"] == 2.0
     assert document["ratios"]["strait/limit"]["cpu_s_per_gb"] == 4.0
-    assert document["goals"] == {"throughput_at_least_mm2": True, "cpu_per_gb_at_most_mm2": True,
-                                 "p99_at_lowest_rate_within_2x_mm2": True}
+    assert [(g["name"], g["ratio"], g["met"]) for g in document["goals"]] == [
+        ("records/s vs MM2", 2.0, True),
+        ("records/s vs the limit", 0.5, False),
+        ("CPU-s per GB vs MM2", 0.8, False),
+        ("p99 latency @5,000/s vs MM2", 1.5, False),
+        ("max latency @5,000/s vs MM2", 1.5, False),
+        ("start-up to first record vs MM2", None, None),  # not in the runs above
+        ("peak RSS vs MM2", 1.0, True),
+        ("records/s 1 -> 2 cores", 1.818, True),
+        ("CPU-s per GB at 48 vs 12 partitions", 1.125, False),
+    ]
     text = report.markdown(document)
     assert "| records/s | 1,000 | 500 | 2,000 | 2.00x | 0.50x |" in text
     assert "| latency @5,000/s p99 (ms) | 30.00 | 20.00 | 5.00 | 1.50x | 6.00x |" in text
+    assert "| records/s 1 -> 2 cores | 1.82x | >= 1.70x | met |" in text
+    assert "| CPU-s per GB vs MM2 | 0.80x | <= 0.70x | **missed** |" in text
+    assert "| start-up to first record vs MM2 | – | <= 1.00x | not measured |" in text
     assert "| 48 | 2 | 1,500 |" in text
     paths = report.write(document, tmp_path)
     assert paths["plot"].read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+
+
+@given(st.integers(1, 8), st.integers(1, 64), st.integers(0, 10_000))
+def test_limit_workers_split_partitions_and_records_without_overlap(workers: int, partitions: int,
+                                                                    records: int) -> None:
+    shares = [limit.partitions_of(w, workers, partitions) for w in range(workers)]
+    assert sorted(p for share in shares for p in share) == list(range(partitions))
+    counts = [limit.records_of(w, workers, records) for w in range(workers)]
+    assert sum(counts) == records and max(counts) - min(counts) <= 1
+
+
+def test_limit_is_the_lower_of_ingest_and_read_over_the_span_of_all_workers() -> None:
+    # two workers at once, 100 records each: 200 records from t=10 to t=12
+    ingest = limit.combined_rate([limit.WorkerResult(100, 10.0, 11.0, 0.5, 1),
+                                  limit.WorkerResult(100, 10.5, 12.0, 0.5, 1)])
+    assert ingest == 100.0
+    rates = limit.LimitRates(2, ingest_records_per_s=ingest, read_records_per_s=400.0)
+    assert rates.records_per_s == 100.0

@@ -38,7 +38,7 @@ class BenchOptions:
     record_size: int = 1024
     repeats: int = 3
     rates: tuple[int, ...] = (5_000, 20_000)
-    latency_seconds: float = 30.0
+    latency_seconds: float = 75.0  # longer than strait's 60 s epochs: each window holds a change
     cores: int = field(default_factory=lambda: os.cpu_count() or 2)
     systems: tuple[str, ...] = SYSTEMS
     scaling: bool = True
@@ -74,7 +74,7 @@ def parse_args(argv: Sequence[str] | None = None) -> BenchOptions:
     parser.add_argument("--record-size", type=int, help="value bytes per record (1024)")
     parser.add_argument("--repeats", type=int, help="measurements per system, medians reported (3)")
     parser.add_argument("--rates", help="comma-separated records/s of the latency runs (5000,20000)")
-    parser.add_argument("--latency-seconds", type=float, help="seconds of each fixed-rate latency run (30)")
+    parser.add_argument("--latency-seconds", type=float, help="seconds of each fixed-rate latency run (75)")
     parser.add_argument("--cores", type=int, help="Spark cores and MM2 tasks.max (all cores)")
     parser.add_argument("--systems", help="comma-separated subset of strait,mm2,limit")
     scaling = parser.add_mutually_exclusive_group()

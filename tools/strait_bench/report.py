@@ -4,25 +4,28 @@ from __future__ import annotations
 
 import json
 from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 from strait_bench import stats
 
-NAMES = {"strait": "strait", "mm2": "MirrorMaker 2", "limit": "limit (ProducerPerformance)"}
+NAMES = {"strait": "strait", "mm2": "MirrorMaker 2", "limit": "limit"}
 SHORT = {"strait": "strait", "mm2": "MM2", "limit": "limit"}
 COLORS = {"strait": "#1f77b4", "mm2": "#ff7f0e", "limit": "#7f7f7f"}
 LATENCY_METHOD = (
     "End-to-end latency = arrival time at a consumer of the target (fetch.wait.max.ms=5, same machine "
     "clock) minus the record's CreateTime set when the bench produced it to the source at a fixed rate. "
     "Remote topics keep the source timestamps, so the target's append time cannot be read; the consumer "
-    "adds a few milliseconds at most. For the limit the figure is ProducerPerformance's own send-to-ack "
-    "latency at the same rate."
+    "adds a few milliseconds at most. Each window lasts --latency-seconds (75 s by default, longer than "
+    "strait's 60 s epochs, so every strait window holds at least one change of epochs; the report counts "
+    "them). For the limit the figure is ProducerPerformance's own send-to-ack latency at the same rate."
 )
 CPU_METHOD = (
     "CPU-seconds and peak RSS are summed over the whole process tree of each system, sampled every 0.25 s "
     "with psutil (strait: Python driver + Spark JVM + Python workers, and on a standalone cluster also the "
-    "master, the workers and their executors; MM2: its JVM; limit: the ProducerPerformance JVM). Throughput "
+    "master, the workers and their executors; MM2: its JVM; limit: each producer's and consumer's own CPU "
+    "between its first and last record, both sides summed, and the larger side's summed peak RSS). Throughput "
     "and CPU use the window from the first record on the target to the last; start-up is reported apart. "
     "GB = 10^9 bytes of record values. On a standalone cluster, cores = workers of one core each (the "
     "driver, which only plans, is not limited)."
@@ -39,29 +42,84 @@ def build(options: Mapping[str, Any], runs: Mapping[str, Sequence[Mapping[str, A
             ratios[f"strait/{other}"] = stats.ratios(medians["strait"], medians[other])
     return {"options": dict(options), "machine": dict(machine), "latency_method": LATENCY_METHOD,
             "cpu_method": CPU_METHOD, "runs": {k: list(v) for k, v in runs.items()}, "medians": medians,
-            "ratios": ratios, "goals": goals(medians, options.get("rates", ())), "scaling": list(scaling)}
+            "ratios": ratios, "goals": [g.as_dict() for g in goals(options, medians, scaling)],
+            "scaling": list(scaling)}
 
 
-def goals(medians: Mapping[str, Mapping[str, float]], rates: Sequence[int]) -> dict[str, bool | None]:
-    """Issue #8's goals against MM2 (None when either side was not measured)."""
-    strait, mm2 = medians.get("strait", {}), medians.get("mm2", {})
+@dataclass(frozen=True)
+class Goal:
+    """One goal of issue 22: a ratio measured in this run against its target."""
 
-    def compare(key: str, test: Any) -> bool | None:
-        return bool(test(strait[key], mm2[key])) if key in strait and key in mm2 else None
+    name: str
+    ratio: float | None  # None: a side was not measured
+    target: float
+    higher_is_better: bool
 
-    lowest = f"latency.{min(rates)}.p99_ms" if rates else ""
-    return {
-        "throughput_at_least_mm2": compare("records_per_s", lambda s, m: s >= m),
-        "cpu_per_gb_at_most_mm2": compare("cpu_s_per_gb", lambda s, m: s <= m),
-        "p99_at_lowest_rate_within_2x_mm2": compare(lowest, lambda s, m: s <= 2 * m) if lowest else None,
-    }
+    @property
+    def met(self) -> bool | None:
+        """Whether the ratio reaches its target (None when not measured)."""
+        if self.ratio is None:
+            return None
+        return self.ratio >= self.target if self.higher_is_better else self.ratio <= self.target
+
+    def as_dict(self) -> dict[str, Any]:
+        """The goal as the JSON report holds it."""
+        return {"name": self.name, "ratio": self.ratio, "target": self.target,
+                "comparison": ">=" if self.higher_is_better else "<=", "met": self.met}
+
+
+def goals(options: Mapping[str, Any], medians: Mapping[str, Mapping[str, float]],
+          scaling: Sequence[Mapping[str, Any]]) -> list[Goal]:
+    """Issue 22's goals: strait against MM2 and the limit (medians), and strait's scaling runs."""
+    strait = medians.get("strait", {})
+
+    def ratio(key: str, other: str) -> float | None:
+        theirs = medians.get(other, {}).get(key)
+        return round(strait[key] / theirs, 3) if key in strait and theirs else None
+
+    found = [Goal("records/s vs MM2", ratio("records_per_s", "mm2"), 1.5, True),
+             Goal("records/s vs the limit", ratio("records_per_s", "limit"), 0.7, True),
+             Goal("CPU-s per GB vs MM2", ratio("cpu_s_per_gb", "mm2"), 0.7, False)]
+    for rate in options.get("rates", ()):
+        found += [Goal(f"{q} latency @{rate:,}/s vs MM2", ratio(f"latency.{rate}.{q}_ms", "mm2"), 1.0, False)
+                  for q in ("p99", "max")]
+    found += [Goal("start-up to first record vs MM2", ratio("startup_s", "mm2"), 1.0, False),
+              Goal("peak RSS vs MM2", ratio("peak_rss_mb", "mm2"), 1.0, False)]
+    cores = int(options.get("cores", 0))
+    baseline, one_core, wide = _scaling_runs(options, scaling)
+    found.append(Goal(f"records/s 1 -> {cores} cores", _quotient(baseline, one_core, "records_per_s"),
+                      round(0.85 * cores, 2), True))
+    found.append(Goal(f"CPU-s per GB at {options.get('scaling_partitions')} vs {options.get('partitions')} "
+                      "partitions", _quotient(wide, baseline, "cpu_s_per_gb"), 1.1, False))
+    return found
+
+
+def _scaling_runs(options: Mapping[str, Any], scaling: Sequence[Mapping[str, Any]]) -> tuple[Any, Any, Any]:
+    """(baseline, one core, more partitions) among the scaling runs (local mode), None where missing."""
+    local = [run for run in scaling if not run.get("workers")]
+    baseline = next((r for r in local if r["partitions"] == options.get("partitions")
+                     and r["cores"] == options.get("cores")), None)
+    one_core = next((r for r in local if r["partitions"] == options.get("partitions") and r["cores"] == 1
+                     and r is not baseline), None)
+    wide = next((r for r in local if r["partitions"] == options.get("scaling_partitions")), None)
+    return baseline, one_core, wide
+
+
+def _quotient(numerator: Mapping[str, Any] | None, denominator: Mapping[str, Any] | None,
+              key: str) -> float | None:
+    if not numerator or not denominator or not denominator.get(key):
+        return None
+    return round(numerator[key] / denominator[key], 3)
 
 
 def _rows(rates: Sequence[int]) -> list[tuple[str, str]]:
     rows = [("records_per_s", "records/s"), ("mb_per_s", "MB/s"), ("cpu_s_per_gb", "CPU-s per GB"),
-            ("peak_rss_mb", "peak RSS (MB)"), ("startup_s", "start-up to first record (s)")]
+            ("peak_rss_mb", "peak RSS (MB)"), ("startup_s", "start-up to first record (s)"),
+            ("ingest_records_per_s", "limit: target ingest (records/s)"),
+            ("read_records_per_s", "limit: source read (records/s)")]
     for rate in rates:
         rows += [(f"latency.{rate}.{q}_ms", f"latency @{rate:,}/s {q} (ms)") for q in ("p50", "p99", "max")]
+        rows.append((f"latency.{rate}.epochs_ended", f"epochs ended in the @{rate:,}/s window"))
     return [*rows, ("batch_s_during_latency_runs", "strait epoch (micro-batch) duration at fixed rates (s)")]
 
 
@@ -86,9 +144,12 @@ def markdown(report: Mapping[str, Any]) -> str:
         cells = [_cell(medians[s].get(key)) for s in systems]
         cells += [f"{r[key]:.2f}x" if key in r else "–" for r in ratios.values()]
         lines.append(f"| {label} | " + " | ".join(cells) + " |")
-    lines += ["", "Goals (issue #8): " + ", ".join(
-        f"{name.replace('_', ' ')}: {'yes' if ok else 'no' if ok is not None else 'not measured'}"
-        for name, ok in report["goals"].items()), ""]
+    lines += ["", "## Goals", "", "| goal | measured | target | met |", "|---|---|---|---|"]
+    for goal in report["goals"]:
+        measured = f"{goal['ratio']:.2f}x" if goal["ratio"] is not None else "–"
+        met = {True: "met", False: "**missed**", None: "not measured"}[goal["met"]]
+        lines.append(f"| {goal['name']} | {measured} | {goal['comparison']} {goal['target']:.2f}x | {met} |")
+    lines.append("")
     if report["scaling"]:
         lines += ["## Scaling (strait)", "",
                   "| Spark | partitions | cores | records/s | MB/s | CPU-s per GB | peak RSS (MB) |",
@@ -101,8 +162,12 @@ def markdown(report: Mapping[str, Any]) -> str:
                          f"{_cell(run['peak_rss_mb'])} |")
         lines.append("")
     lines += ["## Method", "", report["cpu_method"], "", report["latency_method"], "",
-              "MM2 runs with heartbeats and checkpoints on (its defaults); the limit writes records without "
-              "keys or headers. All three use the same acks, compression, batch.size and linger.ms. "
+              "MM2 runs with heartbeats and checkpoints on (its defaults). The limit runs as many producers "
+              "into a fresh topic of the target, then as many consumers of the loaded source topic, as strait "
+              "has copy tasks (one per core, at most one per partition), each a process with strait's "
+              "librdkafka settings, the same record size, keys and headers; its records/s is the lower of "
+              "the two rates (each: all records over the span from the first worker's first record to the "
+              "last one's last). All three use the same acks, compression, batch.size and linger.ms. "
               "Numbers come from one shared machine and are noisy.", "",
               "![latency and throughput](bench.png)", ""]
     return "\n".join(lines)

@@ -2,15 +2,17 @@
 
 from __future__ import annotations
 
+import json
 import logging
 import shutil
+import sys
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
 
-from strait_bench import systems
+from strait_bench import limit, systems
 from strait_bench.monitor import TreeMonitor
 from strait_bench.options import BenchOptions
 from strait_bench.stats import latency_summary
@@ -127,7 +129,7 @@ class Bench:
                 result = _throughput(workload, done_at - first_at, cpu_done - cpu_first)
                 result["startup_s"] = round(first_at - started, 2)
                 batches = _batch_seconds(process)
-                result["latency"] = self._latencies(target, workload, probes) if latency else {}
+                result["latency"] = self._latencies(process, target, workload, probes) if latency else {}
                 if batches is not None and latency:
                     after = _batch_seconds(process) or batches
                     total, count = after[0] - batches[0], after[1] - batches[1]
@@ -162,31 +164,28 @@ class Bench:
                          f"{self.options.timeout_seconds:.0f}s: {progress.total} of {workload.records} "
                          f"records on {remote}; log {process.log_path}")
 
-    def _latencies(self, target: KafkaCluster, workload: Workload, probes: str) -> dict[str, Any]:
+    def _latencies(self, process: ManagedProcess, target: KafkaCluster, workload: Workload,
+                   probes: str) -> dict[str, Any]:
+        """Latency at each fixed rate; for strait also how many epochs ended inside each window."""
         remote = systems.remote_topic(probes, self.source)
         probe = LatencyProbe(self.source, target, probes, remote, workload.partitions,
                              workload.record_size)
-        return {str(rate): latency_summary(probe.measure(rate, self.options.latency_seconds))
-                for rate in self.options.rates}
+        summaries = {}
+        for rate in self.options.rates:
+            before = _batch_seconds(process)
+            summary = latency_summary(probe.measure(rate, self.options.latency_seconds))
+            after = _batch_seconds(process)
+            if before is not None and after is not None:
+                summary["epochs_ended"] = int(after[1] - before[1])
+            summaries[str(rate)] = summary
+        return summaries
 
     def _measure_limit(self, target: KafkaCluster, workload: Workload, folder: Path) -> dict[str, Any]:
-        topic = "limit"
-        create_topic(target.admin(), topic, workload.partitions)
-        process = systems.start_producer_performance(target, topic, workload.records, self.options, -1,
-                                                     folder)
-        with TreeMonitor(process.pid or 0) as monitor:
-            _wait_exit(process, self.options.timeout_seconds)
-            cpu = monitor.sample()
-        summary = systems.producer_performance_summary(process.log_path)
-        ends = end_offsets(target, topic, workload.partitions)
-        if ends.total != workload.records:
-            raise BenchError(f"ProducerPerformance wrote {ends.total} of {workload.records} records "
-                             f"to {topic}")
-        result = _throughput(workload, workload.records / summary["records_per_s"], cpu)
-        result["copied"] = ends.total
-        result["cpu_seconds_total"] = round(cpu, 2)
-        result["peak_rss_mb"] = round(monitor.peak_rss / 1e6, 1)
-        result["latency"] = {}
+        """The target's ingest and the source's read rate with as many producers and consumers at once
+        as strait has copy tasks (one per core, at most one per partition); the limit is the lower."""
+        # The fixed-rate runs come first: they warm the fresh target broker up as the replicators'
+        # start-up (internal topics, first writes) does before their first record.
+        latency: dict[str, Any] = {}
         for rate in self.options.rates:
             count = max(1, int(rate * self.options.latency_seconds))
             rated = f"limit-{rate}"
@@ -194,16 +193,71 @@ class Bench:
             perf = systems.start_producer_performance(target, rated, count, self.options, rate, folder)
             _wait_exit(perf, self.options.timeout_seconds)
             fixed = systems.producer_performance_summary(perf.log_path)
-            result["latency"][str(rate)] = {"p50_ms": fixed["p50_ms"], "p99_ms": fixed["p99_ms"],
-                                            "max_ms": fixed["max_ms"], "count": count}
-        result.update(system="limit", partitions=workload.partitions, cores=None, log=str(process.log_path))
+            latency[str(rate)] = {"p50_ms": fixed["p50_ms"], "p99_ms": fixed["p99_ms"], "max_ms": fixed["max_ms"],
+                                  "count": count}
+        workers = min(self.options.cores, workload.partitions)
+        topic = "limit"
+        create_topic(target.admin(), topic, workload.partitions)
+        ingest, cpu_in, rss_in = self._run_limit_workers("produce", target, topic, [
+            {"partitions": limit.partitions_of(w, workers, workload.partitions),
+             "records": limit.records_of(w, workers, workload.records), "size": workload.record_size,
+             "producer": self.options.tuning.java()} for w in range(workers)], folder)
+        ends = end_offsets(target, topic, workload.partitions)
+        if ends.total != workload.records:
+            raise BenchError(f"the limit's producers wrote {ends.total} of {workload.records} records to {topic}")
+        read, cpu_out, rss_out = self._run_limit_workers("consume", self.source, workload.topic, [
+            {"ends": {p: workload.source_ends.ends[p] for p in limit.partitions_of(w, workers, workload.partitions)}}
+            for w in range(workers)], folder)
+        rates = limit.LimitRates(workers, limit.combined_rate(ingest), limit.combined_rate(read))
+        # a replicator reads and writes every record: the limit's CPU is both sides'
+        result = _throughput(workload, workload.records / rates.records_per_s, cpu_in + cpu_out)
+        result.update(copied=ends.total, cpu_seconds_total=round(cpu_in + cpu_out, 2),
+                      peak_rss_mb=round(max(rss_in, rss_out) / 1e6, 1), workers=workers,
+                      ingest_records_per_s=round(rates.ingest_records_per_s, 1),
+                      read_records_per_s=round(rates.read_records_per_s, 1), latency=latency)
+        log.info("limit workers=%d ingest=%.0f read=%.0f records/s", workers, rates.ingest_records_per_s,
+                 rates.read_records_per_s)
+        result.update(system="limit", partitions=workload.partitions, cores=None, log=str(folder / "limit"))
         return result
+
+    def _run_limit_workers(self, mode: str, cluster: KafkaCluster, topic: str, specs: list[dict[str, Any]],
+                           folder: Path) -> tuple[list[limit.WorkerResult], float, int]:
+        """Run one limit worker per spec at once; (their results, CPU-seconds between each one's first and
+        last record, summed peak RSS bytes)."""
+        processes = []
+        for index, spec in enumerate(specs):
+            path = folder / "limit" / f"{mode}-{index}.json"
+            path.parent.mkdir(parents=True, exist_ok=True)
+            path.write_text(json.dumps(spec))
+            processes.append(ManagedProcess(
+                f"limit {mode}r {index}", [sys.executable, "-m", "strait_bench.limit", mode, "--bootstrap",
+                                           cluster.bootstrap_servers, "--topic", topic, "--spec", str(path)],
+                path.with_suffix(".log")))
+        try:
+            for process in processes:
+                process.start()
+            for process in processes:
+                _wait_exit(process, self.options.timeout_seconds)
+        finally:
+            for process in processes:
+                process.stop()
+        results = [_worker_result(p) for p in processes]
+        # each worker's own CPU and RSS: a process that has exited is gone from a sampled tree
+        return results, sum(r.cpu_seconds for r in results), sum(r.peak_rss_bytes for r in results)
 
 
 def _batch_seconds(process: ManagedProcess) -> tuple[float, float] | None:
     """strait's epoch (micro-batch) duration totals; None for other systems."""
     url = process.env.get(systems.METRICS_URL_ENV)
     return systems.batch_seconds(url) if url else None
+
+
+def _worker_result(process: ManagedProcess) -> limit.WorkerResult:
+    for line in reversed(process.log_path.read_text(errors="replace").splitlines()):
+        if line.startswith("{"):
+            data = json.loads(line)
+            return limit.WorkerResult(**data)
+    raise BenchError(f"{process.name} printed no result; log {process.log_path}:\n{tail(process.log_path)}")
 
 
 def _complete(progress: Progress, workload: Workload) -> bool:
