@@ -25,7 +25,7 @@ from strait.settings import Settings
 from strait_replicator import metrics
 from strait_replicator.flow import FlowRunner
 from strait_replicator.session import build_session, task_slots, wait_for_executors
-from strait_replicator.state import flow_checkpoint, state_location
+from strait_replicator.state import flow_checkpoint, is_local, state_location
 
 log = logging.getLogger(__name__)
 
@@ -46,7 +46,7 @@ class Replicator:
     def __init__(self, settings: Settings, options: ReplicatorOptions) -> None:
         self.settings, self.options = settings, options
         self.state = state_location(settings.state_dir, cache_dir() / "replicator")
-        self.spark = build_session(options.master)
+        self.spark = build_session(options.master, local_checkpoints=is_local(self.state))
         wait_for_executors(self.spark)
         self.runners: dict[str, FlowRunner] = {}
         self.feed = ConfigFeed()

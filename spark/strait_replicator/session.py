@@ -17,6 +17,7 @@ from pyspark.sql import SparkSession
 log = logging.getLogger(__name__)
 
 EXECUTORS_WAIT_SECONDS = 60.0
+LOCAL_CHECKPOINT_FILES = "org.apache.spark.sql.execution.streaming.FileSystemBasedCheckpointFileManager"
 EXECUTORS_SETTLE_SECONDS = 2.0  # the other workers' executors register within moments of the first
 
 
@@ -26,10 +27,14 @@ def launched_by_spark_submit() -> bool:
 
 
 def build_session(master: str | None = None, app_name: str = "strait-replicator",
-                  driver_memory: str = "2g", jars: Sequence[str] = ()) -> SparkSession:
+                  driver_memory: str = "2g", jars: Sequence[str] = (),
+                  local_checkpoints: bool = False) -> SparkSession:
     """Create (or get) the replicator's SparkSession; ``jars`` adds to Spark's class path.
 
-    Started by spark-submit, the session takes spark-submit's master and ``--jars``.
+    Started by spark-submit, the session takes spark-submit's master and ``--jars``. With
+    ``local_checkpoints`` (the checkpoints on this host's file system) Spark writes them through
+    Hadoop's FileSystem API: its default, the FileContext API, forks a ``readlink`` process from the
+    driver's JVM for every rename on a local disk, which held up every change of epochs (jstack).
     """
     os.environ.setdefault("PYSPARK_PYTHON", sys.executable)  # executors run strait's interpreter
     builder = SparkSession.builder.appName(app_name)
@@ -46,6 +51,8 @@ def build_session(master: str | None = None, app_name: str = "strait-replicator"
         .config("spark.ui.showConsoleProgress", "false")
         .config("spark.sql.streaming.stopTimeout", "30s")
     )
+    if local_checkpoints:
+        builder = builder.config("spark.sql.streaming.checkpointFileManagerClass", LOCAL_CHECKPOINT_FILES)
     if master.startswith("local") or "//127.0.0.1:" in master:  # loopback lab: keep the driver there too
         builder = builder.config("spark.driver.bindAddress", "127.0.0.1").config("spark.driver.host", "127.0.0.1")
     session = builder.getOrCreate()

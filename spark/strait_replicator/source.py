@@ -31,6 +31,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from confluent_kafka import IsolationLevel, TopicPartition
+from pyspark import TaskContext
 from pyspark.sql.datasource import DataSource, DataSourceStreamReader, InputPartition
 
 from strait.config.model import SyncsLocation
@@ -246,9 +247,11 @@ class CopyStreamReader(DataSourceStreamReader):  # type: ignore[misc]
         return reader
 
     def _progress_since(self, task: CopyTask) -> Offsets:
-        """Where the copies of the task's partitions got to since its epoch was planned (a retried task,
-        an earlier run of it); read on the worker, from the target."""
-        if self.plan.progress is None or not task.progress_from:
+        """Where the copies of the task's partitions got to since its epoch was planned; read on the
+        worker, from the target, by a retried task only (its earlier attempt may have copied on). A
+        first attempt starts where the planner read the progress just before: nothing of this query
+        copies those partitions in between, and reading would hold up every change of epochs."""
+        if self.plan.progress is None or not task.progress_from or _first_attempt():
             return {}
         settings, topic = self.plan.progress
         return progress_since(dict(settings), SyncsLocation(self.plan.writer.target_alias, topic),
@@ -337,6 +340,12 @@ def _note_stop(key: bytes | None, value: bytes | None) -> None:
         _stops_read.add(stop)
 # One reader of a progress topic per driver-side process, read on from where it got to at each epoch.
 _progress_readers: dict[tuple[tuple[tuple[str, str], ...], str], OffsetsTopic] = {}
+
+
+def _first_attempt() -> bool:
+    """True in the first attempt of a task; False outside a task."""
+    context = TaskContext.get()
+    return context is not None and context.attemptNumber() == 0
 
 
 def cached_admin(config: tuple[tuple[str, str], ...]) -> RenewableAdmin:

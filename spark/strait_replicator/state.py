@@ -75,6 +75,11 @@ def state_location(given: str | Path | None, default: Path) -> str:
     return text.rstrip("/") if _SCHEME.match(text) else str(Path(text).resolve())
 
 
+def is_local(location: str) -> bool:
+    """True for a state location on this host's file system (a folder, or a ``file:`` URI)."""
+    return not _SCHEME.match(location) or location.startswith("file:")
+
+
 def flow_checkpoint(location: str, flow: str) -> str:
     """The Spark checkpoint of ``flow`` under the state location."""
     return f"{location.rstrip('/')}/{flow.replace('->', '_to_')}/checkpoint"

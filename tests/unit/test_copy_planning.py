@@ -15,7 +15,7 @@ from strait_replicator import source
 from strait_replicator.source import (
     SMALL_BACKLOG, CopyStreamReader, CopyTask, SourcePlan, assign_partitions, resumed_ranges,
 )
-from strait_replicator.state import CheckpointFormatError, EpochOffsets, Offsets, epoch_of_log_text
+from strait_replicator.state import CheckpointFormatError, EpochOffsets, Offsets, epoch_of_log_text, is_local
 from strait_replicator.writer import MIN_TASK_SECONDS, CopyRange, EpochLimits, WriterSettings
 
 keys = st.tuples(st.sampled_from(["a", "b", "c"]), st.integers(0, 5))
@@ -253,3 +253,8 @@ def test_the_quick_listing_gives_up_on_a_transient_error_and_raises_any_other(
     monkeypatch.setattr(source, "list_offsets_per_leader", refused)
     with pytest.raises(KafkaAdminError):
         reader._list("latest", wait=False)
+
+
+def test_a_state_location_is_local_unless_it_names_another_file_system() -> None:
+    assert is_local("/var/lib/strait") and is_local("relative/state") and is_local("file:///var/lib/strait")
+    assert not is_local("hdfs://namenode/strait") and not is_local("s3a://bucket/strait")
