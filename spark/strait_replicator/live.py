@@ -8,9 +8,10 @@ totals for the metrics. Every host that copies reaches the target, so nothing go
 
 * the driver tails the topic and turns the totals into metrics while the epoch runs
   (:class:`strait_replicator.flow.LiveMetrics`);
-* a task that runs an epoch again (a retried task, a restart) reads the records written since the
-  epoch was planned and resumes each partition where the copies got to (:func:`progress_since`), so
-  a crash copies again about a second of records instead of a whole epoch;
+* a task that runs an epoch again (a retried task, a replayed epoch after a restart) reads the
+  records written since the epoch was planned and resumes each partition where the copies got to
+  (:func:`progress_since`; a replayed epoch's planner read them too), so a crash copies again about a
+  second of records instead of a whole epoch;
 * a stop (or a configuration change) ends the running epoch within about 0.1 s: the driver writes a
   stop record there, which every task watches for (:class:`StopWatch`).
 

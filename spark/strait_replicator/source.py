@@ -105,6 +105,7 @@ class CopyTask(InputPartition):  # type: ignore[misc]
     ranges: tuple[CopyRange, ...]
     limits: EpochLimits
     progress_from: tuple[tuple[int, int], ...] = ()  # where the driver had read the progress topic
+    replayed: bool = False  # an epoch planned before this query started, run again
 
 
 class CopySource(DataSource):  # type: ignore[misc]
@@ -204,7 +205,8 @@ class CopyStreamReader(DataSourceStreamReader):  # type: ignore[misc]
             ends_at=time.time() + (0.0 if self._stop_requested(read=False) else seconds),
         )
         read_to = tuple(sorted(self._progress_reader().positions.items())) if self.plan.progress else ()
-        return [CopyTask(epoch.epoch, tuple(group), limits, read_to) for group in groups]
+        replayed = epoch.epoch != self._planned
+        return [CopyTask(epoch.epoch, tuple(group), limits, read_to, replayed) for group in groups]
 
     def read(self, partition: CopyTask) -> Iterator[tuple[Any, ...]]:
         ranges = resumed_ranges(partition, self._progress_since(partition), self.plan.writer.flow)
@@ -248,10 +250,11 @@ class CopyStreamReader(DataSourceStreamReader):  # type: ignore[misc]
 
     def _progress_since(self, task: CopyTask) -> Offsets:
         """Where the copies of the task's partitions got to since its epoch was planned; read on the
-        worker, from the target, by a retried task only (its earlier attempt may have copied on). A
-        first attempt starts where the planner read the progress just before: nothing of this query
-        copies those partitions in between, and reading would hold up every change of epochs."""
-        if self.plan.progress is None or not task.progress_from or _first_attempt():
+        worker, from the target, by a retried task (its earlier attempt may have copied on) and by a
+        replayed epoch's tasks (a copy of the query before may still be ending). The first attempt of
+        a task of an epoch planned just now starts where the planner read the progress moments
+        before: reading again would hold up every change of epochs for nothing."""
+        if self.plan.progress is None or not task.progress_from or (not task.replayed and _first_attempt()):
             return {}
         settings, topic = self.plan.progress
         return progress_since(dict(settings), SyncsLocation(self.plan.writer.target_alias, topic),

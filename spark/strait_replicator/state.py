@@ -77,7 +77,7 @@ def state_location(given: str | Path | None, default: Path) -> str:
 
 def is_local(location: str) -> bool:
     """True for a state location on this host's file system (a folder, or a ``file:`` URI)."""
-    return not _SCHEME.match(location) or location.startswith("file:")
+    return not _SCHEME.match(location) or location.lower().startswith("file:")
 
 
 def flow_checkpoint(location: str, flow: str) -> str:

@@ -121,3 +121,13 @@ def test_limit_is_the_lower_of_ingest_and_read_over_the_span_of_all_workers() ->
     assert ingest == 100.0
     rates = limit.LimitRates(2, ingest_records_per_s=ingest, read_records_per_s=400.0)
     assert rates.records_per_s == 100.0
+
+
+def test_scaling_goals_need_the_runs_they_compare() -> None:
+    options = {"partitions": 12, "cores": 2, "scaling_partitions": 12, "rates": ()}
+    baseline = {"partitions": 12, "cores": 2, "records_per_s": 100, "cpu_s_per_gb": 10}
+    by_name = {g.name: g for g in report.goals(options, {}, [baseline])}
+    assert by_name["CPU-s per GB at 12 vs 12 partitions"].met is None, "the baseline is not its own wider run"
+    assert by_name["records/s 1 -> 2 cores"].met is None
+    four = report.goals({**options, "cores": 4}, {}, [{**baseline, "cores": 4}, {**baseline, "cores": 1}])
+    assert {g.name: g.ratio for g in four}["records/s 1 -> 2 cores"] is None, "1 -> 4 cores is another goal"

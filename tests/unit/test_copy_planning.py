@@ -3,7 +3,9 @@
 from __future__ import annotations
 
 import time
+from dataclasses import replace
 from pathlib import Path
+from types import SimpleNamespace
 
 import pytest
 from hypothesis import given, settings
@@ -109,6 +111,24 @@ def test_a_replayed_epoch_goes_on_where_the_progress_says(tmp_path: Path) -> Non
     starts = {(r.topic, r.partition): r.start for task in replaying.partitions({}, epoch.to_json())
               for r in task.ranges}
     assert starts == {("t", 0): 6, ("t", 1): 0}
+    assert {task.replayed for task in reader.partitions({}, epoch.to_json())} == {False}
+    assert {task.replayed for task in replaying.partitions({}, epoch.to_json())} == {True}
+
+
+@pytest.mark.parametrize(("replayed", "attempt", "reads"), [
+    (False, 0, False),  # an epoch planned just now, first attempt: the planner read the progress moments ago
+    (False, 1, True),  # a retry: its first attempt may have copied on
+    (True, 0, True),  # a replayed epoch: a copy of the query before may still be ending
+    (False, None, True),  # outside a Spark task: as safe as can be
+])
+def test_only_a_retried_or_replayed_task_reads_the_progress_written_since_its_planning(
+        monkeypatch: pytest.MonkeyPatch, tmp_path: Path, replayed: bool, attempt: int | None, reads: bool) -> None:
+    plan = replace(_plan(tmp_path), progress=((("bootstrap.servers", "127.0.0.1:9"),), "progress"))
+    monkeypatch.setattr(source, "progress_since", lambda *_args: {("t", 0): 7})
+    context = None if attempt is None else SimpleNamespace(attemptNumber=lambda: attempt)
+    monkeypatch.setattr(source.TaskContext, "get", staticmethod(lambda: context))
+    task = CopyTask(1, (CopyRange("t", 0, 5),), EpochLimits(seconds=5.0, max_records=10), ((0, 3),), replayed)
+    assert CopyStreamReader(plan)._progress_since(task) == ({("t", 0): 7} if reads else {})
 
 
 def test_no_epoch_starts_below_where_the_evidence_says_the_target_holds_every_record(tmp_path: Path) -> None:

@@ -26,9 +26,8 @@ from pathlib import Path
 from confluent_kafka import Consumer, KafkaError, Producer, TopicPartition
 
 from strait_bench.traffic import HEADERS
-from strait_replicator.writer import CONSUME_BATCH, CONSUMER_DEFAULTS, CONSUMER_FIXED, PRODUCER_DEFAULTS
+from strait_replicator.writer import CONSUME_BATCH, CONSUMER_DEFAULTS, CONSUMER_FIXED, producer_settings
 
-FLUSH_SECONDS = 300.0
 
 
 @dataclass(frozen=True)
@@ -75,9 +74,10 @@ def combined_rate(results: Sequence[WorkerResult]) -> float:
 
 
 def produce(bootstrap: str, topic: str, partitions: list[int], records: int, size: int,
-            producer_settings: dict[str, str]) -> WorkerResult:
-    """Write ``records`` keyed records with headers round-robin to ``partitions``; wait for every ack."""
-    producer = Producer({**PRODUCER_DEFAULTS, **producer_settings, "bootstrap.servers": bootstrap})
+            tuning: dict[str, str], timeout: float) -> WorkerResult:
+    """Write ``records`` keyed records with headers round-robin to ``partitions`` with strait's copy
+    producer settings under ``tuning``; wait (at most ``timeout`` seconds) for every ack."""
+    producer = Producer({**producer_settings(tuning), "bootstrap.servers": bootstrap})
     producer.list_topics(topic, timeout=30)  # metadata before the clock starts
     values = [os.urandom(size) for _ in range(256)]
     failed: list[KafkaError] = []
@@ -98,7 +98,7 @@ def produce(bootstrap: str, topic: str, partitions: list[int], records: int, siz
                 producer.poll(0.01)
         if i % 1000 == 0:
             producer.poll(0)
-    left = producer.flush(FLUSH_SECONDS)
+    left = producer.flush(timeout)
     finished = time.time()
     if left or failed:
         raise SystemExit(f"topic {topic}: {left} records unacknowledged, {len(failed)} failed "
@@ -106,14 +106,15 @@ def produce(bootstrap: str, topic: str, partitions: list[int], records: int, siz
     return WorkerResult(records, started, finished, time.process_time() - cpu_before, _peak_rss())
 
 
-def consume(bootstrap: str, topic: str, ends: dict[int, int]) -> WorkerResult:
-    """Read every partition in ``ends`` from offset 0 to its end, ``CONSUME_BATCH`` records at a time."""
+def consume(bootstrap: str, topic: str, ends: dict[int, int], timeout: float) -> WorkerResult:
+    """Read every partition in ``ends`` from offset 0 to its end, ``CONSUME_BATCH`` records at a time,
+    within ``timeout`` seconds."""
     consumer = Consumer({**CONSUMER_DEFAULTS, **CONSUMER_FIXED, "bootstrap.servers": bootstrap,
                          "group.id": "strait-bench-limit"})
     consumer.assign([TopicPartition(topic, p, 0) for p in ends])
     left = {p: end for p, end in ends.items() if end > 0}
     records, started, cpu_before = 0, 0.0, 0.0
-    deadline = time.monotonic() + FLUSH_SECONDS
+    deadline = time.monotonic() + timeout
     while left and time.monotonic() < deadline:
         for message in consumer.consume(CONSUME_BATCH, 1.0):
             if message.error() is not None:
@@ -127,7 +128,7 @@ def consume(bootstrap: str, topic: str, ends: dict[int, int]) -> WorkerResult:
     finished, cpu = time.time(), time.process_time() - cpu_before
     consumer.close()
     if left:
-        raise SystemExit(f"topic {topic}: partitions {sorted(left)} not read to their end in {FLUSH_SECONDS:.0f}s")
+        raise SystemExit(f"topic {topic}: partitions {sorted(left)} not read to their end in {timeout:.0f}s")
     return WorkerResult(records, started or finished, finished, cpu, _peak_rss())
 
 
@@ -147,9 +148,9 @@ def main(argv: Sequence[str] | None = None) -> int:
     spec = json.loads(args.spec.read_text())
     if args.mode == "produce":
         result = produce(args.bootstrap, args.topic, spec["partitions"], spec["records"], spec["size"],
-                         spec["producer"])
+                         spec["producer"], spec["timeout"])
     else:
-        result = consume(args.bootstrap, args.topic, {int(p): e for p, e in spec["ends"].items()})
+        result = consume(args.bootstrap, args.topic, {int(p): e for p, e in spec["ends"].items()}, spec["timeout"])
     print(json.dumps(dataclasses.asdict(result)), flush=True)
     return 0
 

@@ -201,16 +201,21 @@ class Bench:
         ingest, cpu_in, rss_in = self._run_limit_workers("produce", target, topic, [
             {"partitions": limit.partitions_of(w, workers, workload.partitions),
              "records": limit.records_of(w, workers, workload.records), "size": workload.record_size,
-             "producer": self.options.tuning.java()} for w in range(workers)], folder)
+             "producer": self.options.tuning.java(), "timeout": self.options.timeout_seconds}
+            for w in range(workers)], folder)
         ends = end_offsets(target, topic, workload.partitions)
         if ends.total != workload.records:
             raise BenchError(f"the limit's producers wrote {ends.total} of {workload.records} records to {topic}")
         read, cpu_out, rss_out = self._run_limit_workers("consume", self.source, workload.topic, [
-            {"ends": {p: workload.source_ends.ends[p] for p in limit.partitions_of(w, workers, workload.partitions)}}
-            for w in range(workers)], folder)
+            {"ends": {p: workload.source_ends.ends[p] for p in limit.partitions_of(w, workers, workload.partitions)},
+             "timeout": self.options.timeout_seconds} for w in range(workers)], folder)
         rates = limit.LimitRates(workers, limit.combined_rate(ingest), limit.combined_rate(read))
         # a replicator reads and writes every record: the limit's CPU is both sides'
-        result = _throughput(workload, workload.records / rates.records_per_s, cpu_in + cpu_out)
+        seconds = workload.records / rates.records_per_s
+        result = _throughput(workload, seconds, cpu_in + cpu_out)
+        # timed by the workers themselves: _throughput's floor for polled ends does not apply
+        result.update(seconds=round(seconds, 3), records_per_s=round(rates.records_per_s, 1),
+                      mb_per_s=round(workload.payload_bytes / 1e6 / seconds, 2))
         result.update(copied=ends.total, cpu_seconds_total=round(cpu_in + cpu_out, 2),
                       peak_rss_mb=round(max(rss_in, rss_out) / 1e6, 1), workers=workers,
                       ingest_records_per_s=round(rates.ingest_records_per_s, 1),
