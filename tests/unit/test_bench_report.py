@@ -101,6 +101,7 @@ def test_report_medians_ratios_goals_and_files(tmp_path: Path) -> None:
     assert "| CPU-s per GB vs MM2 | 0.80x | <= 0.70x | **missed** |" in text
     assert "| start-up to first record vs MM2 | – | <= 1.00x | not measured |" in text
     assert "| 48 | 2 | 1,500 |" in text
+    assert "| strait | 2 | 1,100 | 40.00 | 500 | – | 30.00 / 60.00 |" in text  # every repeat, not only medians
     paths = report.write(document, tmp_path)
     assert paths["plot"].read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
 

@@ -150,6 +150,7 @@ def markdown(report: Mapping[str, Any]) -> str:
         met = {True: "met", False: "**missed**", None: "not measured"}[goal["met"]]
         lines.append(f"| {goal['name']} | {measured} | {goal['comparison']} {goal['target']:.2f}x | {met} |")
     lines.append("")
+    lines += _per_repeat(report["runs"], options.get("rates", ()))
     if report["scaling"]:
         lines += ["## Scaling (strait)", "",
                   "| Spark | partitions | cores | records/s | MB/s | CPU-s per GB | peak RSS (MB) |",
@@ -171,6 +172,21 @@ def markdown(report: Mapping[str, Any]) -> str:
               "Numbers come from one shared machine and are noisy.", "",
               "![latency and throughput](bench.png)", ""]
     return "\n".join(lines)
+
+
+def _per_repeat(runs: Mapping[str, Sequence[Mapping[str, Any]]], rates: Sequence[int]) -> list[str]:
+    """Every measurement of the medians above, one row each."""
+    latency = [f"p99 / max @{rate:,}/s (ms)" for rate in rates]
+    lines = ["## Per repeat", "", "| system | repeat | records/s | CPU-s per GB | peak RSS (MB) | start-up (s) | "
+             + " | ".join(latency) + (" |" if latency else "|"), "|" + "---|" * (6 + len(latency))]
+    for system in ("strait", "mm2", "limit"):
+        for number, run in enumerate(runs.get(system, ()), start=1):
+            measured = run.get("latency", {})
+            cells = [_cell(run.get(key)) for key in ("records_per_s", "cpu_s_per_gb", "peak_rss_mb", "startup_s")]
+            cells += [f"{_cell(measured[str(r)]['p99_ms'])} / {_cell(measured[str(r)]['max_ms'])}"
+                      if str(r) in measured else "–" for r in rates]
+            lines.append(f"| {SHORT[system]} | {number} | " + " | ".join(cells) + " |")
+    return [*lines, ""]
 
 
 def plot(report: Mapping[str, Any], path: Path) -> None:
