@@ -184,10 +184,11 @@ class CopyStreamReader(DataSourceStreamReader):  # type: ignore[misc]
         if self._last is None or epoch.epoch >= self._last.epoch:
             self._last = epoch
         # An epoch planned just now starts where the progress said then: no copy ran since. A replayed
-        # one goes on where the copies got to.
-        starts = self._planned_starts if epoch.epoch == self._planned else self._starting_points(epoch.start)
+        # one (planned before this query started, run again) goes on where the copies got to.
+        replayed = epoch.epoch != self._planned
+        starts = self._starting_points(epoch.start) if replayed else self._planned_starts
         moved = sorted((key, at) for key, at in starts.items() if key in epoch.start and at != epoch.start[key])
-        if moved and epoch.epoch != self._planned:  # an epoch planned before this query started, run again
+        if moved and replayed:
             setup_logging()  # this runs in a Python worker of the driver's: its lines go to the driver's stderr
             for (topic, p), at in moved:
                 log.info("flow=%s epoch=%d topic=%s partition=%d resumes at offset %d: the progress or the resume "
@@ -205,7 +206,6 @@ class CopyStreamReader(DataSourceStreamReader):  # type: ignore[misc]
             ends_at=time.time() + (0.0 if self._stop_requested(read=False) else seconds),
         )
         read_to = tuple(sorted(self._progress_reader().positions.items())) if self.plan.progress else ()
-        replayed = epoch.epoch != self._planned
         return [CopyTask(epoch.epoch, tuple(group), limits, read_to, replayed) for group in groups]
 
     def read(self, partition: CopyTask) -> Iterator[tuple[Any, ...]]:

@@ -120,7 +120,7 @@ def test_limit_is_the_lower_of_ingest_and_read_over_the_span_of_all_workers() ->
     ingest = limit.combined_rate([limit.WorkerResult(100, 10.0, 11.0, 0.5, 1),
                                   limit.WorkerResult(100, 10.5, 12.0, 0.5, 1)])
     assert ingest == 100.0
-    rates = limit.LimitRates(2, ingest_records_per_s=ingest, read_records_per_s=400.0)
+    rates = limit.LimitRates(ingest_records_per_s=ingest, read_records_per_s=400.0)
     assert rates.records_per_s == 100.0
 
 

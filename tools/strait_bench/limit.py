@@ -15,7 +15,6 @@ from __future__ import annotations
 import argparse
 import dataclasses
 import json
-import os
 import resource
 import sys
 import time
@@ -25,9 +24,8 @@ from pathlib import Path
 
 from confluent_kafka import Consumer, KafkaError, Producer, TopicPartition
 
-from strait_bench.traffic import HEADERS
+from strait_bench.traffic import HEADERS, payloads
 from strait_replicator.writer import CONSUME_BATCH, CONSUMER_DEFAULTS, CONSUMER_FIXED, producer_settings
-
 
 
 @dataclass(frozen=True)
@@ -46,7 +44,6 @@ class WorkerResult:
 class LimitRates:
     """The concurrent producers' and consumers' rates and the limit, the lower of the two."""
 
-    workers: int
     ingest_records_per_s: float
     read_records_per_s: float
 
@@ -79,7 +76,7 @@ def produce(bootstrap: str, topic: str, partitions: list[int], records: int, siz
     producer settings under ``tuning``; wait (at most ``timeout`` seconds) for every ack."""
     producer = Producer({**producer_settings(tuning), "bootstrap.servers": bootstrap})
     producer.list_topics(topic, timeout=30)  # metadata before the clock starts
-    values = [os.urandom(size) for _ in range(256)]
+    values = payloads(size)
     failed: list[KafkaError] = []
 
     def delivered(error: KafkaError | None, _message: object) -> None:
@@ -91,7 +88,7 @@ def produce(bootstrap: str, topic: str, partitions: list[int], records: int, siz
         key = b"key-%d" % i
         while True:
             try:
-                producer.produce(topic, values[i % 256], key, partitions[i % len(partitions)], delivered,
+                producer.produce(topic, values[i % len(values)], key, partitions[i % len(partitions)], delivered,
                                  headers=HEADERS)
                 break
             except BufferError:

@@ -71,11 +71,10 @@ class Goal:
 def goals(options: Mapping[str, Any], medians: Mapping[str, Mapping[str, float]],
           scaling: Sequence[Mapping[str, Any]]) -> list[Goal]:
     """Issue 22's goals: strait against MM2 and the limit (medians), and strait's scaling runs."""
-    strait = medians.get("strait", {})
+    versus = {other: stats.ratios(medians.get("strait", {}), medians.get(other, {})) for other in ("mm2", "limit")}
 
     def ratio(key: str, other: str) -> float | None:
-        theirs = medians.get(other, {}).get(key)
-        return round(strait[key] / theirs, 3) if key in strait and theirs else None
+        return versus[other].get(key)
 
     found = [Goal("records/s vs MM2", ratio("records_per_s", "mm2"), 1.5, True),
              Goal("records/s vs the limit", ratio("records_per_s", "limit"), 0.7, True),
@@ -107,9 +106,9 @@ def _scaling_runs(options: Mapping[str, Any], scaling: Sequence[Mapping[str, Any
 
 def _quotient(numerator: Mapping[str, Any] | None, denominator: Mapping[str, Any] | None,
               key: str) -> float | None:
-    if not numerator or not denominator or not denominator.get(key):
+    if not numerator or not denominator:
         return None
-    return round(numerator[key] / denominator[key], 3)
+    return stats.ratios(stats.flatten(numerator), stats.flatten(denominator)).get(key)
 
 
 def _rows(rates: Sequence[int]) -> list[tuple[str, str]]:

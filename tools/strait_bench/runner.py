@@ -209,13 +209,10 @@ class Bench:
         read, cpu_out, rss_out = self._run_limit_workers("consume", self.source, workload.topic, [
             {"ends": {p: workload.source_ends.ends[p] for p in limit.partitions_of(w, workers, workload.partitions)},
              "timeout": self.options.timeout_seconds} for w in range(workers)], folder)
-        rates = limit.LimitRates(workers, limit.combined_rate(ingest), limit.combined_rate(read))
-        # a replicator reads and writes every record: the limit's CPU is both sides'
-        seconds = workload.records / rates.records_per_s
-        result = _throughput(workload, seconds, cpu_in + cpu_out)
-        # timed by the workers themselves: _throughput's floor for polled ends does not apply
-        result.update(seconds=round(seconds, 3), records_per_s=round(rates.records_per_s, 1),
-                      mb_per_s=round(workload.payload_bytes / 1e6 / seconds, 2))
+        rates = limit.LimitRates(limit.combined_rate(ingest), limit.combined_rate(read))
+        # a replicator reads and writes every record: the limit's CPU is both sides'; the workers timed
+        # themselves, so no polling interval floors the time
+        result = _throughput(workload, workload.records / rates.records_per_s, cpu_in + cpu_out, polled=False)
         result.update(copied=ends.total, cpu_seconds_total=round(cpu_in + cpu_out, 2),
                       peak_rss_mb=round(max(rss_in, rss_out) / 1e6, 1), workers=workers,
                       ingest_records_per_s=round(rates.ingest_records_per_s, 1),
@@ -273,8 +270,9 @@ def _probe_records(latency: dict[str, Any]) -> int:
     return sum(int(summary["count"]) for summary in latency.values())
 
 
-def _throughput(workload: Workload, seconds: float, cpu_seconds: float) -> dict[str, Any]:
-    seconds = max(seconds, POLL_SECONDS)  # completion is polled: never claim more than the poll resolves
+def _throughput(workload: Workload, seconds: float, cpu_seconds: float, polled: bool = True) -> dict[str, Any]:
+    if polled:  # completion is polled: never claim more than the poll resolves
+        seconds = max(seconds, POLL_SECONDS)
     return {
         "records": workload.records,
         "seconds": round(seconds, 2),
