@@ -8,6 +8,11 @@ VENV := .venv
 PY := $(VENV)/bin/python
 INSTALLED := $(VENV)/.installed
 PYTEST_ARGS ?=
+# Parallel test workers (pytest-xdist): the suite mostly waits on JVMs and clusters, so two workers on
+# two cores nearly halve it; tests that time something run alone (tests/support/machine.py).
+# TEST_WORKERS=0 runs everything in one process.
+TEST_WORKERS ?= 2
+PARALLEL := -n $(TEST_WORKERS) --dist loadgroup
 
 .PHONY: help deps lab test test-unit test-integration test-e2e test-compose up down clean bench bench-quick bench-paths test-faults test-compat
 
@@ -27,16 +32,16 @@ lab: deps ## run the embedded lab (clusters A and B, Redis, Prometheus) until Ct
 	$(VENV)/bin/strait lab up
 
 test: deps ## run every test: unit, integration, e2e and slow
-	$(VENV)/bin/pytest $(PYTEST_ARGS)
+	$(VENV)/bin/pytest $(PARALLEL) $(PYTEST_ARGS)
 
 test-unit: deps ## only the unit tests
-	$(VENV)/bin/pytest -m unit $(PYTEST_ARGS)
+	$(VENV)/bin/pytest $(PARALLEL) -m unit $(PYTEST_ARGS)
 
 test-integration: deps ## only the integration tests
-	$(VENV)/bin/pytest -m integration $(PYTEST_ARGS)
+	$(VENV)/bin/pytest $(PARALLEL) -m integration $(PYTEST_ARGS)
 
 test-e2e: deps ## only the end-to-end tests
-	$(VENV)/bin/pytest -m e2e $(PYTEST_ARGS)
+	$(VENV)/bin/pytest $(PARALLEL) -m e2e $(PYTEST_ARGS)
 
 test-faults: deps ## the fault drills at full length (make test runs their short version)
 	STRAIT_FAULTS=full $(VENV)/bin/pytest -m faults -rA $(PYTEST_ARGS)

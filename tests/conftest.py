@@ -25,18 +25,80 @@ from strait_lab.prometheus import PrometheusServer
 from strait_lab.redis import RedisServer
 from strait_lab.services import StraitProcess
 from tests.oracle.mm2_oracle import ORACLE_SOURCE, Mm2Oracle
+from tests.support.machine import MachineShare
+from tests.support.summary import summaries_since
 
 _MARKER_BY_FOLDER = {"unit": "unit", "integration": "integration", "e2e": "e2e"}
 _failed_key = pytest.StashKey[bool]()
 _log_dirs_key = pytest.StashKey[list[Path]]()
+_machine_key = pytest.StashKey[MachineShare]()
+_began_key = pytest.StashKey[float]()
 
 
+def pytest_configure(config: pytest.Config) -> None:
+    """In a pytest-xdist worker: join the run's machine lock, and hand out ports no other worker does."""
+    config.stash[_began_key] = time.time()
+    worker = getattr(config, "workerinput", None)
+    config.stash[_machine_key] = MachineShare(cache_dir() / "test-machine-lock" if worker else None)
+    if worker:
+        os.environ["STRAIT_PORT_SHARD"] = f"{worker['workerid'].removeprefix('gw')}/{worker['workercount']}"
+
+
+@pytest.hookimpl(tryfirst=True)  # before xdist reads the groups
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
-    """Mark each test by its folder (tests/unit, tests/integration, tests/e2e)."""
+    """Mark each test by its folder (tests/unit, tests/integration, tests/e2e), and keep the tests that
+    share a module- or package-scoped fixture on one xdist worker (``--dist loadgroup``)."""
     for item in items:
         for part in Path(str(item.fspath)).parts:
             if part in _MARKER_BY_FOLDER:
                 item.add_marker(_MARKER_BY_FOLDER[part])
+        group = _shared_fixture_scope(item)
+        if group is not None:
+            item.add_marker(pytest.mark.xdist_group(group))
+
+
+def _shared_fixture_scope(item: pytest.Item) -> str | None:
+    """The package or module whose fixtures the test shares with others, if any."""
+    info = getattr(item, "_fixtureinfo", None)
+    definitions = [d for defs in (info.name2fixturedefs.values() if info else ()) for d in defs]
+    packages = sorted(d.baseid for d in definitions if d.scope == "package")
+    if packages:
+        return packages[0] or "tests"
+    if any(d.scope == "module" for d in definitions):
+        return item.nodeid.split("::")[0]
+    return None
+
+
+@pytest.hookimpl(hookwrapper=True, tryfirst=True)  # outside pytest-timeout: waiting for the lock is not the test's time
+def pytest_runtest_protocol(item: pytest.Item, nextitem: pytest.Item | None) -> Iterator[None]:
+    """Each test holds the machine shared from set-up to teardown (see tests/support/machine.py)."""
+    machine = item.config.stash[_machine_key]
+    machine.begin_test()
+    try:
+        yield
+    finally:
+        machine.end_test()
+
+
+def pytest_terminal_summary(terminalreporter: pytest.TerminalReporter, config: pytest.Config) -> None:
+    """Print the sections tests wrote for this run's summary (tests/support/summary.py)."""
+    for title, lines in summaries_since(config.stash.get(_began_key, time.time())):
+        terminalreporter.section(title)
+        for line in lines:
+            terminalreporter.write_line(line)
+
+
+@pytest.fixture(scope="session")
+def machine(pytestconfig: pytest.Config) -> MachineShare:
+    """This worker's share of the machine: ``with machine.alone():`` around what is timed."""
+    return pytestconfig.stash[_machine_key]
+
+
+@pytest.fixture(scope="module")
+def alone_in_module(machine: MachineShare) -> Iterator[None]:
+    """The whole module runs with no other xdist worker running a test (its verdicts rest on timing)."""
+    with machine.alone():
+        yield
 
 
 @pytest.hookimpl(hookwrapper=True)

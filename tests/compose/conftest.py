@@ -11,8 +11,9 @@ import pytest
 
 from tests.compose.engine import DockerHost, EngineUnavailable, base_images, docker_host
 from tests.compose.lab import ComposeLab
+from tests.support.machine import MachineShare
+from tests.support.summary import add_summary
 
-_report = pytest.StashKey[list[str]]()
 
 
 @pytest.fixture(scope="session")
@@ -38,8 +39,11 @@ def _free_port() -> int:
 
 
 @pytest.fixture(scope="module")
-def compose_lab(docker: DockerHost, request: pytest.FixtureRequest) -> Iterator[ComposeLab]:
-    """The compose lab built and booted with `up --wait` (every service but Grafana), taken down after."""
+def compose_lab(docker: DockerHost, machine: MachineShare) -> Iterator[ComposeLab]:
+    """The compose lab built and booted with `up --wait` (every service but Grafana), taken down after.
+
+    Built and booted beside other tests; its checks run alone on the machine (a lease taken over
+    within one TTL, the copy under load on the spark-cluster profile)."""
     began = time.monotonic()
     bases = base_images(docker)
     lab = ComposeLab(docker, f"strait-test-{uuid.uuid4().hex[:6]}",
@@ -49,8 +53,9 @@ def compose_lab(docker: DockerHost, request: pytest.FixtureRequest) -> Iterator[
     try:
         lab.timed("build", "build")
         lab.timed("boot", "up", "--detach", "--wait", "--wait-timeout", "600", *lab.services())
-        request.config.stash[_report] = _describe(lab)
-        yield lab
+        add_summary("strait compose lab", _describe(lab))
+        with machine.alone():
+            yield lab
     except Exception:
         print(lab.logs())
         raise
@@ -65,11 +70,3 @@ def _describe(lab: ComposeLab) -> list[str]:
             lab.compose("ps", "-a", "--format", "table {{.Service}}\t{{.Image}}\t{{.Status}}", timeout=60).stdout,
             "images:", *sorted(line for line in images.splitlines() if line.startswith("strait"))]
 
-
-def pytest_terminal_summary(terminalreporter: pytest.TerminalReporter, config: pytest.Config) -> None:
-    """Print how the compose lab booted in this run."""
-    lines = config.stash.get(_report, [])
-    if lines:
-        terminalreporter.section("strait compose lab")
-        for line in lines:
-            terminalreporter.write_line(line)

@@ -27,7 +27,7 @@ LAB_PORT_OFFSETS = (79, 90, 91, 92, 93, 94, 95, 100, 101, 200, 201)
 
 def _free_base_port() -> int:
     for _ in range(200):
-        base = random.randrange(20000, 60000, 100)
+        base = random.randrange(20000, 32000, 100)  # below the ephemeral ports that free_port() hands out
         if all(port_is_free(base + offset) for offset in LAB_PORT_OFFSETS):
             return base
     raise RuntimeError("no free block of lab ports")

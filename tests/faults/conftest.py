@@ -13,6 +13,8 @@ import pytest
 from strait_lab.kafka import KafkaCluster, KafkaClusterSpec
 from strait_lab.redis import RedisServer
 from strait_lab.services import StraitProcess
+from tests.support.machine import MachineShare
+from tests.support.summary import add_summary
 from tests.faults.drill import (
     DRILL_TOPICS,
     REPORT_PATH,
@@ -26,7 +28,6 @@ from tests.faults.drill import (
 )
 
 log = logging.getLogger(__name__)
-_rig_started = pytest.StashKey[bool]()
 
 BROKER_OVERRIDES = {"min.insync.replicas": "2", "default.replication.factor": "3"}
 
@@ -38,10 +39,10 @@ def mode() -> Mode:
 
 
 @pytest.fixture(scope="package")
-def rig(lab_root: Path, request: pytest.FixtureRequest) -> Iterator[Rig]:
-    """Clusters C and D (3 brokers each), a dedicated Redis, the config in Redis and the replicator."""
+def rig(lab_root: Path, machine: MachineShare) -> Iterator[Rig]:
+    """Clusters C and D (3 brokers each), a dedicated Redis, the config in Redis and the replicator;
+    once it copies, the drills run alone on the machine (their stalls and recoveries are timed)."""
     REPORT_PATH.unlink(missing_ok=True)
-    request.config.stash[_rig_started] = True
     workdir = lab_root / f"faults-{uuid.uuid4().hex[:6]}"
     clusters = [KafkaCluster(KafkaClusterSpec(alias, brokers=3, overrides={"log.retention.ms": "-1",
                                                                            **BROKER_OVERRIDES}),
@@ -61,8 +62,10 @@ def rig(lab_root: Path, request: pytest.FixtureRequest) -> Iterator[Rig]:
         rig.apply(rig.build_config(rig.topics))
         rig.start_replicator()
         _warm_up(rig)
-        yield rig
+        with machine.alone():
+            yield rig
     finally:
+        _summarize()
         if rig is not None:
             rig.stop()
         redis.stop()
@@ -95,10 +98,8 @@ def replicas(rig: Rig) -> Iterator[Callable[..., list[StraitProcess]]]:
         process.kill()  # the drill is over; a graceful stop only costs time
 
 
-def pytest_terminal_summary(terminalreporter: pytest.TerminalReporter, config: pytest.Config) -> None:
-    """Print the per-fault table of this run (rows from .cache/fault-report.json)."""
-    rows = read_report() if config.stash.get(_rig_started, False) else []
+def _summarize() -> None:
+    """The per-fault table of this run, for the run's closing summary."""
+    rows = read_report()
     if rows:
-        terminalreporter.section("strait fault drills")
-        terminalreporter.write_line(format_report(rows))
-        terminalreporter.write_line(f"(rows in {REPORT_PATH})")
+        add_summary("strait fault drills", [format_report(rows), f"(rows in {REPORT_PATH})"])

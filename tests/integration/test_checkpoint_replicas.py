@@ -37,7 +37,7 @@ from strait.records import Checkpoint, Heartbeat, OffsetSync, RecordFormatError
 from tests.integration.replicator_support import wait_for, write_config
 from tests.integration.test_checkpoint_support import commit_offsets
 
-pytestmark = pytest.mark.slow
+pytestmark = [pytest.mark.slow, pytest.mark.usefixtures("alone_in_module")]  # take-overs within a lease TTL
 
 LEASE_TTL = 4.0
 ALIASES = ("A1", "A2", "A3")

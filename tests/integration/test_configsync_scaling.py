@@ -8,6 +8,7 @@ import time
 from collections.abc import Callable
 from pathlib import Path
 
+import pytest
 import redis
 
 from strait.coord.leases import Leases
@@ -21,6 +22,8 @@ from tests.integration.test_configsync_support import (
     strait_config,
     sync_flow,
 )
+
+pytestmark = pytest.mark.usefixtures("alone_in_module")  # hand-over within a lease TTL
 
 LEASE_TTL = 4.0
 ALIASES = ("A1", "A2", "A3")

@@ -19,6 +19,8 @@ from strait.coord.leases import Lease, LeaseKeeper, LeaseLostError, Leases
 from strait.coord.redis_client import CoordinationUnavailableError, connect
 from strait_lab.redis import RedisServer
 
+pytestmark = pytest.mark.usefixtures("alone_in_module")  # sub-second TTLs
+
 HELPER = Path(__file__).with_name("coord_member_proc.py")
 
 

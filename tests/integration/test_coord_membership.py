@@ -11,6 +11,8 @@ from strait.coord.membership import MemberKeeper, Membership
 from strait.coord.redis_client import connect
 from strait_lab.redis import RedisServer
 
+pytestmark = pytest.mark.usefixtures("alone_in_module")  # sub-second TTLs
+
 ITEMS = [f"topic-{i}" for i in range(30)]
 
 

@@ -33,7 +33,7 @@ from strait_lab.services import StraitProcess
 from strait_lab.topology import LAB_SERVICES, LabSpec
 from tests.integration.replicator_support import count, flow_config, wait_for, write_config
 
-pytestmark = [pytest.mark.integration, pytest.mark.slow]
+pytestmark = [pytest.mark.integration, pytest.mark.slow, pytest.mark.usefixtures("alone_in_module")]  # stop bounds
 
 COMPONENTS = ("configsync", "replicator", "heartbeat", "checkpoint")
 STOP_BOUND = 10.0  # seconds from SIGTERM to exit, per process

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 import socket
 import threading
 
@@ -11,14 +12,23 @@ _lock = threading.Lock()
 _handed_out: set[int] = set()
 
 
+def _shard() -> tuple[int, int]:
+    """(index, count) from ``STRAIT_PORT_SHARD=i/n``: labs started side by side (parallel test workers)
+    each take only ports p with (p // 2) % n == i, so none hands out a port another is about to bind
+    (by pairs: Linux hands out even ports to bind(0) and keeps the odd ones for connect())."""
+    index, _, count = os.environ.get("STRAIT_PORT_SHARD", "0/1").partition("/")
+    return int(index), max(1, int(count or 1))
+
+
 def free_port() -> int:
-    """A loopback port that is free now and not yet handed out by this process."""
+    """A loopback port that is free now, not yet handed out by this process, and in its shard."""
+    index, count = _shard()
     with _lock:
         while True:
             with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
                 sock.bind(("127.0.0.1", 0))
                 port = sock.getsockname()[1]
-            if port not in _handed_out:
+            if port not in _handed_out and (port // 2) % count == index % count:
                 _handed_out.add(port)
                 return port
 

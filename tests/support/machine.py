@@ -1,0 +1,70 @@
+"""Parallel test workers (pytest-xdist) share the machine; a test whose verdict rests on timing runs alone.
+
+Every test holds a shared lock on the machine from its set-up to its teardown. A test, module or
+fixture that measures time (a fault drill's stall, a stop within 10 s, a lease taken over within one
+TTL) holds it exclusively through :func:`alone`: the other workers finish the test they are in and
+wait. A turnstile lock keeps new shared holders out while an exclusive holder waits, so a drill is
+never starved. Without xdist every call is a no-op: a single worker is always alone.
+"""
+
+from __future__ import annotations
+
+import fcntl
+import os
+from collections.abc import Iterator
+from contextlib import contextmanager
+from pathlib import Path
+
+
+class MachineShare:
+    """This worker's hold on the machine lock of one test run (lock files in ``folder``)."""
+
+    def __init__(self, folder: Path | None) -> None:
+        self._main: int | None = None
+        self._turnstile: int | None = None
+        if folder is not None:
+            folder.mkdir(parents=True, exist_ok=True)
+            self._main = os.open(folder / "machine.lock", os.O_RDWR | os.O_CREAT, 0o644)
+            self._turnstile = os.open(folder / "turnstile.lock", os.O_RDWR | os.O_CREAT, 0o644)
+        self._in_test = False
+        self._alone_depth = 0
+
+    def _through_turnstile(self, mode: int) -> None:
+        assert self._main is not None and self._turnstile is not None
+        fcntl.flock(self._turnstile, fcntl.LOCK_EX)
+        try:
+            fcntl.flock(self._main, mode)
+        finally:
+            fcntl.flock(self._turnstile, fcntl.LOCK_UN)
+
+    def begin_test(self) -> None:
+        """Take the shared hold for one test (kept as is inside an exclusive region)."""
+        self._in_test = True
+        if self._main is not None and self._alone_depth == 0:
+            self._through_turnstile(fcntl.LOCK_SH)
+
+    def end_test(self) -> None:
+        """Drop the test's shared hold."""
+        self._in_test = False
+        if self._main is not None and self._alone_depth == 0:
+            fcntl.flock(self._main, fcntl.LOCK_UN)
+
+    @contextmanager
+    def alone(self) -> Iterator[None]:
+        """No other worker runs a test while the block runs (nests; spans tests when a fixture holds it)."""
+        if self._main is None or self._alone_depth > 0:
+            self._alone_depth += 1
+            try:
+                yield
+            finally:
+                self._alone_depth -= 1
+            return
+        # Drop our own shared hold first: two workers each waiting to be alone must not wait on each other.
+        fcntl.flock(self._main, fcntl.LOCK_UN)
+        self._through_turnstile(fcntl.LOCK_EX)
+        self._alone_depth = 1
+        try:
+            yield
+        finally:
+            self._alone_depth = 0
+            fcntl.flock(self._main, fcntl.LOCK_SH if self._in_test else fcntl.LOCK_UN)
