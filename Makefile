@@ -12,7 +12,7 @@ PYTEST_ARGS ?=
 # two cores nearly halve it; tests that time something run alone (tests/support/machine.py).
 # TEST_WORKERS=0 runs everything in one process.
 TEST_WORKERS ?= 2
-PARALLEL := -n $(TEST_WORKERS) --dist loadgroup
+PARALLEL := -n $(TEST_WORKERS)
 
 .PHONY: help deps lab test test-unit test-integration test-e2e test-compose up down clean bench bench-quick bench-paths test-faults test-compat
 

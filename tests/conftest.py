@@ -17,6 +17,7 @@ from collections.abc import Callable, Iterator
 from pathlib import Path
 
 import pytest
+from xdist.scheduler import LoadScopeScheduling
 
 from strait.paths import cache_dir
 from strait_lab import deps
@@ -44,29 +45,32 @@ def pytest_configure(config: pytest.Config) -> None:
         os.environ["STRAIT_PORT_SHARD"] = f"{worker['workerid'].removeprefix('gw')}/{worker['workercount']}"
 
 
-@pytest.hookimpl(tryfirst=True)  # before xdist reads the groups
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
-    """Mark each test by its folder (tests/unit, tests/integration, tests/e2e), and keep the tests that
-    share a module- or package-scoped fixture on one xdist worker (``--dist loadgroup``)."""
+    """Mark each test by its folder (tests/unit, tests/integration, tests/e2e)."""
     for item in items:
         for part in Path(str(item.fspath)).parts:
             if part in _MARKER_BY_FOLDER:
                 item.add_marker(_MARKER_BY_FOLDER[part])
-        group = _shared_fixture_scope(item)
-        if group is not None:
-            item.add_marker(pytest.mark.xdist_group(group))
 
 
-def _shared_fixture_scope(item: pytest.Item) -> str | None:
-    """The package or module whose fixtures the test shares with others, if any."""
-    info = getattr(item, "_fixtureinfo", None)
-    definitions = [d for defs in (info.name2fixturedefs.values() if info else ()) for d in defs]
-    packages = sorted(d.baseid for d in definitions if d.scope == "package")
-    if packages:
-        return packages[0] or "tests"
-    if any(d.scope == "module" for d in definitions):
-        return item.nodeid.split("::")[0]
-    return None
+# Folders whose tests share a package-scoped fixture (the fault drills' rig): one xdist worker runs them all.
+_PACKAGE_SCOPES = ("tests/faults/",)
+
+
+class _ByFileOrPackage(LoadScopeScheduling):
+    """xdist's scheduling by file (a module's fixtures are set up once), with the folders above kept whole.
+
+    (xdist's own ``loadgroup`` marks do not work with pytest 9: they rename the node id, which pytest
+    9 no longer takes.)"""
+
+    def _split_scope(self, nodeid: str) -> str:
+        path = nodeid.split("::", 1)[0]
+        return next((scope for scope in _PACKAGE_SCOPES if path.startswith(scope)), path)
+
+
+def pytest_xdist_make_scheduler(config: pytest.Config, log: object) -> LoadScopeScheduling:
+    """The scheduler of ``pytest -n N``: by file, the fault drills' folder as one unit."""
+    return _ByFileOrPackage(config, log)
 
 
 @pytest.hookimpl(hookwrapper=True, tryfirst=True)  # outside pytest-timeout: waiting for the lock is not the test's time
