@@ -6,15 +6,12 @@ import json
 import logging
 import subprocess
 import time
-from collections.abc import Callable
 from dataclasses import dataclass, field
-from typing import Any, TypeVar
+from typing import Any
 
 from tests.compose.engine import DockerHost, compose_file
 
 log = logging.getLogger(__name__)
-
-T = TypeVar("T")
 
 # Grafana's image is on no registry this machine reaches and cannot be stood in for from Debian:
 # the lab boots without it; the dashboards are proven by their queries on a live Prometheus.
@@ -80,15 +77,3 @@ class ComposeLab:
     def down(self) -> None:
         """``down -v --remove-orphans``: containers, networks and volumes of the project go."""
         self.compose("down", "-v", "--remove-orphans", "--timeout", "20", timeout=600, check=False)
-
-
-def eventually(check: Callable[[], T | None], timeout: float, what: str, every: float = 3.0) -> T:
-    """The first truthy result of ``check`` within ``timeout`` seconds; fails naming ``what``."""
-    deadline = time.monotonic() + timeout
-    last: Any = None
-    while time.monotonic() < deadline:
-        last = check()
-        if last:
-            return last
-        time.sleep(every)
-    raise AssertionError(f"{what}: not within {timeout:.0f}s (last: {last!r})")

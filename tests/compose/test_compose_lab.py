@@ -21,7 +21,8 @@ from typing import Any
 import pytest
 
 from strait.settings import DEFAULT_LEASE_TTL
-from tests.compose.lab import WITHOUT, ComposeLab, eventually
+from tests.compose.lab import WITHOUT, ComposeLab
+from tests.support.waiting import wait_for
 
 # the first test's set-up builds the engine's tools, the base images and the lab's images
 pytestmark = [pytest.mark.compose, pytest.mark.slow, pytest.mark.timeout(2400)]
@@ -61,7 +62,7 @@ def test_the_load_generators_group_is_checkpointed_on_b(compose_lab: ComposeLab)
                                 "--source-down", "--json")
         rows = json.loads(done.stdout)["partitions"] if done.returncode == 0 and done.stdout.strip() else []
         return rows or None
-    rows = eventually(checkpoints, 180, f"checkpoints of {GROUP} on B")
+    rows = wait_for(checkpoints, 180, f"checkpoints of {GROUP} on B", interval=3)
     print(f"{len(rows)} partitions of {GROUP} checkpointed on B")
 
 
@@ -73,7 +74,7 @@ def test_prometheus_scrapes_every_strait_service_and_the_brokers_with_rules_load
         up = {t["labels"]["job"] for t in targets if t["health"] == "up"}
         wanted = {*STRAIT_JOBS, "kafka"}
         return up if wanted <= up else None
-    eventually(healthy_jobs, 120, "every strait service and the brokers scraped")
+    wait_for(healthy_jobs, 120, "every strait service and the brokers scraped", interval=3)
     brokers = {t["labels"].get("cluster") for t in _get(f"{base}/targets")["data"]["activeTargets"]
                if t["labels"]["job"] == "kafka" and t["health"] == "up"}
     assert brokers == {"a", "b"}, brokers
@@ -95,7 +96,7 @@ def test_checkpoint_shards_spread_over_three_replicas_and_move_off_a_killed_one(
         held = _shard_holders(compose_lab)
         holders = {holder.split("-", 1)[0] for holder in held.values()}
         return held if holders == set(hosts) else None
-    held = eventually(spread, 120, "the checkpoint shards spread over three containers", every=2)
+    held = wait_for(spread, 120, "the checkpoint shards spread over three containers", interval=2)
     print("shards: " + ", ".join(f"{shard} -> {hosts[h.split('-', 1)[0]]}" for shard, h in sorted(held.items())))
 
     victim = next(iter(hosts))
@@ -105,7 +106,7 @@ def test_checkpoint_shards_spread_over_three_replicas_and_move_off_a_killed_one(
     def moved() -> dict[str, str] | None:
         now = _shard_holders(compose_lab)
         return now if len(now) == len(held) and all(not h.startswith(victim) for h in now.values()) else None
-    eventually(moved, LEASE_TTL * 3, "the killed container's shards taken by the others", every=0.5)
+    wait_for(moved, LEASE_TTL * 3, "the killed container's shards taken by the others", interval=0.5)
     took = time.monotonic() - killed
     print(f"shards of the SIGKILLed checkpoint container held by the others {took:.1f}s after the kill "
           f"(lease TTL {LEASE_TTL:.0f}s)")
@@ -127,7 +128,8 @@ def test_the_replicator_moves_onto_the_spark_cluster_profile_and_copies_through_
         alive = [w for w in state["workers"] if w["state"] == "ALIVE"] if state else []
         busy = len(alive) == 2 and all(w["coresused"] == 1 for w in alive)
         return state if busy and len(state["activeapps"]) == 1 else None
-    state = eventually(executors_on_both_workers, 240, "the replicator's executors on both Spark workers", every=5)
+    state = wait_for(executors_on_both_workers, 240, "the replicator's executors on both Spark workers",
+                     interval=5)
     app = state["activeapps"][0]
     print(f"Spark application {app['name']} ({app['id']}) on {app['cores']} cores: "
           + ", ".join(f"{w['host']} {w['coresused']}/{w['cores']} cores" for w in state["workers"]))
@@ -139,13 +141,13 @@ def test_the_replicator_moves_onto_the_spark_cluster_profile_and_copies_through_
             if applications else None
         working = [e for e in executors or [] if e["id"] != "driver" and e["activeTasks"] + e["completedTasks"] > 0]
         return working if len({e["hostPort"].rsplit(":", 1)[0] for e in working}) == 2 else None
-    working = eventually(tasks_on_both, 240, "copy tasks run by the executors of both workers", every=5)
+    working = wait_for(tasks_on_both, 240, "copy tasks run by the executors of both workers", interval=5)
     print("tasks per executor (active, completed): "
           + ", ".join(f"{e['hostPort']} {e['activeTasks']}, {e['completedTasks']}" for e in working))
 
     copied = _replicated_total(compose_lab)
-    eventually(lambda: _replicated_total(compose_lab) > copied + 500, 180,
-               "records copied by the tasks on the workers", every=5)
+    wait_for(lambda: _replicated_total(compose_lab) > copied + 500, 180,
+             "records copied by the tasks on the workers", interval=5)
     report = _stop_load_and_verify(compose_lab, "strait verify of A.orders after the move onto the cluster")
     print(f"copied twice across the move: {sum(p['duplicates'] for p in report['partitions'])}")
 
@@ -172,7 +174,7 @@ def _stop_load_and_verify(lab: ComposeLab, what: str) -> dict[str, Any]:
     def verified() -> dict[str, Any] | None:
         done = lab.exec("configsync", "strait", "verify", "--flow", FLOW, "--topic", "orders", "--json", timeout=300)
         return json.loads(done.stdout) if done.returncode == 0 else None
-    report = eventually(verified, 240, what, every=10)
+    report = wait_for(verified, 240, what, interval=10)
     print(json.dumps(report)[:1000])
     return report
 

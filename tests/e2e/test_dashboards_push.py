@@ -9,12 +9,11 @@ from __future__ import annotations
 
 import json
 import os
-import subprocess
-import sys
 
 import pytest
 
 from strait.dashboards import DATASOURCE_UID, all_dashboards
+from tests.support.cli import strait
 
 GRAFANA_URL = os.environ.get("STRAIT_TEST_GRAFANA_URL")
 
@@ -27,8 +26,7 @@ def test_push_installs_datasource_and_dashboards_twice_without_error() -> None:
     from strait.cli.dashboards import credential_from_env
 
     for attempt in range(2):  # the second push overwrites the first
-        result = subprocess.run([sys.executable, "-m", "strait.cli", "dashboards", "push", "--grafana-url",
-                                 str(GRAFANA_URL), "--json"], capture_output=True, text=True, timeout=120)
+        result = strait("dashboards", "push", "--grafana-url", str(GRAFANA_URL), "--json")
         assert result.returncode == 0, result.stderr
         pushed = json.loads(result.stdout)
         assert set(pushed["dashboards"]) == {d.uid for d in all_dashboards()}

@@ -5,8 +5,6 @@ lost a record and for a flow that does not drain."""
 from __future__ import annotations
 
 import json
-import subprocess
-import sys
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
@@ -21,16 +19,11 @@ from strait_lab.clients import Record, consume_all, create_topic, produce
 from strait_lab.kafka import KafkaCluster
 from strait.records import Checkpoint, OffsetSync
 from strait.translation import committed_offsets
-from tests.integration.replicator_support import flow_config, write_config
-from tests.integration.test_checkpoint_support import commit_offsets
+from tests.support.cli import strait
+from tests.support.config import flow_config, write_config
+from tests.support.kafka import commit_offsets
 
 RECORDS = 20
-
-
-def _strait(*argv: str) -> subprocess.CompletedProcess[str]:
-    """`strait ARGV` as its own process (the failover module's entry point until it is wired into strait.cli)."""
-    return subprocess.run([sys.executable, "-m", "strait.cli", *argv], capture_output=True, text=True,
-                          timeout=180)
 
 
 def _copy(source: KafkaCluster, target: KafkaCluster, topic: str, partition: int, *, damage: int | None = None,
@@ -56,8 +49,7 @@ def _setup(source: KafkaCluster, target: KafkaCluster, redis_url: str, tmp_path:
     _copy(source, target, topic, 0)
     _copy(source, target, topic, 1, **copy)
     commit_offsets(source, group, [TopicPartition(topic, 0, 12, "m0"), TopicPartition(topic, 1, 5)])
-    config = flow_config(source, target, [topic], groups={"include": [group]})
-    config["redis_url"] = redis_url
+    config = flow_config(source, target, [topic], redis_url=redis_url, groups={"include": [group]})
     client = redis.Redis.from_url(redis_url)
     apply_config(client, load_config(write_config(tmp_path / "strait.yaml", config)), "test")
     return client
@@ -75,7 +67,7 @@ def test_failover_dry_run_then_real_moves_the_group_and_stops_the_flow(
     topic, group = unique_name("orders"), unique_name("billing")
     client = _setup(source_cluster, target_cluster, redis_url, tmp_path, topic, group)
 
-    dry = _strait("failover", "--flow", "A->B", "--dry-run", "--json", "--redis-url", redis_url)
+    dry = strait("failover", "--flow", "A->B", "--dry-run", "--json", "--redis-url", redis_url, timeout=180)
     assert dry.returncode == 0, dry.stdout + dry.stderr
     report = json.loads(dry.stdout)
     assert report["dry_run"] and report["drained"] and report["clean"]
@@ -87,7 +79,7 @@ def test_failover_dry_run_then_real_moves_the_group_and_stops_the_flow(
     assert _target_offsets(target_cluster, topic, group) == {}
     assert load_stored_config(client)[1].flow("A->B").enabled
 
-    real = _strait("failover", "--flow", "A->B", "--group", group, "--redis-url", redis_url)
+    real = strait("failover", "--flow", "A->B", "--group", group, "--redis-url", redis_url, timeout=180)
     assert real.returncode == 0, real.stdout + real.stderr
     assert "failover of flow A->B: drained" in real.stdout
     line = next(line for line in real.stdout.splitlines() if line.startswith(group) and f" {topic} " in line
@@ -108,19 +100,20 @@ def test_failover_reports_lost_records_and_an_undrained_flow(
     topic, group = unique_name("orders"), unique_name("billing")
     client = _setup(source_cluster, target_cluster, redis_url, tmp_path, topic, group, damage=9)
 
-    damaged = _strait("failover", "--flow", "A->B", "--group", group, "--dry-run", "--json", "--redis-url", redis_url)
+    damaged = strait("failover", "--flow", "A->B", "--group", group, "--dry-run", "--json",
+                     "--redis-url", redis_url, timeout=180)
     assert damaged.returncode == 3, damaged.stdout + damaged.stderr
     rows = {p["partition"]: p for p in json.loads(damaged.stdout)["groups"][0]["partitions"]}
     assert (rows[0]["lost"], rows[0]["reread"]) == (0, 0)
     assert (rows[1]["lost"], rows[1]["reread"]) == (1, 1)  # p1-9 unread on A; its copy on B differs
 
     produce(source_cluster.client_config(), topic, [Record(b"late", b"never copied", partition=0)])
-    stuck = _strait("failover", "--flow", "A->B", "--timeout", "3", "--redis-url", redis_url)
+    stuck = strait("failover", "--flow", "A->B", "--timeout", "3", "--redis-url", redis_url, timeout=180)
     assert stuck.returncode == 4, stuck.stdout + stuck.stderr
     assert f"behind: {topic}[0] end {RECORDS + 1} copied to {RECORDS} (1 records)" in stuck.stdout
     assert "nothing was changed" in stuck.stdout
     assert load_stored_config(client)[1].flow("A->B").enabled
     assert _target_offsets(target_cluster, topic, group) == {}
 
-    missing = _strait("failover", "--flow", "A->C", "--redis-url", redis_url)
+    missing = strait("failover", "--flow", "A->C", "--redis-url", redis_url, timeout=180)
     assert missing.returncode == 1 and "no flow 'A->C'" in missing.stderr

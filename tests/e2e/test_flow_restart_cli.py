@@ -5,9 +5,6 @@ from __future__ import annotations
 
 import json
 import re
-import subprocess
-import sys
-import time
 from collections.abc import Callable
 from pathlib import Path
 
@@ -18,9 +15,10 @@ from strait.coord.restarts import read_marks
 from strait_lab.clients import create_topic
 from strait_lab.kafka import KafkaCluster
 from strait_lab.services import StraitProcess
-from tests.integration.replicator_support import (
-    NumberedLoad, count, flow_config, numbered_copies, wait_for, write_config,
-)
+from tests.support.cli import strait
+from tests.support.config import flow_config, write_config
+from tests.support.kafka import NumberedLoad, count, numbered_copies
+from tests.support.waiting import wait_for
 
 pytestmark = pytest.mark.slow
 
@@ -37,10 +35,10 @@ def test_flow_restart_restarts_every_service_on_the_flow_and_loses_nothing(
     topic = unique_name("restarted")
     remote = f"A.{topic}"
     create_topic(source_cluster.admin(), topic, partitions=PARTITIONS, config={"retention.ms": "-1"})
-    config = flow_config(source_cluster, target_cluster, [topic], checkpoint_shards=SHARDS)
-    config["redis_url"] = redis_url
-    assert _strait("config", "apply", str(write_config(tmp_path / "strait.yaml", config)),
-                   "--redis-url", redis_url).returncode == 0
+    config = flow_config(source_cluster, target_cluster, [topic], redis_url=redis_url,
+                         checkpoint_shards=SHARDS)
+    assert strait("config", "apply", str(write_config(tmp_path / "strait.yaml", config)),
+                  "--redis-url", redis_url, timeout=180, show=True).returncode == 0
     client = redis.Redis.from_url(redis_url)
     replicator = services("replicator", "--redis-url", redis_url)
     supervised = {name: services(name, "--redis-url", redis_url, "--lease-ttl", "5") for name in SUPERVISED}
@@ -52,7 +50,8 @@ def test_flow_restart_restarts_every_service_on_the_flow_and_loses_nothing(
         wait_for(lambda: read_marks(client, "strait", parts).keys() == set(parts), 60,
                  "every service running its part of the flow")
 
-        restart = _strait("flow", "restart", "A->B", "--wait", "120", "--redis-url", redis_url)
+        restart = strait("flow", "restart", "A->B", "--wait", "120", "--redis-url", redis_url,
+                         timeout=180, show=True)
         print(restart.stdout)
         assert restart.returncode == 0, restart.stdout + restart.stderr
         for part in parts:
@@ -74,7 +73,8 @@ def test_flow_restart_restarts_every_service_on_the_flow_and_loses_nothing(
     after = re.findall(rf"topic={re.escape(topic)} resumes evidence=(\S+) duplicates_at_most=(\S+)",
                        log_text.split(marker, 1)[1])
     assert after and after[0] == ("strait-progress", "0"), after  # a graceful stop: its progress is exact
-    status = json.loads(_strait("flow", "status", "A->B", "--json", "--redis-url", redis_url).stdout)
+    status = json.loads(strait("flow", "status", "A->B", "--json", "--redis-url", redis_url,
+                               timeout=180, show=True).stdout)
     assert status["restarted_at"] and status["version"] == 2
 
     copies = numbered_copies(target_cluster, remote)
@@ -92,29 +92,28 @@ def test_restarting_a_disabled_flow_is_refused_and_a_reapplied_file_asks_for_no_
 ) -> None:
     config = flow_config(source_cluster, target_cluster, ["nothing"])
     path = write_config(tmp_path / "strait.yaml", config)
-    assert _strait("config", "apply", str(path), "--redis-url", redis_url).returncode == 0
+    assert strait("config", "apply", str(path), "--redis-url", redis_url,
+                  timeout=180, show=True).returncode == 0
 
-    restarted = _strait("flow", "restart", "A->B", "--redis-url", redis_url)
+    restarted = strait("flow", "restart", "A->B", "--redis-url", redis_url, timeout=180, show=True)
     assert restarted.returncode == 0 and "configuration version 2 (was 1)" in restarted.stdout, restarted.stderr
-    shown = json.loads(_strait("config", "show", "--json", "--redis-url", redis_url).stdout)
+    shown = json.loads(strait("config", "show", "--json", "--redis-url", redis_url,
+                              timeout=180, show=True).stdout)
     assert shown["source"] == "strait flow restart A->B" and shown["config"]["flows"][0]["restarted_at"]
 
-    assert _strait("config", "apply", str(path), "--redis-url", redis_url).returncode == 0
-    shown = json.loads(_strait("config", "show", "--json", "--redis-url", redis_url).stdout)
+    assert strait("config", "apply", str(path), "--redis-url", redis_url,
+                  timeout=180, show=True).returncode == 0
+    shown = json.loads(strait("config", "show", "--json", "--redis-url", redis_url,
+                              timeout=180, show=True).stdout)
     assert shown["version"] == 3 and shown["config"]["flows"][0]["restarted_at"] is None
 
-    assert _strait("flow", "disable", "A->B", "--redis-url", redis_url).returncode == 0
-    refused = _strait("flow", "restart", "A->B", "--redis-url", redis_url)
+    assert strait("flow", "disable", "A->B", "--redis-url", redis_url, timeout=180, show=True).returncode == 0
+    refused = strait("flow", "restart", "A->B", "--redis-url", redis_url, timeout=180, show=True)
     assert refused.returncode == 1 and "flow A->B is disabled" in refused.stderr
-    assert _strait("flow", "enable", "A->B", "--redis-url", redis_url).returncode == 0
-    nothing_runs = _strait("flow", "restart", "A->B", "--wait", "5", "--redis-url", redis_url)
+    assert strait("flow", "enable", "A->B", "--redis-url", redis_url, timeout=180, show=True).returncode == 0
+    nothing_runs = strait("flow", "restart", "A->B", "--wait", "5", "--redis-url", redis_url,
+                          timeout=180, show=True)
     assert nothing_runs.returncode == 0 and "no part of it runs now" in nothing_runs.stdout
-    bad_wait = _strait("flow", "restart", "A->B", "--wait", "inf", "--redis-url", redis_url)
+    bad_wait = strait("flow", "restart", "A->B", "--wait", "inf", "--redis-url", redis_url,
+                      timeout=180, show=True)
     assert bad_wait.returncode == 2 and "expected a number of seconds of 0 or more, got 'inf'" in bad_wait.stderr
-
-
-def _strait(*args: str) -> subprocess.CompletedProcess[str]:
-    started = time.monotonic()
-    done = subprocess.run([sys.executable, "-m", "strait.cli", *args], capture_output=True, text=True, timeout=180)
-    print(f"strait {' '.join(args[:3])}: exit {done.returncode} in {time.monotonic() - started:.1f}s")
-    return done

@@ -3,8 +3,6 @@
 from __future__ import annotations
 
 import json
-import subprocess
-import sys
 from collections.abc import Callable
 from pathlib import Path
 
@@ -14,14 +12,9 @@ from strait.kafka.admin import create_topics, internal_topic
 from strait_lab.clients import Record, create_topic, produce
 from strait_lab.kafka import KafkaCluster
 from strait.records import OffsetSync
-from tests.integration.replicator_support import flow_config, write_config
-from tests.integration.test_checkpoint_support import commit_offsets
-
-
-def _strait_offsets(*argv: str) -> subprocess.CompletedProcess[str]:
-    """`strait offsets ARGV` as its own process."""
-    return subprocess.run([sys.executable, "-m", "strait.cli", "offsets", *argv], capture_output=True, text=True,
-                          timeout=120)
+from tests.support.cli import strait
+from tests.support.config import flow_config, write_config
+from tests.support.kafka import commit_offsets
 
 
 def test_translate_prints_exact_offsets_and_what_is_not_replicated(
@@ -39,7 +32,8 @@ def test_translate_prints_exact_offsets_and_what_is_not_replicated(
     commit_offsets(source_cluster, group, commits)
     config = write_config(tmp_path / "strait.yaml", flow_config(source_cluster, target_cluster, [topic]))
 
-    result = _strait_offsets("translate", "--flow", "A->B", "--group", group, "--config", str(config), "--json")
+    result = strait("offsets", "translate", "--flow", "A->B", "--group", group, "--config", str(config),
+                    "--json")
 
     assert result.returncode == 3, result.stdout + result.stderr  # partition 1 is not replicated yet
     rows = {row["partition"]: row for row in json.loads(result.stdout)["partitions"]}
@@ -47,10 +41,10 @@ def test_translate_prints_exact_offsets_and_what_is_not_replicated(
         (f"A.{topic}", 12, 110, "ckpt")
     assert rows[1]["downstream"] is None and "not replicated" in rows[1]["reason"]
 
-    text = _strait_offsets("translate", "--flow", "A->B", "--group", group, "--config", str(config))
+    text = strait("offsets", "translate", "--flow", "A->B", "--group", group, "--config", str(config))
     assert text.returncode == 3
     line = next(line for line in text.stdout.splitlines() if line.startswith(topic) and " 0 " in line)
     assert line.split()[:5] == [topic, "0", "12", f"A.{topic}", "110"]
 
-    missing = _strait_offsets("translate", "--flow", "A->C", "--group", group, "--config", str(config))
+    missing = strait("offsets", "translate", "--flow", "A->C", "--group", group, "--config", str(config))
     assert missing.returncode == 1 and "no flow 'A->C'" in missing.stderr

@@ -11,20 +11,14 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-import yaml
 
 from strait import cli
 from strait.cli import status
 from strait_lab.clients import create_topic
 from strait_lab.kafka import KafkaCluster
-from tests.integration.replicator_support import wait_for
-from tests.integration.test_configsync_support import (
-    ConfigSyncProcess,
-    cluster_entry,
-    partitions,
-    strait_config,
-    sync_flow,
-)
+from tests.integration.test_configsync_support import ConfigSyncProcess, partitions, sync_flow
+from tests.support.config import cluster_entry, strait_config, write_config
+from tests.support.waiting import wait_for
 
 SLOW = 60.0  # intervals far beyond the test's waits: only a configuration change explains a quick sync
 
@@ -40,7 +34,7 @@ def _status(capsys: pytest.CaptureFixture[str], *argv: str) -> str:
 
 
 def _apply(path: Path, config: dict[str, Any], redis_url: str) -> None:
-    path.write_text(yaml.safe_dump(config, sort_keys=False))
+    write_config(path, config)
     assert cli.main(["config", "apply", str(path), "--redis-url", redis_url]) == 0
 
 

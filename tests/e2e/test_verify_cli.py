@@ -3,8 +3,6 @@
 from __future__ import annotations
 
 import json
-import subprocess
-import sys
 from collections.abc import Callable, Sequence
 from dataclasses import replace
 from pathlib import Path
@@ -13,15 +11,10 @@ from strait.kafka.admin import create_topics, internal_topic
 from strait_lab.clients import Record, create_topic, produce
 from strait_lab.kafka import KafkaCluster
 from strait.records import OffsetSync
-from tests.integration.replicator_support import flow_config, write_config
+from tests.support.cli import strait
+from tests.support.config import flow_config, write_config
 
 SYNCS = "mm2-offset-syncs.B.internal"
-
-
-def _strait_verify(*argv: str) -> subprocess.CompletedProcess[str]:
-    """`strait verify ARGV` as its own process."""
-    return subprocess.run([sys.executable, "-m", "strait.cli", "verify", *argv], capture_output=True, text=True,
-                          timeout=120)
 
 
 def _copy(target: KafkaCluster, source: KafkaCluster, topic: str, records: Sequence[Record],
@@ -47,24 +40,24 @@ def test_verify_exit_codes_report_and_json(
     config = str(write_config(tmp_path / "strait.yaml", flow_config(source_cluster, target_cluster, [topic])))
 
     _copy(target_cluster, source_cluster, topic, records[:10], range(0, 10), range(0, 10))  # batch 1
-    behind = _strait_verify("--flow", "A->B", "--topic", topic, "--config", config)
+    behind = strait("verify", "--flow", "A->B", "--topic", topic, "--config", config)
     assert behind.returncode == 1, behind.stdout + behind.stderr
     assert f"{topic}[0] -> A.{topic}[0]: 10 record(s) not replicated yet" in behind.stdout
 
     _copy(target_cluster, source_cluster, topic, records[10:15], range(10, 15), range(10, 15), synced=False)
     _copy(target_cluster, source_cluster, topic, records[10:], range(10, 20), range(15, 25))  # batch 2 replayed
-    text = _strait_verify("--flow", "A->B", "--topic", topic, "--config", config)
+    text = strait("verify", "--flow", "A->B", "--topic", topic, "--config", config)
     assert text.returncode == 0, text.stdout + text.stderr
     row = next(line for line in text.stdout.splitlines() if line.startswith(topic))
     assert row.split()[1:5] == ["0", "0..19", "0..24", "20"] and row.endswith("ok")
     assert text.stdout.splitlines()[-1].startswith("PARITY: flow A->B, 1 partition(s): 20 source records, 20 matched")
 
-    as_json = _strait_verify("--flow", "A->B", "--topic", topic, "--config", config, "--json")
+    as_json = strait("verify", "--flow", "A->B", "--topic", topic, "--config", config, "--json")
     document = json.loads(as_json.stdout)
     assert as_json.returncode == 0 and document["ok"] and document["totals"]["duplicates"] == 5
     assert document["partitions"][0]["source_sha256"] == document["partitions"][0]["target_sha256"]
 
-    unknown = _strait_verify("--flow", "A->B", "--topic", "nope", "--config", config)
+    unknown = strait("verify", "--flow", "A->B", "--topic", "nope", "--config", config)
     assert unknown.returncode == 1 and "flow A->B: topic(s) nope not replicated by this flow" in unknown.stderr
 
 
@@ -82,7 +75,7 @@ def test_verify_fails_on_records_appended_after_the_last_copy(
     # A replay of 8..11 by a restarted replicator whose syncs are not written yet: copies, not strangers.
     _copy(target_cluster, source_cluster, topic, records[8:], range(8, 12), range(12, 16), synced=False)
 
-    in_flight = _strait_verify("--flow", "A->B", "--topic", topic, "--config", config, "--json")
+    in_flight = strait("verify", "--flow", "A->B", "--topic", topic, "--config", config, "--json")
     assert in_flight.returncode == 0, in_flight.stdout + in_flight.stderr
     clean = json.loads(in_flight.stdout)["partitions"][0]
     assert (clean["target_tail"], clean["unexpected_tail"]) == (4, 0)
@@ -90,7 +83,7 @@ def test_verify_fails_on_records_appended_after_the_last_copy(
     strangers = [Record(b"k3", b"not a copy", (), 1, 0), Record(None, b"x", (("h", b"y"),), 2, 0)]
     produce(target_cluster.client_config(), f"A.{topic}", strangers)  # someone else writes to the remote topic
 
-    text = _strait_verify("--flow", "A->B", "--topic", topic, "--config", config)
+    text = strait("verify", "--flow", "A->B", "--topic", topic, "--config", config)
     assert text.returncode == 1, text.stdout + text.stderr
     assert (f"{topic}[0] -> A.{topic}[0]: 2 target record(s) after the last copy are copies of no source record "
             f"(target offsets 16..17)") in text.stdout
@@ -98,7 +91,7 @@ def test_verify_fails_on_records_appended_after_the_last_copy(
             in text.stdout)
     assert text.stdout.splitlines()[-1].startswith("MISMATCH: flow A->B, 1 partition(s): 12 source records")
 
-    as_json = _strait_verify("--flow", "A->B", "--topic", topic, "--config", config, "--json")
+    as_json = strait("verify", "--flow", "A->B", "--topic", topic, "--config", config, "--json")
     document = json.loads(as_json.stdout)
     partition = document["partitions"][0]
     assert as_json.returncode == 1 and not document["ok"] and document["totals"]["unexpected_tail"] == 2

@@ -27,8 +27,6 @@ import json
 import logging
 import os
 import re
-import subprocess
-import sys
 import threading
 import time
 from collections.abc import Callable, Mapping
@@ -47,7 +45,10 @@ from strait_lab.services import StraitProcess
 from strait.paths import cache_dir
 from strait.progress import read_offsets_topic
 from strait.verify import FlowParity, verify_flow
-from tests.integration.replicator_support import last_values, wait_for, write_config
+from tests.support.cli import strait
+from tests.support.config import flow_config, write_config
+from tests.support.kafka import last_values
+from tests.support.waiting import wait_for
 
 log = logging.getLogger(__name__)
 
@@ -375,34 +376,27 @@ class Rig:
 
     def build_config(self, topics: list[str], rate_limit: float | None = None) -> dict[str, Any]:
         """The configuration: one flow C->D over ``topics`` with fast schedules for the drills."""
-        flow: dict[str, Any] = {
-            "source": self.source.alias, "target": self.target.alias,
+        limit = {} if rate_limit is None else {"rate_limit_records_per_second": rate_limit}
+        return flow_config(
+            self.source, self.target,
             # and any topic a drill creates later as <prefix>-late-<name>
-            "topics": {"include": [re.escape(t) for t in topics] + [rf"{re.escape(self.prefix)}-late-.*"]},
-            "groups": {"include": [rf"{re.escape(self.prefix)}-.*"]},
-            "replication_factor": 3,
-            "refresh_topics": {"enabled": True, "interval_seconds": 3},
-            "refresh_groups": {"enabled": True, "interval_seconds": 2},
-            "sync_topic_configs": {"enabled": True, "interval_seconds": 1},
-            "emit_heartbeats": {"enabled": True, "interval_seconds": 1},
-            "emit_checkpoints": {"enabled": True, "interval_seconds": 1},
-        }
-        if rate_limit is not None:
-            flow["rate_limit_records_per_second"] = rate_limit
-        return {
-            "clusters": {self.source.alias: {"bootstrap_servers": self.source.bootstrap_servers},
-                         self.target.alias: {"bootstrap_servers": self.target.bootstrap_servers}},
-            "redis_url": self.redis.url,
-            "flows": [flow],
-        }
+            [re.escape(t) for t in topics] + [rf"{re.escape(self.prefix)}-late-.*"],
+            redis_url=self.redis.url,
+            groups={"include": [rf"{re.escape(self.prefix)}-.*"]},
+            replication_factor=3,
+            refresh_groups={"enabled": True, "interval_seconds": 2},
+            sync_topic_configs={"enabled": True, "interval_seconds": 1},
+            emit_heartbeats={"enabled": True, "interval_seconds": 1},
+            emit_checkpoints={"enabled": True, "interval_seconds": 1},
+            **limit,
+        )
 
     def apply(self, config: dict[str, Any]) -> None:
         """`strait config apply` a new configuration version into the rig's Redis."""
         self.config = config
         write_config(self.config_path, config)
-        result = subprocess.run([sys.executable, "-m", "strait.cli", "config", "apply", str(self.config_path),
-                                 "--redis-url", self.redis.url], capture_output=True, text=True, timeout=120,
-                                env={**os.environ, **self.durable_env})
+        result = strait("config", "apply", str(self.config_path), "--redis-url", self.redis.url,
+                        env=self.durable_env)
         assert result.returncode == 0, f"strait config apply failed: {result.stdout}{result.stderr}"
 
     def create_topic(self, topic: str, cluster: KafkaCluster | None = None) -> None:

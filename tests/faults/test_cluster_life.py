@@ -30,7 +30,8 @@ from tests.faults.drill import (
     FLOW, CopyWatch, Drill, DrillResult, KeyedLoad, Mode, Rig, TopicTail, leader_index, librdkafka_log, longest_gap,
     record, wait_copied,
 )
-from tests.integration.replicator_support import count, wait_for
+from tests.support.kafka import count
+from tests.support.waiting import wait_for
 
 pytestmark = [pytest.mark.faults, pytest.mark.slow]
 

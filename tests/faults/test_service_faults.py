@@ -6,8 +6,6 @@ from __future__ import annotations
 
 import random
 import re
-import subprocess
-import sys
 import time
 from collections.abc import Callable
 
@@ -24,8 +22,9 @@ from strait_lab.clients import consume_all
 from strait_lab.services import StraitProcess
 from strait.records import Checkpoint, Heartbeat, RecordFormatError
 from tests.faults.drill import FLOW, LEASE_TTL, PARTITIONS, Drill, DrillResult, Mode, Rig, record, start_all
-from tests.integration.replicator_support import last_values, wait_for
-from tests.integration.test_checkpoint_support import commit_offsets
+from tests.support.cli import strait
+from tests.support.kafka import commit_offsets, last_values
+from tests.support.waiting import wait_for
 
 pytestmark = [pytest.mark.faults, pytest.mark.slow]
 
@@ -247,8 +246,7 @@ def test_redis_sigkill(rig: Rig, mode: Mode) -> None:
             drill.inject(lambda: _restart_replicator(rig))
             drill.recovered()
             _new_topic_reaches_the_target(rig, f"late-{n}")
-            shown = subprocess.run([sys.executable, "-m", "strait.cli", "config", "show", "--redis-url", rig.redis.url],
-                                   capture_output=True, text=True, timeout=60)
+            shown = strait("config", "show", "--redis-url", rig.redis.url, timeout=60)
             assert shown.returncode == 0 and f"source: {rig.source.alias}" in shown.stdout \
                 and re.escape(drill.topic) in shown.stdout, shown.stdout + shown.stderr
             time.sleep(mode.between_seconds)

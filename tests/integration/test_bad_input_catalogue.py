@@ -10,8 +10,6 @@ from __future__ import annotations
 import json
 import os
 import signal
-import subprocess
-import sys
 from collections.abc import Callable, Iterator
 from pathlib import Path
 
@@ -23,8 +21,10 @@ from strait_lab.clients import Record, consume_all, create_topic, produce
 from strait_lab.kafka import KafkaCluster
 from strait_lab.services import StraitProcess
 from strait.records import Checkpoint, RecordFormatError
-from tests.integration.replicator_support import count, flow_config, wait_for, write_config
-from tests.integration.test_checkpoint_support import commit_offsets
+from tests.support.cli import strait
+from tests.support.config import flow_config, write_config
+from tests.support.kafka import commit_offsets, count
+from tests.support.waiting import wait_for
 
 pytestmark = pytest.mark.slow
 
@@ -185,9 +185,8 @@ def test_corrupt_offset_syncs_checkpoints_and_heartbeats_are_skipped_and_counted
     topic, group = unique_name("corrupt"), unique_name("corrupt-group")
     create_topic(source_cluster.admin(), topic, partitions=1, config=KEEP_FOREVER)
     produce(source_cluster.client_config(), topic, [Record(b"k", str(i).encode()) for i in range(20)])
-    config = flow_config(source_cluster, target_cluster, [topic], groups={"include": [group]},
-                         emit_checkpoints={"interval_seconds": 1})
-    config["redis_url"] = redis_url
+    config = flow_config(source_cluster, target_cluster, [topic], redis_url=redis_url,
+                         groups={"include": [group]}, emit_checkpoints={"interval_seconds": 1})
     path = write_config(tmp_path / "strait.yaml", config)
     syncs_topic, checkpoints_topic = "mm2-offset-syncs.B.internal", "A.checkpoints.internal"
     services("replicator", "--config", str(path))
@@ -224,9 +223,8 @@ def test_corrupt_offset_syncs_checkpoints_and_heartbeats_are_skipped_and_counted
     assert "corrupt heartbeat skipped" in heartbeat.process.log_path.read_text()
 
     # The command line reads the same syncs topic: it skips the garbage and answers exactly.
-    shown = subprocess.run([sys.executable, "-m", "strait.cli", "offsets", "translate", "--flow", "A->B",
-                            "--group", group, "--json", "--config", str(path)],
-                           capture_output=True, text=True, timeout=180)
+    shown = strait("offsets", "translate", "--flow", "A->B", "--group", group, "--json",
+                   "--config", str(path), timeout=180)
     assert shown.returncode == 0, shown.stderr
     partitions = json.loads(shown.stdout)["partitions"]
     assert [(p["remote_topic"], p["upstream"], p["downstream"]) for p in partitions] == \

@@ -28,10 +28,11 @@ from strait_lab.kafka import KafkaCluster
 from strait_lab.services import StraitProcess
 from strait.records import Checkpoint, RecordFormatError
 from strait.translation import committed_offsets, translate_source_group
-from tests.integration.replicator_support import flow_config, wait_for, write_config
-from tests.integration.test_checkpoint_support import commit_offsets
 from tests.integration.test_mm2_compat import _offsets_by_partition, _x
 from tests.oracle.mm2_oracle import TRANSLATE_TIMEOUT_MS, Mm2Oracle
+from tests.support.config import flow_config, write_config
+from tests.support.kafka import commit_offsets, consume_and_commit
+from tests.support.waiting import wait_for
 
 pytestmark = pytest.mark.slow
 
@@ -127,21 +128,9 @@ def _arbitrary_offsets(snapshot: Snapshot, ends: dict[tuple[str, int], int], rng
     return chosen
 
 
-def _commit(cluster: KafkaCluster, group: str, offsets: dict[tuple[str, int], int]) -> None:
-    partitions = [TopicPartition(t, p, o, f"meta-{t[-4:]}-{p}-{o}") for (t, p), o in sorted(offsets.items())]
-    commit_offsets(cluster, group, partitions)
-
-
-def _consume_and_commit(cluster: KafkaCluster, group: str, topics: list[str], records: int) -> None:
-    """A real consumer: read some records, commit its position, leave."""
-    consumer = Consumer({**cluster.client_config(), "group.id": group, "auto.offset.reset": "earliest",
-                         "enable.auto.commit": False})
-    consumer.subscribe(topics)
-    read, deadline = 0, time.monotonic() + 60
-    while read < records and time.monotonic() < deadline:
-        read += sum(1 for m in consumer.consume(10, timeout=1) if not m.error())
-    consumer.commit(asynchronous=False)
-    consumer.close()
+def _with_metadata(offsets: dict[tuple[str, int], int]) -> list[TopicPartition]:
+    """The offsets to commit, each with a metadata string of its own."""
+    return [TopicPartition(t, p, o, f"meta-{t[-4:]}-{p}-{o}") for (t, p), o in sorted(offsets.items())]
 
 
 def _committed(cluster: KafkaCluster, group: str, topics: list[str]) -> dict[tuple[str, int], tuple[int, str]]:
@@ -195,15 +184,14 @@ def test_consumers_resume_on_the_target_exactly(
     prefix = unique_name("grp")
     arbitrary, consuming = f"{prefix}-arbitrary", f"{prefix}-consuming"
     rng = random.Random(11)
-    _commit(source_cluster, arbitrary, _arbitrary_offsets(source, ends, rng))
-    _consume_and_commit(source_cluster, consuming, topics, sum(map(len, source.values())) // 2)
+    commit_offsets(source_cluster, arbitrary, _with_metadata(_arbitrary_offsets(source, ends, rng)))
+    consume_and_commit(source_cluster, consuming, topics, sum(map(len, source.values())) // 2, timeout=60)
 
-    config = flow_config(source_cluster, target_cluster, topics,
+    config = flow_config(source_cluster, target_cluster, topics, redis_url=redis_url,
                          groups={"include": [f"{prefix}-.*"]},
                          emit_checkpoints={"interval_seconds": 1},
                          sync_group_offsets={"enabled": True, "interval_seconds": 1})
     config["clusters"]["A"]["consumer"] = {"isolation.level": "read_committed"}
-    config["redis_url"] = redis_url
     path = write_config(tmp_path / "strait.yaml", config)
     services("replicator", "--config", str(path))
     checkpointer = services("checkpoint", "--config", str(path), "--lease-ttl", "3")
@@ -246,7 +234,7 @@ def test_consumers_resume_on_the_target_exactly(
     # Restart: the arbitrary group is reset on the source meanwhile (some offsets move back).
     checkpointer.stop()
     reset = {k: 0 if i % 2 == 0 else o for i, (k, (o, _m)) in enumerate(sorted(groups[arbitrary].items()))}
-    _commit(source_cluster, arbitrary, reset)
+    commit_offsets(source_cluster, arbitrary, _with_metadata(reset))
     restarted = services("checkpoint", "--config", str(path), "--lease-ttl", "3")
     groups[arbitrary] = _committed(source_cluster, arbitrary, topics)
     wait_for(lambda: _covers(_latest(_checkpoint_records(target_cluster, {arbitrary}), arbitrary), groups[arbitrary]),

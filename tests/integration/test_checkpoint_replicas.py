@@ -34,8 +34,9 @@ from strait_lab.clients import Record, consume_all, create_topic, produce
 from strait_lab.kafka import KafkaCluster
 from strait_lab.services import StraitProcess
 from strait.records import Checkpoint, Heartbeat, OffsetSync, RecordFormatError
-from tests.integration.replicator_support import wait_for, write_config
-from tests.integration.test_checkpoint_support import commit_offsets
+from tests.support.config import write_config
+from tests.support.kafka import commit_offsets
+from tests.support.waiting import wait_for
 
 pytestmark = [pytest.mark.slow, pytest.mark.usefixtures("alone_in_module")]  # take-overs within a lease TTL
 
@@ -64,11 +65,6 @@ def _replicated(source: KafkaCluster, target: KafkaCluster, prefix: str, alias: 
     create_topics(target.admin(), "B", [internal_topic(syncs_topic, 1)])
     syncs = [OffsetSync(topic, p, up, up) for p in range(2) for up in (0, RECORDS - 1)]
     produce(target.client_config(), syncs_topic, [Record(s.key_bytes(), s.value_bytes(), partition=0) for s in syncs])
-
-
-def _commit(source: KafkaCluster, prefix: str, alias: str, offsets: tuple[int, int]) -> None:
-    commit_offsets(source, f"{prefix}-{alias}-g", [TopicPartition(f"{prefix}-{alias}-t", p, o)
-                                                   for p, o in enumerate(offsets)])
 
 
 def _checkpoints(target: KafkaCluster, prefix: str, alias: str) -> dict[int, tuple[int, int]]:
@@ -129,7 +125,8 @@ def test_three_replicas_spread_flows_fence_heartbeats_and_take_over(
     prefix = unique_name("rep")
     for alias in ALIASES:
         _replicated(source_cluster, target_cluster, prefix, alias)
-        _commit(source_cluster, prefix, alias, (4, 7))
+        commit_offsets(source_cluster, f"{prefix}-{alias}-g", [TopicPartition(f"{prefix}-{alias}-t", p, o)
+                                                               for p, o in enumerate((4, 7))])
     path = write_config(tmp_path / "strait.yaml", _config(source_cluster, target_cluster, prefix, redis_url))
     args = ("--config", str(path), "--lease-ttl", str(LEASE_TTL))
     checkpointers = [services("checkpoint", *args) for _ in range(3)]
@@ -158,7 +155,9 @@ def test_three_replicas_spread_flows_fence_heartbeats_and_take_over(
     print(f"hand-over after SIGKILL: checkpoint {checkpoint_took:.1f}s, heartbeat {heartbeat_took:.1f}s "
           f"(lease TTL {LEASE_TTL:.0f}s)")
     assert checkpoint_took <= LEASE_TTL + 1.5 and heartbeat_took <= LEASE_TTL + 1.5
-    _commit(source_cluster, prefix, "A2", (9, 2))  # the group moves on (and back on partition 1)
+    # the group moves on (and back on partition 1)
+    commit_offsets(source_cluster, f"{prefix}-A2-g", [TopicPartition(f"{prefix}-A2-t", p, o)
+                                                      for p, o in enumerate((9, 2))])
     wait_for(lambda: _checkpoints(target_cluster, prefix, "A2") == {0: (9, 9), 1: (2, 2)}, 30,
              "checkpoints of the moved flow from its new holder")
     before = _emitted(beaters[new_beater], moved)

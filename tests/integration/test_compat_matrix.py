@@ -12,8 +12,6 @@ which the rest of the suite covers.
 from __future__ import annotations
 
 import json
-import subprocess
-import sys
 import time
 from collections.abc import Callable, Iterator
 from pathlib import Path
@@ -31,9 +29,11 @@ from strait_lab.clients import Record, consume_all, create_topic, produce
 from strait_lab.kafka import DEFAULT_KAFKA_VERSION, KAFKA_VERSIONS, KafkaCluster
 from strait_lab.services import StraitProcess
 from tests.integration.compat_support import FULL
-from tests.integration.replicator_support import count, wait_for, write_config
-from tests.integration.test_checkpoint_support import commit_offsets
 from tests.integration.test_configsync_support import acls, add_acls, overrides
+from tests.support.cli import strait
+from tests.support.config import flow_config, write_config
+from tests.support.kafka import commit_offsets, count
+from tests.support.waiting import wait_for
 
 pytestmark = [pytest.mark.slow, pytest.mark.compat]
 
@@ -91,14 +91,17 @@ def test_strait_replicates_syncs_and_fails_over_between_kafka_versions(
     wait_for(lambda: any(b.name == remote and b.principal == READER for b in acls(target)), 60, "the topic's ACL synced")
     wait_for(lambda: _checkpointed(target, source.alias, group) == COMMITTED, 90, "the group's checkpoints")
 
-    translated = _strait("offsets", "translate", "--flow", flow, "--group", group, "--json", "--redis-url", redis_url)
+    translated = strait("offsets", "translate", "--flow", flow, "--group", group, "--json",
+                        "--redis-url", redis_url, timeout=300, show=True)
     rows = json.loads(translated.stdout)["partitions"]
     assert {row["partition"]: row["downstream"] for row in rows} == COMMITTED, translated.stdout
 
-    verified = _strait("verify", "--flow", flow, "--topic", topic, "--redis-url", redis_url)
+    verified = strait("verify", "--flow", flow, "--topic", topic, "--redis-url", redis_url,
+                      timeout=300, show=True)
     assert verified.returncode == 0, verified.stdout + verified.stderr
 
-    moved = _strait("failover", "--flow", flow, "--group", group, "--json", "--redis-url", redis_url)
+    moved = strait("failover", "--flow", flow, "--group", group, "--json", "--redis-url", redis_url,
+                   timeout=300, show=True)
     assert moved.returncode == 0, moved.stdout + moved.stderr
     report = json.loads(moved.stdout)
     assert report["drained"] and report["clean"], report
@@ -111,14 +114,9 @@ def test_strait_replicates_syncs_and_fails_over_between_kafka_versions(
 def _apply(source: KafkaCluster, target: KafkaCluster, topic: str, group: str, redis_url: str,
            tmp_path: Path) -> None:
     schedule = {"enabled": True, "interval_seconds": 2}
-    config = {
-        "redis_url": redis_url,
-        "clusters": {c.alias: {"bootstrap_servers": c.bootstrap_servers} for c in (source, target)},
-        "flows": [{"source": source.alias, "target": target.alias, "topics": {"include": [topic]},
-                   "groups": {"include": [group]}, "replication_factor": 1, "refresh_topics": schedule,
-                   "sync_topic_configs": schedule, "sync_topic_acls": schedule,
-                   "emit_checkpoints": {"enabled": True, "interval_seconds": 1}}],
-    }
+    config = flow_config(source, target, [topic], redis_url=redis_url, groups={"include": [group]},
+                         refresh_topics=schedule, sync_topic_configs=schedule, sync_topic_acls=schedule,
+                         emit_checkpoints={"enabled": True, "interval_seconds": 1})
     apply_config(redis.Redis.from_url(redis_url), load_config(write_config(tmp_path / "strait.yaml", config)),
                  "compat")
 
@@ -134,9 +132,3 @@ def _checkpointed(target: KafkaCluster, source_alias: str, group: str) -> dict[i
         if checkpoint.group == group:
             newest[checkpoint.partition] = checkpoint.downstream_offset
     return newest
-
-
-def _strait(*args: str) -> subprocess.CompletedProcess[str]:
-    done = subprocess.run([sys.executable, "-m", "strait.cli", *args], capture_output=True, text=True, timeout=300)
-    print(f"strait {' '.join(args[:2])}: exit {done.returncode}\n{done.stdout}{done.stderr[-2000:]}")
-    return done

@@ -4,9 +4,6 @@ unreachable topic, or one that is not compacted, is a clear error that stores no
 
 from __future__ import annotations
 
-import os
-import subprocess
-import sys
 import time
 from collections.abc import Callable
 from pathlib import Path
@@ -22,7 +19,9 @@ from strait_lab.kafka import KafkaCluster
 from strait_lab.ports import free_port
 from strait_lab.redis import RedisServer
 from strait_lab.services import StraitProcess
-from tests.integration.replicator_support import flow_config, wait_for, write_config
+from tests.support.cli import strait
+from tests.support.config import flow_config, write_config
+from tests.support.waiting import wait_for
 
 pytestmark = pytest.mark.slow
 
@@ -100,18 +99,18 @@ def test_show_falls_back_to_the_durable_copy_and_an_unreachable_topic_stores_not
     durable = DurableLocation(target_cluster.bootstrap_servers, unique_name("strait-config"))
     topic = unique_name("shown")
     path = write_config(tmp_path / "strait.yaml", flow_config(source_cluster, target_cluster, [topic]))
-    applied = _strait("config", "apply", str(path), "--redis-url", server.url, env=_durable_env(durable))
+    applied = strait("config", "apply", str(path), "--redis-url", server.url, env=_durable_env(durable))
     assert applied.returncode == 0, applied.stderr
     server.client().flushall()
 
-    shown = _strait("config", "show", "--redis-url", server.url, env=_durable_env(durable))
+    shown = strait("config", "show", "--redis-url", server.url, env=_durable_env(durable))
     assert shown.returncode == 0, shown.stderr
     assert "Redis holds no configuration; showing the durable copy" in shown.stderr
     assert "version 1" in shown.stdout and topic in shown.stdout
 
     dead = DurableLocation(f"127.0.0.1:{free_port()}", "strait-config")
     started = time.monotonic()
-    refused = _strait("config", "apply", str(path), "--redis-url", server.url, env=_durable_env(dead))
+    refused = strait("config", "apply", str(path), "--redis-url", server.url, env=_durable_env(dead))
     assert refused.returncode != 0
     assert f"topic strait-config on {dead.bootstrap}" in refused.stderr and "nothing was stored" in refused.stderr
     assert "Traceback" not in refused.stderr
@@ -121,13 +120,8 @@ def test_show_falls_back_to_the_durable_copy_and_an_unreachable_topic_stores_not
     # A topic created beforehand with the delete policy would lose the versions with its retention
     deleting = DurableLocation(target_cluster.bootstrap_servers, unique_name("strait-config-deleting"))
     create_topic(target_cluster.admin(), deleting.topic, partitions=1, config={"cleanup.policy": "delete"})
-    refused = _strait("config", "apply", str(path), "--redis-url", server.url, env=_durable_env(deleting))
+    refused = strait("config", "apply", str(path), "--redis-url", server.url, env=_durable_env(deleting))
     assert refused.returncode != 0
     assert f"topic {deleting.topic}" in refused.stderr and "cleanup.policy=delete" in refused.stderr
     assert "cleanup.policy=compact" in refused.stderr and "nothing was stored" in refused.stderr
     assert _stored(server) is None
-
-
-def _strait(*args: str, env: dict[str, str]) -> subprocess.CompletedProcess[str]:
-    return subprocess.run([sys.executable, "-m", "strait.cli", *args], capture_output=True, text=True, timeout=120,
-                          env={**os.environ, **env})

@@ -17,22 +17,21 @@ from confluent_kafka.admin import (
 
 from strait_lab.clients import create_topic
 from strait_lab.kafka import KafkaCluster
-from tests.integration.replicator_support import wait_for, write_config
 from tests.integration.test_configsync_support import (
     INTERVAL,
     ConfigSyncProcess,
     acls,
     add_acls,
     alter,
-    cluster_entry,
     overrides,
     partitions,
     remove_acls,
     report,
-    strait_config,
     sync_flow,
     topic_config,
 )
+from tests.support.config import cluster_entry, strait_config, write_config
+from tests.support.waiting import wait_for
 
 TOPIC, GROUP, BROKER = ResourceType.TOPIC, ResourceType.GROUP, ResourceType.BROKER
 LIT, PRE = ResourcePatternType.LITERAL, ResourcePatternType.PREFIXED

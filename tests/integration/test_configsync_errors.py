@@ -13,19 +13,18 @@ from confluent_kafka.admin import AclBinding, AclOperation, AclPermissionType, R
 from strait_lab.clients import create_topic
 from strait_lab.kafka import KafkaCluster
 from strait_lab.ports import free_port
-from tests.integration.replicator_support import wait_for, write_config
 from tests.integration.test_configsync_support import (
     STRAIT_USER,
     ConfigSyncProcess,
     add_acls,
     alter,
-    cluster_entry,
     overrides,
     partitions,
     report,
-    strait_config,
     sync_flow,
 )
+from tests.support.config import cluster_entry, strait_config, write_config
+from tests.support.waiting import wait_for
 
 ALLOW, DENY = AclPermissionType.ALLOW, AclPermissionType.DENY
 PRINCIPAL = f"User:{STRAIT_USER}"

@@ -14,14 +14,9 @@ import redis
 from strait.coord.leases import Leases
 from strait_lab.clients import create_topic
 from strait_lab.kafka import KafkaCluster
-from tests.integration.replicator_support import wait_for, write_config
-from tests.integration.test_configsync_support import (
-    ConfigSyncProcess,
-    cluster_entry,
-    partitions,
-    strait_config,
-    sync_flow,
-)
+from tests.integration.test_configsync_support import ConfigSyncProcess, partitions, sync_flow
+from tests.support.config import cluster_entry, strait_config, write_config
+from tests.support.waiting import wait_for
 
 pytestmark = pytest.mark.usefixtures("alone_in_module")  # hand-over within a lease TTL
 

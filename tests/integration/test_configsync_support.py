@@ -31,14 +31,6 @@ ConfigSyncProcess = StraitProcess  # `strait run configsync ARGS` as a real proc
 STRAIT_USER, STRAIT_PASSWORD = "strait", SCRAM_USERS["strait"]
 
 
-def cluster_entry(cluster: KafkaCluster, user: str | None = None) -> dict[str, Any]:
-    """A cluster in strait's YAML: PLAINTEXT (super user) or SCRAM as ``user``."""
-    if user is None:
-        return {"bootstrap_servers": cluster.bootstrap_servers}
-    settings = cluster.client_config(user)
-    return {"bootstrap_servers": settings.pop("bootstrap.servers"), "client": settings}
-
-
 def sync_flow(source: str, target: str, include: list[str], groups: list[str] | None = None,
               interval: float = INTERVAL, **extra: Any) -> dict[str, Any]:
     """One flow of a configsync test config: unique topic/group patterns, short intervals, RF 1."""
@@ -46,11 +38,6 @@ def sync_flow(source: str, target: str, include: list[str], groups: list[str] | 
     return {"source": source, "target": target, "topics": {"include": include},
             "groups": {"include": groups or ["none-.*"]}, "replication_factor": 1,
             "refresh_topics": schedule, "sync_topic_configs": schedule, "sync_topic_acls": schedule, **extra}
-
-
-def strait_config(clusters: Mapping[str, dict[str, Any]], flows: list[dict[str, Any]], redis_url: str) -> dict[str, Any]:
-    """A whole strait YAML config as a dict."""
-    return {"redis_url": redis_url, "clusters": dict(clusters), "flows": flows}
 
 
 def topic_config(cluster: KafkaCluster, topic: str) -> dict[str, tuple[str | None, ConfigSource]]:

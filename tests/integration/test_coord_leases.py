@@ -18,6 +18,7 @@ import redis
 from strait.coord.leases import Lease, LeaseKeeper, LeaseLostError, Leases
 from strait.coord.redis_client import CoordinationUnavailableError, connect
 from strait_lab.redis import RedisServer
+from tests.support.waiting import wait_for
 
 pytestmark = pytest.mark.usefixtures("alone_in_module")  # sub-second TTLs
 
@@ -34,14 +35,6 @@ def take(leases: Leases, name: str, holder: str, ttl: float) -> Lease:
     lease = leases.acquire(name, holder, ttl, wait=ttl + 3)
     assert lease is not None, f"{holder} could not acquire {name}"
     return lease
-
-
-def wait_until(condition: Callable[[], bool], timeout: float, what: str) -> None:
-    deadline = time.monotonic() + timeout
-    while not condition():
-        if time.monotonic() > deadline:
-            raise AssertionError(f"timed out after {timeout}s waiting for {what}")
-        time.sleep(0.02)
 
 
 # --- grants and tokens ----------------------------------------------------------------------------
@@ -133,7 +126,7 @@ def test_keeper_flags_loss_when_redis_shows_another_holder(leases: Leases, redis
     keeper = LeaseKeeper(leases, lease, on_lost=lambda _lease, reason: lost.append(reason)).start()
     redis.Redis.from_url(redis_url).delete("strait:lease:k")  # as after data loss
     thief = take(leases, "k", "b", 5)
-    wait_until(lambda: keeper.lost, 2, "the keeper to notice")
+    wait_for(lambda: keeper.lost, 2, "the keeper to notice", interval=0.02)
     assert len(lost) == 1 and "holder=b" in lost[0]
     with pytest.raises(LeaseLostError):
         keeper.ensure_valid()
@@ -225,7 +218,7 @@ def test_process_paused_past_its_ttl_does_not_act_after_resuming(
     helper = HelperProcess([redis_url, "job", key, "paused", str(ttl), mode])
     raw = redis.Redis.from_url(redis_url)
     try:
-        wait_until(lambda: len(helper.lines_since(0, "ACTED")) >= 3, 20, "the helper to act")
+        wait_for(lambda: len(helper.lines_since(0, "ACTED")) >= 3, 20, "the helper to act", interval=0.02)
         stale_token = int(helper.lines_since(0, "ACQUIRED")[0].split()[1])
         os.kill(helper.proc.pid, signal.SIGSTOP)
         time.sleep(ttl + 0.3)  # the lease expires in Redis while the holder is frozen

@@ -10,6 +10,7 @@ from strait.coord.assignment import Share, ShareTracker, assign
 from strait.coord.membership import MemberKeeper, Membership
 from strait.coord.redis_client import connect
 from strait_lab.redis import RedisServer
+from tests.support.waiting import wait_for
 
 pytestmark = pytest.mark.usefixtures("alone_in_module")  # sub-second TTLs
 
@@ -19,14 +20,6 @@ ITEMS = [f"topic-{i}" for i in range(30)]
 @pytest.fixture
 def membership(redis_url: str) -> Membership:
     return Membership(connect(redis_url))
-
-
-def wait_until(condition: Callable[[], bool], timeout: float, what: str) -> None:
-    deadline = time.monotonic() + timeout
-    while not condition():
-        if time.monotonic() > deadline:
-            raise AssertionError(f"timed out after {timeout}s waiting for {what}")
-        time.sleep(0.02)
 
 
 def test_join_heartbeat_leave_and_epochs(membership: Membership) -> None:
@@ -139,7 +132,8 @@ def test_keepers_rejoin_after_a_redis_restart_with_a_newer_epoch(
         stale = tracker.refresh(ITEMS)
         assert stale.stale and stale.items == before.items, "work goes on with the last share"
         server.start()
-        wait_until(lambda: membership.view("checkpoint").member_ids == ("m1",), 5, "m1 to register again")
+        wait_for(lambda: membership.view("checkpoint").member_ids == ("m1",), 5, "m1 to register again",
+                 interval=0.02)
         after = tracker.refresh(ITEMS)
         assert not after.stale and after.items == frozenset(ITEMS)
         assert after.epoch > before.epoch, "the epoch moves forward although Redis lost its counter"

@@ -27,7 +27,8 @@ from strait_replicator.live import stop_record
 from strait_replicator.source import CopyStreamReader, CopyTask, SourcePlan
 from strait_replicator.state import EpochOffsets
 from strait_replicator.writer import CopyRange, EpochLimits, WriterSettings, copy_ranges
-from tests.integration.replicator_support import count, records_by_partition, wait_for
+from tests.support.kafka import count, records_by_partition
+from tests.support.waiting import wait_for
 
 NEXT_OFFSET = writer.SUMMARY_FIELDS.index("next_offset")
 PARTITION = writer.SUMMARY_FIELDS.index("partition")

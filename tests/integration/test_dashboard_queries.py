@@ -13,7 +13,6 @@ from __future__ import annotations
 import json
 import re
 import threading
-import time
 from collections.abc import Callable, Iterator
 from pathlib import Path
 
@@ -29,7 +28,9 @@ from strait_lab.prometheus import PrometheusServer
 from strait_lab.redis import RedisServer
 from strait_lab.services import StraitProcess
 from strait.paths import repo_root
-from tests.integration.replicator_support import count, flow_config, wait_for, write_config
+from tests.support.config import flow_config, write_config
+from tests.support.kafka import consume_and_commit, count
+from tests.support.waiting import wait_for
 
 pytestmark = pytest.mark.slow
 
@@ -92,27 +93,6 @@ class Load:
         self.thread.join(30)
 
 
-def commit_group(cluster: KafkaCluster, topic: str, group: str) -> int:
-    """Consume what the topic holds as ``group`` and commit it, like an application on A would."""
-    from confluent_kafka import Consumer
-
-    consumer = Consumer({**cluster.client_config(), "group.id": group, "auto.offset.reset": "earliest",
-                         "enable.auto.commit": False})
-    consumed = 0
-    try:
-        consumer.subscribe([topic])
-        deadline = time.monotonic() + 15
-        while time.monotonic() < deadline and consumed < 200:
-            message = consumer.poll(1.0)
-            if message is not None and not message.error():
-                consumed += 1
-        if consumed:
-            consumer.commit(asynchronous=False)
-    finally:
-        consumer.close()
-    return consumed
-
-
 @pytest.fixture
 def strait_services(services: Callable[..., StraitProcess],
                     prometheus_server: PrometheusServer) -> Iterator[Callable[..., StraitProcess]]:
@@ -144,11 +124,10 @@ def test_every_dashboard_query_returns_data_from_running_services(
     create_topic(source_cluster.admin(), topic, partitions=3)
     create_topic(source_cluster.admin(), doomed, partitions=1)
     produce(source_cluster.client_config(), doomed, [Record(b"k", b"v", (("h", b"1"),))] * 10)
-    config = flow_config(source_cluster, target_cluster, [topic, doomed],
+    config = flow_config(source_cluster, target_cluster, [topic, doomed], redis_url=redis_url,
                          groups={"include": [group]},
                          sync_group_offsets={"enabled": True, "interval_seconds": 1},
                          emit_checkpoints={"enabled": True, "interval_seconds": 1})
-    config["redis_url"] = redis_url
     path = write_config(tmp_path / "strait.yaml", config)
     apply_config(redis_server.client(), load_config(path), str(path))
 
@@ -161,7 +140,7 @@ def test_every_dashboard_query_returns_data_from_running_services(
     with Load(source_cluster, topic, 3) as load:
         wait_for(lambda: count(target_cluster, f"A.{topic}") > 0 and count(target_cluster, f"A.{doomed}") == 10,
                  180, "records replicated to the target")
-        assert commit_group(source_cluster, topic, group) > 0
+        assert consume_and_commit(source_cluster, group, [topic], 200, timeout=15) > 0
         admin = source_cluster.admin()  # kept alive until the deletion's result arrives
         admin.delete_topics([doomed])[doomed].result(30)
 

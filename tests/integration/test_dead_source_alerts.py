@@ -25,7 +25,8 @@ from strait_lab.prometheus import PrometheusServer
 from strait_lab.runtime import Lab
 from strait_lab.services import StraitProcess
 from strait_lab.topology import LAB_SERVICES, LabSpec
-from tests.integration.replicator_support import count, wait_for
+from tests.support.kafka import count
+from tests.support.waiting import wait_for
 
 pytestmark = [pytest.mark.integration, pytest.mark.slow]
 

@@ -24,8 +24,6 @@ import json
 import os
 import random
 import signal
-import subprocess
-import sys
 import threading
 import time
 from collections.abc import Callable
@@ -42,7 +40,10 @@ from strait.errors import StraitError
 from strait_lab.clients import create_topic
 from strait_lab.kafka import KafkaCluster
 from strait_lab.services import StraitProcess
-from tests.integration.replicator_support import flow_config, records_by_partition, wait_for, write_config
+from tests.support.cli import strait
+from tests.support.config import flow_config, write_config
+from tests.support.kafka import records_by_partition
+from tests.support.waiting import wait_for
 
 pytestmark = [pytest.mark.slow, pytest.mark.faults]
 
@@ -134,11 +135,6 @@ class SlowGroup:
             thread.join(20)
 
 
-def _strait(*argv: str, timeout: float = 120) -> subprocess.CompletedProcess[str]:
-    return subprocess.run([sys.executable, "-m", "strait.cli", *argv], capture_output=True, text=True,
-                          timeout=timeout, env={**os.environ})
-
-
 def _source_position(value: bytes) -> tuple[int, int]:
     """(partition, source offset) of a load record: one idempotent producer, so its sequence is its offset."""
     partition, sequence = value.decode().split(":")
@@ -154,23 +150,16 @@ def _read_remote(target: KafkaCluster, topic: str) -> dict[int, list[int]]:
     return {p: [_source_position(r.value)[1] for r in records] for p, records in grouped.items()}
 
 
-def _drill_config(source: KafkaCluster, target: KafkaCluster, topic: str, redis_url: str, *, syncs_on_target: bool,
-                  group_sync: bool, copy_limit: int) -> dict[str, Any]:
-    config = flow_config(source, target, [topic], rate_limit_records_per_second=copy_limit,
-                         emit_checkpoints={"enabled": True, "interval_seconds": 1},
-                         sync_group_offsets={"enabled": group_sync, "interval_seconds": 1},
-                         offset_syncs_topic_location="target" if syncs_on_target else "source")
-    config["redis_url"] = redis_url
-    return config
-
-
 def _start(source: KafkaCluster, target: KafkaCluster, redis_url: str, services: Callable[..., StraitProcess],
            tmp_path: Path, topic: str, *, syncs_on_target: bool, group_sync: bool,
            copy_limit: int = COPY_LIMIT) -> StraitProcess:
     create_topic(source.admin(), topic, PARTITIONS)
-    path = write_config(tmp_path / "strait.yaml", _drill_config(source, target, topic, redis_url,
-                                                                 syncs_on_target=syncs_on_target, group_sync=group_sync,
-                                                                 copy_limit=copy_limit))
+    config = flow_config(source, target, [topic], redis_url=redis_url,
+                         rate_limit_records_per_second=copy_limit,
+                         emit_checkpoints={"enabled": True, "interval_seconds": 1},
+                         sync_group_offsets={"enabled": group_sync, "interval_seconds": 1},
+                         offset_syncs_topic_location="target" if syncs_on_target else "source")
+    path = write_config(tmp_path / "strait.yaml", config)
     apply_config(redis.Redis.from_url(redis_url), load_config(path), "disaster drill")
     services("replicator", "--redis-url", redis_url, "--epoch-seconds", "5")
     heartbeat = services("heartbeat", "--redis-url", redis_url)
@@ -201,7 +190,7 @@ def _run_until_copying(source: KafkaCluster, target: KafkaCluster, topic: str, g
 
 def _failover_json(flow: str, redis_url: str, *extra: str) -> tuple[dict[str, Any], int, float]:
     started = time.monotonic()
-    done = _strait("failover", "--flow", flow, "--json", "--redis-url", redis_url, *extra)
+    done = strait("failover", "--flow", flow, "--json", "--redis-url", redis_url, *extra)
     assert done.returncode in (0, 3), f"failover failed ({done.returncode}): {done.stdout}\n{done.stderr}"
     return json.loads(done.stdout), done.returncode, time.monotonic() - started
 
@@ -235,14 +224,15 @@ def _resume_on_target(target: KafkaCluster, group: str, remote: str, seconds: fl
 def _translations_without_the_source(flow: str, group: str, redis_url: str, topic: str,
                                      moved: dict[int, dict[str, Any]]) -> None:
     """`strait offsets translate` with the source dead: the group from checkpoints, one offset from the syncs."""
-    shown = _strait("offsets", "translate", "--flow", flow, "--group", group, "--json", "--redis-url", redis_url)
+    shown = strait("offsets", "translate", "--flow", flow, "--group", group, "--json",
+                   "--redis-url", redis_url)
     assert shown.returncode == 0, shown.stdout + shown.stderr
     rows = {r["partition"]: r for r in json.loads(shown.stdout)["partitions"]}
     for partition, row in moved.items():
         assert (rows[partition]["upstream"], rows[partition]["downstream"]) == \
             (row["checkpoint_upstream"], row["checkpoint_downstream"])
-        one = _strait("offsets", "translate", "--flow", flow, "--topic", topic, "--partition", str(partition),
-                      "--offset", str(row["checkpoint_upstream"]), "--json", "--redis-url", redis_url)
+        one = strait("offsets", "translate", "--flow", flow, "--topic", topic, "--partition", str(partition),
+                     "--offset", str(row["checkpoint_upstream"]), "--json", "--redis-url", redis_url)
         assert one.returncode == 0, one.stdout + one.stderr
         assert json.loads(one.stdout)["downstream"] == row["checkpoint_downstream"]
 
@@ -284,7 +274,7 @@ def test_source_killed_failover_reports_exact_rpo_and_bounded_reread(
     _v, config = load_stored_config(redis.Redis.from_url(redis_url))
     assert not config.flow(flow).enabled, "the flow must be stopped by the failover"
 
-    status = _strait("status", "--json", "--redis-url", redis_url)
+    status = strait("status", "--json", "--redis-url", redis_url)
     source_row = [row["source"] for row in json.loads(status.stdout)["flows"] if row["flow"] == flow][0]
     print(f"strait status: {source_row['summary']}")
     assert source_row["reachable"] is False and source_row["unreachable_since"] is not None
@@ -351,11 +341,11 @@ def test_source_frozen_failover_then_stranded_records_copied_on_request(
             node.signal(signal.SIGCONT)
     for thread in stopping:
         thread.join()
-    wait_for(lambda: _strait("failback", "--flow", flow, "--stranded", "list", "--json", "--redis-url", redis_url,
-                             timeout=60).returncode == 0, 60, "the source answering again")
+    wait_for(lambda: strait("failback", "--flow", flow, "--stranded", "list", "--json", "--redis-url",
+                            redis_url, timeout=60).returncode == 0, 60, "the source answering again")
 
-    listed = json.loads(_strait("failback", "--flow", flow, "--stranded", "list", "--json", "--redis-url",
-                                redis_url).stdout)
+    listed = json.loads(strait("failback", "--flow", flow, "--stranded", "list", "--json", "--redis-url",
+                               redis_url).stdout)
     print(f"stranded: {listed['records']} records in {len(listed['stranded'])} range(s); lost at failover "
           f"{sum(lost.values())}")
     # Records A appended but never acknowledged (the freeze timed their producer out) are stranded too.
@@ -365,8 +355,8 @@ def test_source_frozen_failover_then_stranded_records_copied_on_request(
         if offset not in set(on_target.get(partition, [])):
             assert any(p == partition and start <= offset < end for p, start, end in ranges), (partition, offset)
     assert listed["records"] >= sum(lost.values()) and not listed["copied"]
-    copied = _strait("failback", "--flow", flow, "--stranded", "copy", "--json", "--redis-url", redis_url,
-                     "--timeout", "180", timeout=240)
+    copied = strait("failback", "--flow", flow, "--stranded", "copy", "--json", "--redis-url", redis_url,
+                    "--timeout", "180", timeout=240)
     assert copied.returncode == 0, copied.stdout + copied.stderr
     assert json.loads(copied.stdout)["copied"]
     _v, config = load_stored_config(redis.Redis.from_url(redis_url))
@@ -379,8 +369,8 @@ def test_source_frozen_failover_then_stranded_records_copied_on_request(
     assert not never, f"{len(never)} acknowledged records never reached the group, first: {never[:5]}"
 
     # The way home: the same failback as after a planned failover, with its per-group report.
-    home = _strait("failback", "--flow", flow, "--group", group, "--json", "--timeout", "120", "--redis-url",
-                   redis_url, timeout=300)
+    home = strait("failback", "--flow", flow, "--group", group, "--json", "--timeout", "120", "--redis-url",
+                  redis_url, timeout=300)
     print(home.stdout[-3000:])
     assert home.returncode == 0, home.stdout + home.stderr
     moved_home = [g for g in json.loads(home.stdout)["groups"] if g["group"] == group]

@@ -28,7 +28,9 @@ from strait.failover import FailoverReport, failback, failover
 from strait_lab.clients import create_topic
 from strait_lab.kafka import KafkaCluster
 from strait_lab.services import StraitProcess
-from tests.integration.replicator_support import count, flow_config, wait_for, write_config
+from tests.support.config import flow_config, write_config
+from tests.support.kafka import count
+from tests.support.waiting import wait_for
 
 pytestmark = pytest.mark.slow
 
@@ -130,9 +132,8 @@ def test_failover_drill_and_failback_lose_and_duplicate_nothing(
 ) -> None:
     topic, group = unique_name("orders"), unique_name("billing")
     create_topic(source_cluster.admin(), topic, partitions=PARTITIONS)
-    config = flow_config(source_cluster, target_cluster, [topic], groups={"include": [group]},
-                         emit_checkpoints={"interval_seconds": 1})
-    config["redis_url"] = redis_url
+    config = flow_config(source_cluster, target_cluster, [topic], redis_url=redis_url,
+                         groups={"include": [group]}, emit_checkpoints={"interval_seconds": 1})
     client = redis.Redis.from_url(redis_url)
     apply_config(client, load_config(write_config(tmp_path / "strait.yaml", config)), "drill")
     services("replicator", "--redis-url", redis_url)

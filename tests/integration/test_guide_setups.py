@@ -9,7 +9,6 @@
 from __future__ import annotations
 
 import subprocess
-import sys
 import time
 import uuid
 from collections.abc import Callable, Iterator
@@ -23,7 +22,9 @@ from strait_lab.kafka import KafkaCluster
 from strait_lab.services import StraitProcess
 from strait.records import OffsetSync
 from strait.verify_keys import key_partition
-from tests.integration.replicator_support import count, records_by_partition, wait_for
+from tests.support.cli import strait
+from tests.support.kafka import count, records_by_partition
+from tests.support.waiting import wait_for
 
 pytestmark = pytest.mark.slow
 
@@ -88,10 +89,6 @@ A->B.emit.offset-syncs.enabled = false
 """
 
 
-def _strait(*args: str) -> subprocess.CompletedProcess[str]:
-    return subprocess.run([sys.executable, "-m", "strait.cli", *args], capture_output=True, text=True, timeout=180)
-
-
 @pytest.fixture(scope="module")
 def guide_lab(source_cluster: KafkaCluster, target_cluster: KafkaCluster,
               kafka_cluster_factory: Callable[..., KafkaCluster], lab_root: Path,
@@ -109,7 +106,7 @@ def guide_lab(source_cluster: KafkaCluster, target_cluster: KafkaCluster,
     folder = tmp_path_factory.mktemp("guides")
     config = folder / "guides.properties"
     config.write_text(_properties(source_cluster, target_cluster, central, aggregated, legacy_prefix))
-    dry_run = _strait("config", "apply", "--dry-run", str(config))
+    dry_run = strait("config", "apply", "--dry-run", str(config), timeout=180)
     process = StraitProcess("replicator", ["--config", str(config), "--state-dir", str(folder / "state")],
                             lab_root / "guides", name=f"replicator-guides-{run}")
     try:
@@ -142,7 +139,8 @@ def test_two_regions_aggregate_into_one_three_partition_topic_per_key(guide_lab:
     assert len(keyless_partitions) > 1, "keyless records must spread over the partitions"
 
     for name in ("A->C", "B->C"):
-        verified = _strait("verify", "--flow", name, "--topic", topic, "--config", str(lab.config))
+        verified = strait("verify", "--flow", name, "--topic", topic, "--config", str(lab.config),
+                          timeout=180)
         assert verified.returncode == 0, verified.stdout + verified.stderr
         assert f"PARITY PER KEY: flow {name}, 1 topic(s), {KEYS * PER_KEY + KEYLESS} source record(s)" \
             in verified.stdout

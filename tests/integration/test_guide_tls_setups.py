@@ -14,9 +14,6 @@
 
 from __future__ import annotations
 
-import os
-import subprocess
-import sys
 import uuid
 from collections.abc import Iterator
 from pathlib import Path
@@ -30,7 +27,9 @@ from strait_lab.clients import Record, create_topic, produce
 from strait_lab.kafka import ADMIN_USER, KafkaCluster, KafkaClusterSpec
 from strait_lab.services import StraitProcess
 from strait_lab.tls import make_java_stores
-from tests.integration.replicator_support import count, records_by_partition, wait_for
+from tests.support.cli import strait
+from tests.support.kafka import count, records_by_partition
+from tests.support.waiting import wait_for
 
 pytestmark = pytest.mark.slow
 
@@ -92,11 +91,6 @@ def _assert_refused_without_a_certificate(cluster: KafkaCluster) -> None:
         certless.list_topics(timeout=5)
 
 
-def _strait(env: dict[str, str], *args: str) -> subprocess.CompletedProcess[str]:
-    return subprocess.run([sys.executable, "-m", "strait.cli", *args], capture_output=True, text=True, timeout=120,
-                          env={**os.environ, **env})
-
-
 def test_a_jks_truststore_and_pkcs12_keystore_cluster_replicates(
         mtls_cluster: KafkaCluster, target_cluster: KafkaCluster, lab_root: Path, tmp_path: Path) -> None:
     source = mtls_cluster
@@ -112,12 +106,13 @@ def test_a_jks_truststore_and_pkcs12_keystore_cluster_replicates(
     env = {"STRAIT_T_TRUSTSTORE_PW": STORE_PASSWORD, "STRAIT_T_KEYSTORE_PW": STORE_PASSWORD,
            "STRAIT_T_KEY_PW": STORE_PASSWORD}
 
-    wrong = _strait({**env, "STRAIT_T_KEYSTORE_PW": "not-it"}, "config", "apply", "--dry-run", str(config))
+    wrong = strait("config", "apply", "--dry-run", str(config), env={**env, "STRAIT_T_KEYSTORE_PW": "not-it"})
     assert wrong.returncode != 0 and "cluster S: ssl.keystore.location:" in wrong.stderr, wrong.stderr
     assert "password is wrong" in wrong.stderr and STORE_PASSWORD not in wrong.stderr + wrong.stdout
     jks_keystore = tmp_path / "amq-tls-jks.properties"
     jks_keystore.write_text(_properties(source, target_cluster, topic, stores.truststore_jks, stores.keystore_jks, "JKS"))
-    ok = _strait({**env, "STRAIT_T_KEY_PW": KEY_PASSWORD}, "config", "apply", "--dry-run", str(jks_keystore))
+    ok = strait("config", "apply", "--dry-run", str(jks_keystore),
+                env={**env, "STRAIT_T_KEY_PW": KEY_PASSWORD})
     assert ok.returncode == 0, ok.stderr
 
     process = StraitProcess("replicator", ["--config", str(config), "--state-dir", str(tmp_path / "state")],
@@ -176,8 +171,8 @@ def test_the_strimzi_resource_replicates_end_to_end(
     file.write_text(yaml.safe_dump(resource, sort_keys=False))
     secrets = _mount_secrets(tmp_path / "secrets", source, target)
 
-    applied = _strait({}, "config", "from-strimzi", str(file), "--secrets-dir", str(secrets), "--apply",
-                      "--redis-url", redis_url)
+    applied = strait("config", "from-strimzi", str(file), "--secrets-dir", str(secrets), "--apply",
+                     "--redis-url", redis_url)
     assert applied.returncode == 0 and "configuration stored as version" in applied.stderr, applied.stderr
     assert MM2_PASSWORD not in applied.stdout + applied.stderr
     process = StraitProcess("replicator", ["--state-dir", str(tmp_path / "state")], lab_root / "strimzi",

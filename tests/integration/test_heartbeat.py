@@ -3,8 +3,6 @@
 from __future__ import annotations
 
 import json
-import subprocess
-import sys
 import math
 from collections.abc import Callable
 from pathlib import Path
@@ -15,7 +13,9 @@ from strait_lab.clients import consume_all
 from strait_lab.kafka import KafkaCluster
 from strait_lab.services import StraitProcess
 from strait.records import Heartbeat, RecordFormatError
-from tests.integration.replicator_support import flow_config, wait_for, write_config
+from tests.support.cli import strait
+from tests.support.config import flow_config, write_config
+from tests.support.waiting import wait_for
 
 pytestmark = pytest.mark.slow
 
@@ -39,8 +39,7 @@ def test_heartbeats_flow_to_the_target_with_age_latency_and_topology(
     source_cluster: KafkaCluster, target_cluster: KafkaCluster, redis_url: str,
     services: Callable[..., StraitProcess], unique_name: Callable[[str], str], tmp_path: Path,
 ) -> None:
-    config = flow_config(source_cluster, target_cluster, [unique_name("nothing")])
-    config["redis_url"] = redis_url
+    config = flow_config(source_cluster, target_cluster, [unique_name("nothing")], redis_url=redis_url)
     path = write_config(tmp_path / "strait.yaml", config)
     first = services("heartbeat", "--config", str(path), "--lease-ttl", "3")
     second = services("heartbeat", "--config", str(path), "--lease-ttl", "3")
@@ -78,8 +77,7 @@ def test_heartbeats_flow_to_the_target_with_age_latency_and_topology(
     topology = wait_for(lambda: client.get("strait:topology:B"), 60, "B's topology in Redis")
     assert json.loads(topology)["upstream_clusters"].get("A") == 1
     assert "A.heartbeats" in json.loads(topology)["heartbeat_topics"]
-    shown = subprocess.run([sys.executable, "-m", "strait.cli", "status", "--redis-url", redis_url],
-                           capture_output=True, text=True, timeout=60)
+    shown = strait("status", "--redis-url", redis_url, timeout=60)
     assert "B <- A (1 hop)" in shown.stdout, shown.stdout  # the topology in `strait status`
 
     holder.stop()  # its lease is released: the other replica takes over the flow

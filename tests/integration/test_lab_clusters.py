@@ -18,7 +18,7 @@ from confluent_kafka.admin import (
 
 from strait_lab.clients import Record, consume_all, create_topic, produce
 from strait_lab.kafka import KafkaCluster
-from tests.integration.replicator_support import wait_for
+from tests.support.waiting import wait_for
 
 pytestmark = pytest.mark.slow
 

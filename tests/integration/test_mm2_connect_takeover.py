@@ -11,8 +11,6 @@ replicator started on it finds MM2's progress there and goes on: every record on
 from __future__ import annotations
 
 import json
-import subprocess
-import sys
 import uuid
 from collections.abc import Callable
 from pathlib import Path
@@ -23,7 +21,10 @@ from strait_lab.clients import create_topic
 from strait_lab.connect import BYTES, ConnectWorker
 from strait_lab.kafka import KafkaCluster
 from strait_lab.services import StraitProcess
-from tests.integration.replicator_support import count, numbered_copies, produce_numbered, resume_evidence, wait_for
+from tests.integration.replicator_support import resume_evidence
+from tests.support.cli import strait
+from tests.support.kafka import count, numbered_copies, produce_numbered
+from tests.support.waiting import wait_for
 
 pytestmark = pytest.mark.slow
 
@@ -77,8 +78,7 @@ def test_strait_takes_over_from_mm2_on_connect_where_its_source_connector_got_to
         worker.stop()  # SIGTERM: the source task commits its offsets under the connector's name
     produce_numbered(source_cluster, topic, PARTITIONS, RECORDS, first=RECORDS)
 
-    converted = subprocess.run([sys.executable, "-m", "strait.cli", "config", "from-connect", *map(str, files),
-                                "--offsets-topic", f"{run}-offsets"], capture_output=True, text=True, timeout=120)
+    converted = strait("config", "from-connect", *map(str, files), "--offsets-topic", f"{run}-offsets")
     assert converted.returncode == 0, converted.stderr
     assert f"mm2_source_connector: {source_name}" in converted.stdout
     config = tmp_path / "from-connect.yaml"

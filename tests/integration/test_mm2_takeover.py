@@ -15,15 +15,13 @@ strait reports (what MM2 copied after its last offset commit).
 from __future__ import annotations
 
 import json
-import subprocess
-import sys
 import time
 from collections.abc import Callable
 from pathlib import Path
 
 import pytest
 import redis
-from confluent_kafka import Consumer, TopicPartition
+from confluent_kafka import TopicPartition
 
 from strait.config import load_config
 from strait.config.store import apply_config
@@ -34,9 +32,18 @@ from strait_lab.clients import create_topic
 from strait_lab.kafka import KafkaCluster
 from strait_lab.process import ManagedProcess
 from strait_lab.services import StraitProcess
-from tests.integration.replicator_support import (
-    NumberedLoad, count, flow_config, numbered_copies, produce_numbered, resume_evidence, wait_for, write_config,
+from tests.integration.replicator_support import resume_evidence
+from tests.support.cli import strait
+from tests.support.config import flow_config, write_config
+from tests.support.kafka import (
+    NumberedLoad,
+    commit_offsets,
+    count,
+    group_offsets,
+    numbered_copies,
+    produce_numbered,
 )
+from tests.support.waiting import wait_for
 
 pytestmark = pytest.mark.slow
 
@@ -65,9 +72,9 @@ class Turns:
                  lab_root: Path, redis_url: str) -> None:
         self.source, self.target, self.topic, self.remote = source, target, topic, f"A.{topic}"
         self.tmp_path, self.lab_root = tmp_path, lab_root
-        config = flow_config(source, target, [topic], groups={"include": [f"{topic}-.*"]},
-                             emit_checkpoints={"interval_seconds": 1})
-        self.config = write_config(tmp_path / "flow.yaml", {**config, "redis_url": redis_url})
+        config = flow_config(source, target, [topic], redis_url=redis_url,
+                             groups={"include": [f"{topic}-.*"]}, emit_checkpoints={"interval_seconds": 1})
+        self.config = write_config(tmp_path / "flow.yaml", config)
         self.produced = 0
         self.turn = 0
 
@@ -116,8 +123,9 @@ def test_strait_takes_over_from_mirrormaker2_hands_back_and_takes_over_after_a_c
 
     turns.produce(20_000)
     failing_over, checkpointed = f"{turns.topic}-failover", f"{turns.topic}-checkpointed"
+    consumed = [TopicPartition(turns.topic, p, CONSUMED) for p in range(PARTITIONS)]
     for group in (failing_over, checkpointed):
-        _consume_and_commit(source_cluster, turns.topic, group, CONSUMED)
+        commit_offsets(source_cluster, group, consumed)
     mm2 = turns.mm2()
     load: NumberedLoad | None = None
     try:
@@ -142,8 +150,7 @@ def test_strait_takes_over_from_mirrormaker2_hands_back_and_takes_over_after_a_c
     _fails_over_from_mm2_checkpoints_with_nothing_lost(turns, failing_over, redis_url)
     _strait_checkpoints_continue_mm2s(turns, checkpointed, mm2_checkpoints, services)
 
-    handed = subprocess.run([sys.executable, "-m", "strait.cli", "handover", "--to", "mm2", "--flow", "A->B",
-                             "--config", str(turns.config)], capture_output=True, text=True, timeout=120)
+    handed = strait("handover", "--to", "mm2", "--flow", "A->B", "--config", str(turns.config))
     assert handed.returncode == 0, handed.stderr
     assert f"wrote {PARTITIONS} partitions to mm2-offsets.A.internal" in handed.stdout
     turns.produce(5_000)
@@ -170,14 +177,6 @@ def test_strait_takes_over_from_mirrormaker2_hands_back_and_takes_over_after_a_c
     assert after_sigkill <= bound, "the reported bound holds"
 
 
-def _consume_and_commit(cluster: KafkaCluster, topic: str, group: str, per_partition: int) -> None:
-    """A source consumer group that read the first ``per_partition`` records of each partition."""
-    consumer = Consumer({**cluster.client_config(), "group.id": group, "enable.auto.commit": False})
-    consumer.assign([TopicPartition(topic, p, 0) for p in range(PARTITIONS)])
-    consumer.commit(offsets=[TopicPartition(topic, p, per_partition) for p in range(PARTITIONS)], asynchronous=False)
-    consumer.close()
-
-
 def _mm2_checkpoints(target: KafkaCluster, group: str) -> dict[tuple[str, str, int], StoredCheckpoint]:
     stored = read_stored_checkpoints(target.client_config(), "A.checkpoints.internal", timeout=30)
     return {key: value for key, value in stored.items()
@@ -189,9 +188,8 @@ def _translates_through_strait_with_nothing_lost(turns: Turns, group: str) -> No
     and from the offset syncs MM2 and strait wrote: a consumer starting there on B misses nothing."""
     target = numbered_copies(turns.target, turns.remote)
     for source_down in (True, False):
-        argv = [sys.executable, "-m", "strait.cli", "offsets", "translate", "--flow", "A->B", "--group", group,
-                "--config", str(turns.config), "--json", *(["--source-down"] if source_down else [])]
-        done = subprocess.run(argv, capture_output=True, text=True, timeout=120)
+        done = strait("offsets", "translate", "--flow", "A->B", "--group", group,
+                      "--config", str(turns.config), "--json", *(["--source-down"] if source_down else []))
         assert done.returncode == 0, done.stderr
         rows = json.loads(done.stdout)["partitions"]
         assert len(rows) == PARTITIONS, rows
@@ -209,14 +207,13 @@ def _fails_over_from_mm2_checkpoints_with_nothing_lost(turns: Turns, group: str,
     a consumer of the group on B starts at or before the first record it had not consumed."""
     config = load_config(turns.config)
     apply_config(redis.Redis.from_url(redis_url), config, "MM2 takeover drill")
-    done = subprocess.run([sys.executable, "-m", "strait.cli", "failover", "--flow", "A->B", "--group", group,
-                           "--source-down", "--json", "--redis-url", redis_url],
-                          capture_output=True, text=True, timeout=180)
+    done = strait("failover", "--flow", "A->B", "--group", group, "--source-down", "--json",
+                  "--redis-url", redis_url, timeout=180)
     assert done.returncode in (0, 3), f"failover failed ({done.returncode}): {done.stdout}\n{done.stderr}"
     moved = [g for g in json.loads(done.stdout)["groups"] if g["group"] == group]
     assert [g["state"] for g in moved] == ["written"], moved
     target = numbered_copies(turns.target, turns.remote)
-    committed = _committed_on(turns.target, group, turns.remote)
+    committed = group_offsets(turns.target, group, turns.remote, PARTITIONS)
     assert sorted(committed) == list(range(PARTITIONS)), committed
     for row in moved[0]["partitions"]:
         partition = row["partition"]
@@ -254,12 +251,3 @@ def _strait_checkpoints_continue_mm2s(turns: Turns, group: str, mm2_checkpoints:
               f"{mm2.downstream_offset}, now {mine.upstream_offset}->{mine.downstream_offset} written by {by}")
         assert mine.upstream_offset == mm2.upstream_offset == CONSUMED
         assert mine.downstream_offset >= mm2.downstream_offset, "a checkpoint moved backwards"
-
-
-def _committed_on(cluster: KafkaCluster, group: str, topic: str) -> dict[int, int]:
-    consumer = Consumer({**cluster.client_config(), "group.id": group, "enable.auto.commit": False})
-    try:
-        offsets = consumer.committed([TopicPartition(topic, p) for p in range(PARTITIONS)], timeout=30)
-    finally:
-        consumer.close()
-    return {tp.partition: tp.offset for tp in offsets if tp.offset >= 0}

@@ -5,8 +5,6 @@ from __future__ import annotations
 import json
 import os
 import random
-import subprocess
-import sys
 import time
 from collections.abc import Callable
 from pathlib import Path
@@ -24,13 +22,10 @@ from strait_lab.services import StraitProcess
 from strait.offsets import PartitionTranslator, SyncPoint
 from strait.records import OffsetSync
 from tests.integration.compat_support import FULL as COMPAT_FULL
-from tests.integration.replicator_support import (
-    count,
-    flow_config,
-    records_by_partition,
-    wait_for,
-    write_config,
-)
+from tests.support.cli import strait
+from tests.support.config import flow_config, write_config
+from tests.support.kafka import count, records_by_partition
+from tests.support.waiting import wait_for
 
 pytestmark = pytest.mark.slow
 
@@ -209,8 +204,7 @@ def test_live_control_from_redis_without_restart(
     assert process.process.pid == pid and process.process.alive()  # one process throughout
 
     # Each query start published where its topics resumed and on what evidence, for `strait status`.
-    status = subprocess.run([sys.executable, "-m", "strait.cli", "status", "--redis-url", redis_url, "--json"],
-                            capture_output=True, text=True, timeout=60)
+    status = strait("status", "--redis-url", redis_url, "--json", timeout=60)
     resumed = json.loads(status.stdout)["flows"][0]["resumed"]["topics"]
     assert resumed[first] == {"evidence": "strait-progress", "duplicates_at_most": 0}
     assert resumed[second]["evidence"] in ("strait-progress", "empty-remote")

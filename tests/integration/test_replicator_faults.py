@@ -22,7 +22,9 @@ from strait_lab.clients import create_topic
 from strait_lab.kafka import KafkaCluster
 from strait_lab.services import StraitProcess
 from strait_replicator.state import epoch_of_log_text
-from tests.integration.replicator_support import count, flow_config, last_values, records_by_partition, wait_for, write_config
+from tests.support.config import flow_config, write_config
+from tests.support.kafka import count, last_values, records_by_partition
+from tests.support.waiting import wait_for
 
 pytestmark = pytest.mark.slow
 

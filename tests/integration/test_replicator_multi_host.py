@@ -33,9 +33,9 @@ from strait_lab.ports import free_port
 from strait_lab.process import ManagedProcess
 from strait_lab.services import StraitProcess
 from strait_lab.spark import SPARK_ENV, SparkStandalone, spark_bin
-from tests.integration.replicator_support import (
-    NumberedLoad, count, flow_config, records_by_partition, wait_for, write_config,
-)
+from tests.support.config import flow_config, write_config
+from tests.support.kafka import NumberedLoad, count, records_by_partition
+from tests.support.waiting import wait_for
 
 pytestmark = pytest.mark.slow
 

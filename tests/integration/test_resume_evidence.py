@@ -15,10 +15,10 @@ import pytest
 from strait_lab.clients import Record, create_topic, produce
 from strait_lab.kafka import KafkaCluster
 from strait_lab.services import StraitProcess
-from tests.integration.replicator_support import (
-    NumberedLoad, count, flow_config, numbered_copies, produce_numbered, records_by_partition, resume_evidence,
-    wait_for, write_config,
-)
+from tests.integration.replicator_support import resume_evidence
+from tests.support.config import flow_config, write_config
+from tests.support.kafka import NumberedLoad, count, numbered_copies, produce_numbered, records_by_partition
+from tests.support.waiting import wait_for
 
 pytestmark = pytest.mark.slow
 

@@ -12,11 +12,8 @@ in any log, CLI output, /metrics page, Spark checkpoint file or Redis entry.
 
 from __future__ import annotations
 
-import os
 import re
 import secrets
-import subprocess
-import sys
 import uuid
 from collections.abc import Callable, Iterator
 from concurrent.futures import ThreadPoolExecutor
@@ -26,7 +23,7 @@ from typing import Any
 
 import pytest
 import redis
-from confluent_kafka import ConsumerGroupTopicPartitions, TopicPartition
+from confluent_kafka import TopicPartition
 from confluent_kafka.admin import (
     AclBinding,
     AclBindingFilter,
@@ -40,9 +37,11 @@ from strait_lab.clients import Record, create_topic, produce
 from strait_lab.kafka import KafkaCluster, KafkaClusterSpec
 from strait_lab.redis import RedisServer
 from strait_lab.services import StraitProcess
-from tests.integration.replicator_support import count, records_by_partition, wait_for, write_config
-from tests.integration.test_checkpoint_support import commit_offsets
 from tests.integration.test_configsync_support import alter, overrides
+from tests.support.cli import strait
+from tests.support.config import write_config
+from tests.support.kafka import commit_offsets, count, group_offsets, records_by_partition
+from tests.support.waiting import wait_for
 
 pytestmark = pytest.mark.slow
 
@@ -298,21 +297,12 @@ def _cli(lab: SecureLab, *args: str) -> str:
 
 def _clis(lab: SecureLab, commands: list[list[str]]) -> list[str]:
     """Run `strait` commands side by side (each costs an interpreter start); their outputs in order."""
-    env = {**os.environ, **lab.env, "STRAIT_REDIS_URL": lab.redis.url}
-    running = [subprocess.Popen([sys.executable, "-m", "strait.cli", *args], stdout=subprocess.PIPE,
-                                stderr=subprocess.PIPE, text=True, env=env) for args in commands]
-    outputs = []
-    try:
-        for args, process in zip(commands, running, strict=True):
-            stdout, stderr = process.communicate(timeout=120)
-            assert process.returncode == 0, f"strait {' '.join(args)} failed:\n{stdout}\n{stderr}"
-            outputs.append(stdout + stderr)
-    finally:
-        for process in running:
-            if process.poll() is None:
-                process.kill()
-                process.wait()
-    return outputs
+    env = {**lab.env, "STRAIT_REDIS_URL": lab.redis.url}
+    with ThreadPoolExecutor(max_workers=len(commands)) as pool:
+        done = list(pool.map(lambda args: strait(*args, env=env), commands))
+    for args, result in zip(commands, done, strict=True):
+        assert result.returncode == 0, f"strait {' '.join(args)} failed:\n{result.stdout}\n{result.stderr}"
+    return [result.stdout + result.stderr for result in done]
 
 
 @pytest.fixture(scope="module")
@@ -358,13 +348,6 @@ def deployment(secure_lab: SecureLab, lab_root: Path,
             list(pool.map(lambda process: process.stop(), list(d.processes.values())))
 
 
-def _committed(cluster: KafkaCluster, group: str, topic: str, partitions: int) -> dict[int, int]:
-    admin = cluster.admin()
-    request = ConsumerGroupTopicPartitions(group, [TopicPartition(topic, p) for p in range(partitions)])
-    result = admin.list_consumer_group_offsets([request])[group].result(timeout=30)
-    return {tp.partition: tp.offset for tp in result.topic_partitions if tp.offset >= 0}
-
-
 _AUDIT = re.compile(r"Principal = User:(strait-\w+) is (Allowed|Denied) operation = (\w+) from host = \S+ "
                     r"on resource = (\w+):LITERAL:(\S+) for request")
 _RESOURCE = {"Topic": TOPIC, "Group": GROUP, "Cluster": CLUSTER}
@@ -404,7 +387,7 @@ def test_every_component_does_its_job_as_its_least_privileged_user(deployment: D
     remote = d.remote(d.orders)
     _replicated(d)
     wait_for(lambda: count(target, "mm2-offset-syncs.A.internal") > 0, 60, "offset syncs on the target")
-    wait_for(lambda: _committed(target, f"{d.groups}app", remote, 2) == COMMITTED, 90,
+    wait_for(lambda: group_offsets(target, f"{d.groups}app", remote, 2) == COMMITTED, 90,
              "the group's offsets checkpointed and synced to the target")
     assert count(target, "A.checkpoints.internal") > 0
     heartbeat = d.processes["heartbeat"]

@@ -24,14 +24,16 @@ from dataclasses import dataclass
 from pathlib import Path
 
 import pytest
-from confluent_kafka import Consumer, Producer, TopicPartition
+from confluent_kafka import Producer, TopicPartition
 
 from strait_lab.clients import Record, create_topic, produce
 from strait_lab.kafka import KafkaCluster
 from strait_lab.runtime import Lab
 from strait_lab.services import StraitProcess
 from strait_lab.topology import LAB_SERVICES, LabSpec
-from tests.integration.replicator_support import count, flow_config, wait_for, write_config
+from tests.support.config import flow_config, write_config
+from tests.support.kafka import commit_offsets, count
+from tests.support.waiting import wait_for
 
 pytestmark = [pytest.mark.integration, pytest.mark.slow, pytest.mark.usefixtures("alone_in_module")]  # stop bounds
 
@@ -42,15 +44,6 @@ STOP_BOUND = 10.0  # seconds from SIGTERM to exit, per process
 LAB_DOWN_BOUND = 15.0
 DEAD_BEFORE_STOP = 5.0  # the clients are in the middle of their retries when the stop comes
 GROUP = "stop-test-group"
-
-
-def _commit_group(cluster: KafkaCluster, topic: str, offset: int) -> None:
-    """Commit ``offset`` for GROUP on partition 0 of ``topic``: work for the checkpoint service."""
-    consumer = Consumer({**cluster.client_config(), "group.id": GROUP, "enable.auto.commit": False})
-    try:
-        consumer.commit(offsets=[TopicPartition(topic, 0, offset)], asynchronous=False)
-    finally:
-        consumer.close()
 
 
 @contextmanager
@@ -117,11 +110,11 @@ def components(tmp_path: Path, services: Callable[..., StraitProcess], target_cl
         create_topic(source.admin(), topic, partitions=2)
         produce(source.client_config(), topic, [Record(f"k{i}".encode(), b"v", (), partition=i % 2)
                                                 for i in range(100)])
-        _commit_group(source, topic, 40)
-        config = flow_config(source, target_cluster, [topic],
+        commit_offsets(source, GROUP, [TopicPartition(topic, 0, 40)])  # work for the checkpoint service
+        config = flow_config(source, target_cluster, [topic], redis_url=redis_url,
                              emit_checkpoints={"enabled": True, "interval_seconds": 1},
                              sync_group_offsets={"enabled": True, "interval_seconds": 1})
-        path = write_config(tmp_path / "strait.yaml", {"redis_url": redis_url, **config})
+        path = write_config(tmp_path / "strait.yaml", config)
         processes = {}
         for name in COMPONENTS:
             extra = [] if name == "replicator" else ["--lease-ttl", "5"]

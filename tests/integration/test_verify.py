@@ -19,7 +19,9 @@ from strait_lab.clients import Record, create_topic, produce
 from strait_lab.kafka import KafkaCluster
 from strait_lab.services import StraitProcess
 from strait.verify import FlowParity, verify_flow
-from tests.integration.replicator_support import count, flow_config, wait_for, write_config
+from tests.support.config import flow_config, write_config
+from tests.support.kafka import count
+from tests.support.waiting import wait_for
 
 pytestmark = pytest.mark.slow
 

@@ -3,8 +3,6 @@ loop under a supervisor), says so, and picks up the first `strait config apply` 
 
 from __future__ import annotations
 
-import subprocess
-import sys
 import time
 from collections.abc import Callable
 from pathlib import Path
@@ -14,7 +12,9 @@ import redis
 
 from strait_lab.kafka import KafkaCluster
 from strait_lab.services import StraitProcess
-from tests.integration.replicator_support import flow_config, wait_for, write_config
+from tests.support.cli import strait
+from tests.support.config import flow_config, write_config
+from tests.support.waiting import wait_for
 
 pytestmark = pytest.mark.slow
 
@@ -28,22 +28,15 @@ def test_a_service_started_without_a_configuration_waits_then_follows_the_first_
     assert heartbeat.process.alive(), "the heartbeat service exited without a configuration"
     assert heartbeat.sample("strait_config_loaded", service="heartbeat") == 0
     assert "waiting for a configuration: no configuration is stored yet" in heartbeat.log_text()
-    status = _strait("status", "--redis-url", redis_url)
+    status = strait("status", "--redis-url", redis_url)
     assert "no flows configured" in status.stdout
 
-    config = flow_config(source_cluster, target_cluster, [unique_name("nothing")])
-    config["redis_url"] = redis_url
-    _strait("config", "apply", "--redis-url", redis_url, str(write_config(tmp_path / "strait.yaml", config)),
-            check=True)
+    config = flow_config(source_cluster, target_cluster, [unique_name("nothing")], redis_url=redis_url)
+    strait("config", "apply", "--redis-url", redis_url, str(write_config(tmp_path / "strait.yaml", config)),
+           check=True)
     wait_for(lambda: heartbeat.sample("strait_config_loaded", service="heartbeat") == 1, 30,
              "the heartbeat service adopting the applied configuration")
     client = redis.Redis.from_url(redis_url)
     wait_for(lambda: client.hget("strait:lease:heartbeat:A->B", "holder"), 30,
              "the heartbeat service taking flow A->B")
     assert heartbeat.process.alive()
-
-
-def _strait(*args: str, check: bool = False) -> subprocess.CompletedProcess[str]:
-    done = subprocess.run([sys.executable, "-m", "strait.cli", *args], capture_output=True, text=True, timeout=120)
-    assert not check or done.returncode == 0, done.stderr
-    return done

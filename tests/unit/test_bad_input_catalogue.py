@@ -10,7 +10,6 @@ no traceback. The runtime entries are in ``tests/integration/test_bad_input_cata
 from __future__ import annotations
 
 import subprocess
-import sys
 import textwrap
 from dataclasses import dataclass
 from pathlib import Path
@@ -19,6 +18,7 @@ import pytest
 
 from strait.config import load_config
 from strait.errors import ConfigError
+from tests.support.cli import strait
 
 CLUSTERS_YAML = """\
 clusters:
@@ -74,10 +74,6 @@ def _write(tmp_path: Path, entry: BadFile) -> Path:
     return path
 
 
-def _strait(*args: str) -> subprocess.CompletedProcess[str]:
-    return subprocess.run([sys.executable, "-m", "strait.cli", *args], capture_output=True, text=True, timeout=120)
-
-
 def _assert_refused(result: subprocess.CompletedProcess[str], path: Path, entry: BadFile) -> None:
     """Exit code 1 and, as the last line of stderr, strait's one-line error naming file and culprit."""
     assert result.returncode == 1, (result.returncode, result.stderr)
@@ -102,13 +98,13 @@ def test_library_refuses_the_file_naming_file_and_culprit(tmp_path: Path, entry:
 @pytest.mark.parametrize("entry", CATALOGUE, ids=IDS)
 def test_config_apply_refuses_the_file_before_connecting(tmp_path: Path, entry: BadFile) -> None:
     path = _write(tmp_path, entry)
-    _assert_refused(_strait("config", "apply", str(path), "--redis-url", UNREACHABLE_REDIS), path, entry)
+    _assert_refused(strait("config", "apply", str(path), "--redis-url", UNREACHABLE_REDIS), path, entry)
 
 
 @pytest.mark.parametrize("entry", CATALOGUE, ids=IDS)
 def test_run_replicator_refuses_the_file_before_starting_spark(tmp_path: Path, entry: BadFile) -> None:
     path = _write(tmp_path, entry)
-    result = _strait("run", "replicator", "--config", str(path), "--state-dir", str(tmp_path / "state"))
+    result = strait("run", "replicator", "--config", str(path), "--state-dir", str(tmp_path / "state"))
     _assert_refused(result, path, entry)
     assert not (tmp_path / "state").exists()  # no flow was set up
 
@@ -117,4 +113,4 @@ def test_run_replicator_refuses_the_file_before_starting_spark(tmp_path: Path, e
 @pytest.mark.parametrize("entry", [CATALOGUE[2], CATALOGUE[5]], ids=[CATALOGUE[2].name, CATALOGUE[5].name])
 def test_run_service_refuses_the_file(tmp_path: Path, component: str, entry: BadFile) -> None:
     path = _write(tmp_path, entry)
-    _assert_refused(_strait("run", component, "--config", str(path)), path, entry)
+    _assert_refused(strait("run", component, "--config", str(path)), path, entry)
