@@ -42,8 +42,9 @@ def _free_port() -> int:
 def compose_lab(docker: DockerHost, machine: MachineShare) -> Iterator[ComposeLab]:
     """The compose lab built and booted with `up --wait` (every service but Grafana), taken down after.
 
-    Built and booted beside other tests; its checks run alone on the machine (a lease taken over
-    within one TTL, the copy under load on the spark-cluster profile)."""
+    Built beside other tests; booted, checked and taken down alone on the machine (a lease taken over
+    within one TTL, the copy under load on the spark-cluster profile, and no container left running
+    under another worker's timed drill)."""
     began = time.monotonic()
     bases = base_images(docker)
     lab = ComposeLab(docker, f"strait-test-{uuid.uuid4().hex[:6]}",
@@ -52,9 +53,11 @@ def compose_lab(docker: DockerHost, machine: MachineShare) -> Iterator[ComposeLa
     lab.timings["base images"] = time.monotonic() - began
     try:
         lab.timed("build", "build")
-        lab.timed("boot", "up", "--detach", "--wait", "--wait-timeout", "600", *lab.services())
-        add_summary("strait compose lab", _describe(lab))
+        # From boot on no other test runs: the lab's containers would load a timed drill. The last
+        # test takes the lab down itself, inside this region.
         with machine.alone():
+            lab.timed("boot", "up", "--detach", "--wait", "--wait-timeout", "600", *lab.services())
+            add_summary("strait compose lab", _describe(lab))
             yield lab
     except Exception:
         print(lab.logs())
