@@ -26,6 +26,7 @@ from strait_lab.prometheus import PrometheusServer
 from strait_lab.redis import RedisServer
 from strait_lab.services import StraitProcess
 from tests.oracle.mm2_oracle import ORACLE_SOURCE, Mm2Oracle
+from tests.support.jvm import use_quick_jvms
 from tests.support.machine import MachineShare
 from tests.support.summary import summaries_since
 
@@ -37,8 +38,10 @@ _began_key = pytest.StashKey[float]()
 
 
 def pytest_configure(config: pytest.Config) -> None:
-    """In a pytest-xdist worker: join the run's machine lock, and hand out ports no other worker does."""
+    """Test JVMs compile with C1 only; in a pytest-xdist worker: join the run's machine lock, and hand
+    out ports no other worker does."""
     config.stash[_began_key] = time.time()
+    use_quick_jvms()
     worker = getattr(config, "workerinput", None)
     config.stash[_machine_key] = MachineShare(cache_dir() / "test-machine-lock" if worker else None)
     if worker:

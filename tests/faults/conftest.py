@@ -13,6 +13,7 @@ import pytest
 from strait_lab.kafka import KafkaCluster, KafkaClusterSpec
 from strait_lab.redis import RedisServer
 from strait_lab.services import StraitProcess
+from tests.support.jvm import default_jit
 from tests.support.machine import MachineShare
 from tests.support.summary import add_summary
 from tests.faults.drill import (
@@ -41,7 +42,13 @@ def mode() -> Mode:
 @pytest.fixture(scope="package")
 def rig(lab_root: Path, machine: MachineShare) -> Iterator[Rig]:
     """Clusters C and D (3 brokers each), a dedicated Redis, the config in Redis and the replicator;
-    once it copies, the drills run alone on the machine (their stalls and recoveries are timed)."""
+    once it copies, the drills run alone on the machine (their stalls and recoveries are timed, so
+    every JVM started here has the default JIT)."""
+    with default_jit():
+        yield from _rig(lab_root, machine)
+
+
+def _rig(lab_root: Path, machine: MachineShare) -> Iterator[Rig]:
     REPORT_PATH.unlink(missing_ok=True)
     workdir = lab_root / f"faults-{uuid.uuid4().hex[:6]}"
     clusters = [KafkaCluster(KafkaClusterSpec(alias, brokers=3, overrides={"log.retention.ms": "-1",
