@@ -9,7 +9,9 @@ SERVICE = "heartbeat"
 # Seconds from a heartbeat's stamp on the source to the moment its copy is seen on the target.
 LATENCY_BUCKETS = (0.05, 0.1, 0.25, 0.5, 1.0, 2.0, 5.0, 10.0, 30.0, 60.0, 120.0, 300.0, 900.0)
 
-EMITTED = Counter("strait_heartbeats_emitted_total", "Heartbeats written into the flow's source", ["flow"])
+EMITTED = Counter("strait_heartbeats_emitted_total",
+                  "Heartbeats written into a heartbeats topic of the flow's (its source's and its target's)",
+                  ["flow", "cluster"])
 AGE = Gauge("strait_heartbeat_age_seconds",
             "Now minus the timestamp of the newest heartbeat replicated to the flow's target", ["flow"])
 END_TO_END = Histogram("strait_end_to_end_latency_seconds",

@@ -1,10 +1,14 @@
-"""One flow's heartbeats: emit into the source, watch the replicated copy on the target, map the topology.
+"""One flow's heartbeats: emit into both clusters, watch the replicated copy on the target, map the topology.
 
 Every emit interval a :class:`~strait.records.Heartbeat` (source, target, now) goes to partition 0
-of the source's ``heartbeats`` topic (created, 1 partition compacted, when missing). The copy the
-replicator makes (``A.heartbeats`` on the target) is tailed: the newest heartbeat timestamp gives
-the flow's heartbeat age, and each copy seen live gives one end-to-end latency sample. Every topic
-refresh interval both clusters' heartbeat topic names are turned into the topology and published.
+of the ``heartbeats`` topic (created, 1 partition compacted, when missing) of the source, whose copy
+on the target measures the flow, and of the target, as MirrorMaker 2's heartbeat connector writes
+it there: tools watching ``heartbeats`` beside the target, and the next hop of a chain (C gets
+``B.heartbeats``), see the flow. Each cluster is written on its own, so a dead source does not stop
+the target's heartbeats. The copy the replicator makes (``A.heartbeats`` on the target) is tailed:
+the newest heartbeat timestamp gives the flow's heartbeat age, and each copy seen live gives one
+end-to-end latency sample. Every topic refresh interval both clusters' heartbeat topic names are
+turned into the topology and published.
 
 Beside it, in its own thread, a :class:`~strait.source_watch.SourceWatch` lists the source's end
 offsets and follows the offset syncs every second, publishes the flow's source view to Redis (what
@@ -44,7 +48,8 @@ class HeartbeatWorker(FlowWorker):
     def __init__(self, supervisor: FlowSupervisor, keeper: LeaseKeeper, config: StraitConfig, flow_name: str) -> None:
         super().__init__(metrics.SERVICE, keeper, config, flow_name)
         self._supervisor = supervisor
-        self._producer: Producer | None = None
+        self._emitters = [ClusterHeartbeats(flow_name, alias)
+                          for alias in (config.flow(flow_name).source, config.flow(flow_name).target)]
         self._watcher: Consumer | None = None
         self._watch_from = 0  # copies at or past this target offset are seen live
         self._newest_ms: int | None = None
@@ -65,11 +70,11 @@ class HeartbeatWorker(FlowWorker):
             flow = self.config.flow(self.name)
             now = time.monotonic()
             try:
-                if self._producer is None and now >= next_setup:
-                    self._setup()
-                if self._producer is not None and now >= next_emit:
+                if now >= next_emit:
                     self._emit()
                     next_emit = now + flow.emit_heartbeats.interval_seconds
+                if now >= next_setup:
+                    self._setup()
                 answered = now >= next_topology
                 if answered:
                     self._publish_topology()
@@ -80,15 +85,14 @@ class HeartbeatWorker(FlowWorker):
                 raise
             except Exception as exc:  # a broken cluster must cost retries, never the worker
                 next_setup = next_topology = now + self._trouble.failed(exc)
-                next_emit = max(next_emit, next_setup)
             self.wake.wait(TICK)
             self.wake.clear()
 
     def close(self) -> None:
         if self._source_watch is not None:
             self._source_watch.stop(timeout=1.0)
-        if self._producer is not None:
-            self._producer.flush(1)  # heartbeats a dead source cannot take are worth nothing later
+        for emitter in self._emitters:
+            emitter.close()
         if self._watcher is not None:
             self._watcher.close()
         metrics.forget(self.name)
@@ -97,32 +101,30 @@ class HeartbeatWorker(FlowWorker):
     # -- emitting --------------------------------------------------------------------------------
 
     def _setup(self) -> None:
-        flow = self.config.flow(self.name)
-        source = self.config.cluster(flow.source)
-        topic = flow.topic_names().heartbeats
-        create_topics(admin_client(source.librdkafka_config("admin")), flow.source,
-                      [internal_topic(topic, flow.internal_topic_replication_factor("heartbeats"))])
-        self._producer = Producer({**source.librdkafka_config("producer"), "linger.ms": "0",
-                                   "logger": librdkafka_log})
+        """Create the heartbeats topic and producer on each cluster not set up yet; a cluster that
+        fails does not hold up the other (the first failure is raised after both were tried)."""
+        pending = [emitter for emitter in self._emitters if not emitter.ready]
+        if not pending:
+            return
+        failure: Exception | None = None
+        for emitter in pending:
+            try:
+                emitter.setup(self.config)
+            except Exception as exc:  # noqa: BLE001 - raised below, once the other cluster was tried
+                failure = failure or exc
+        if failure is not None:
+            raise failure
         set_flow_state(metrics.SERVICE, self.name, "running")
 
     def _emit(self) -> None:
-        assert self._producer is not None
         flow = self.config.flow(self.name)
+        ready = [emitter for emitter in self._emitters if emitter.ready]
+        if not ready:
+            return
         self.keeper.ensure_valid()  # only the lease holder emits
-        now_ms = int(time.time() * 1000)
-        heartbeat = Heartbeat(flow.source, flow.target, now_ms)
-        self._producer.produce(flow.topic_names().heartbeats, key=heartbeat.key_bytes(),
-                               value=heartbeat.value_bytes(), partition=0, timestamp=now_ms,
-                               on_delivery=self._delivered)
-        self._producer.poll(0)
-
-    def _delivered(self, err: KafkaError | None, _msg: object) -> None:
-        if err is None:
-            metrics.EMITTED.labels(self.name).inc()
-        else:
-            ERRORS.labels(service=metrics.SERVICE, flow=self.name, kind="kafka").inc()
-            log.warning("flow=%s heartbeat not written: %s", self.name, err)
+        heartbeat = Heartbeat(flow.source, flow.target, int(time.time() * 1000))
+        for emitter in ready:
+            emitter.emit(flow.topic_names().heartbeats, heartbeat)
 
     # -- watching --------------------------------------------------------------------------------
 
@@ -197,3 +199,49 @@ class HeartbeatWorker(FlowWorker):
             self._supervisor.leases.fenced_set(self.keeper.ensure_valid(),
                                                topology_key(self._supervisor.options.namespace, alias),
                                                topology.to_json(), ttl=ttl)
+
+
+class ClusterHeartbeats:
+    """A flow's heartbeats written into one cluster's ``heartbeats`` topic (created when missing).
+
+    Delivery is counted in ``strait_heartbeats_emitted_total{flow,cluster}``; a heartbeat the
+    cluster does not take counts as a Kafka error and is not retried (a later one replaces it).
+    """
+
+    def __init__(self, flow_name: str, alias: str) -> None:
+        self.flow_name, self.alias = flow_name, alias
+        self._producer: Producer | None = None
+
+    @property
+    def ready(self) -> bool:
+        """Whether the topic was made sure of and the producer exists."""
+        return self._producer is not None
+
+    def setup(self, config: StraitConfig) -> None:
+        """Create the topic when missing, then the producer."""
+        flow = config.flow(self.flow_name)
+        cluster = config.cluster(self.alias)
+        create_topics(admin_client(cluster.librdkafka_config("admin")), self.alias,
+                      [internal_topic(flow.topic_names().heartbeats,
+                                      flow.internal_topic_replication_factor("heartbeats"))])
+        self._producer = Producer({**cluster.librdkafka_config("producer"), "linger.ms": "0",
+                                   "logger": librdkafka_log})
+
+    def emit(self, topic: str, heartbeat: Heartbeat) -> None:
+        """Send one heartbeat to partition 0 of ``topic``, stamped with its own time."""
+        assert self._producer is not None
+        self._producer.produce(topic, key=heartbeat.key_bytes(), value=heartbeat.value_bytes(), partition=0,
+                               timestamp=heartbeat.timestamp_ms, on_delivery=self._delivered)
+        self._producer.poll(0)
+
+    def _delivered(self, err: KafkaError | None, _msg: object) -> None:
+        if err is None:
+            metrics.EMITTED.labels(self.flow_name, self.alias).inc()
+        else:
+            ERRORS.labels(service=metrics.SERVICE, flow=self.flow_name, kind="kafka").inc()
+            log.warning("flow=%s cluster=%s heartbeat not written: %s", self.flow_name, self.alias, err)
+
+    def close(self) -> None:
+        """Flush for a second: heartbeats a dead cluster cannot take are worth nothing later."""
+        if self._producer is not None:
+            self._producer.flush(1)

@@ -28,7 +28,7 @@ from strait_lab.kafka import KafkaCluster
 from strait_lab.services import StraitProcess
 from strait.records import Checkpoint, RecordFormatError
 from strait.translation import committed_offsets, translate_source_group
-from tests.integration.test_mm2_compat import _offsets_by_partition, _x
+from tests.oracle.mm2_oracle import offsets_by_partition, text_token
 from tests.oracle.mm2_oracle import TRANSLATE_TIMEOUT_MS, Mm2Oracle
 from tests.support.config import flow_config, write_config
 from tests.support.kafka import commit_offsets, consume_and_commit
@@ -215,9 +215,9 @@ def test_consumers_resume_on_the_target_exactly(
     wait_for(lambda: all({k: o for k, (o, _m) in _committed(target_cluster, g, remotes).items()} == expected[g]
                          for g in groups), 30, "target group offsets synced to the checkpoints")
     for group in groups:
-        answer = oracle.ask("translate", _x(target_cluster.bootstrap_servers), "-", _x("A"), _x(group),
+        answer = oracle.ask("translate", text_token(target_cluster.bootstrap_servers), "-", text_token("A"), text_token(group),
                             TRANSLATE_TIMEOUT_MS)
-        java = {(t, int(p)): o for (t, p), (o, _m) in _offsets_by_partition(answer, with_group=False).items()}
+        java = {(t, int(p)): o for (t, p), (o, _m) in offsets_by_partition(answer, with_group=False).items()}
         assert java == expected[group], f"RemoteClusterUtils.translateOffsets disagrees for {group}"
         cli = translate_source_group(load_config(path), load_config(path).flow("A->B"), group)
         assert {(t.remote_topic, t.partition): t.downstream for t in cli} == expected[group]

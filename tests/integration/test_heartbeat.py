@@ -1,4 +1,5 @@
-"""The heartbeat service on real clusters: MM2 heartbeats, age and latency of the copy, topology, fencing."""
+"""The heartbeat service on real clusters: MM2 heartbeats on both clusters (read by MM2's own classes),
+age and latency of the copy, topology, fencing."""
 
 from __future__ import annotations
 
@@ -13,6 +14,7 @@ from strait_lab.clients import consume_all
 from strait_lab.kafka import KafkaCluster
 from strait_lab.services import StraitProcess
 from strait.records import Heartbeat, RecordFormatError
+from tests.oracle.mm2_oracle import Mm2Oracle, bytes_token, text_token, token_text
 from tests.support.cli import strait
 from tests.support.config import flow_config, write_config
 from tests.support.waiting import wait_for
@@ -21,13 +23,27 @@ pytestmark = pytest.mark.slow
 
 
 def _heartbeats(cluster: KafkaCluster, topic: str) -> list[Heartbeat]:
+    return [heartbeat for heartbeat, _key, _value in _heartbeat_records(cluster, topic)]
+
+
+def _heartbeat_records(cluster: KafkaCluster, topic: str) -> list[tuple[Heartbeat, bytes, bytes]]:
+    """Each heartbeat in the topic with its record's key and value (other records skipped: the
+    session clusters' topics may hold corrupt ones of the bad-input tests)."""
     found = []
     for record in consume_all(cluster.client_config(), topic, [0]):
         try:
-            found.append(Heartbeat.from_record(record.key, record.value))
+            found.append((Heartbeat.from_record(record.key, record.value), record.key, record.value))
         except RecordFormatError:
             pass
     return found
+
+
+def _read_by_mm2(oracle: Mm2Oracle, cluster: KafkaCluster, source: str, target: str) -> Heartbeat:
+    """The newest (source, target) heartbeat in the cluster's ``heartbeats``, decoded by MM2's Heartbeat class."""
+    *_, (_heartbeat, key, value) = [r for r in _heartbeat_records(cluster, "heartbeats")
+                                    if (r[0].source_alias, r[0].target_alias) == (source, target)]
+    java_source, java_target, timestamp = oracle.ask("dec-heartbeat", bytes_token(key), bytes_token(value))
+    return Heartbeat(token_text(java_source) or "", token_text(java_target) or "", int(timestamp))
 
 
 def _value(process: StraitProcess, name: str, **labels: str) -> float:
@@ -36,7 +52,7 @@ def _value(process: StraitProcess, name: str, **labels: str) -> float:
 
 
 def test_heartbeats_flow_to_the_target_with_age_latency_and_topology(
-    source_cluster: KafkaCluster, target_cluster: KafkaCluster, redis_url: str,
+    source_cluster: KafkaCluster, target_cluster: KafkaCluster, redis_url: str, oracle: Mm2Oracle,
     services: Callable[..., StraitProcess], unique_name: Callable[[str], str], tmp_path: Path,
 ) -> None:
     config = flow_config(source_cluster, target_cluster, [unique_name("nothing")], redis_url=redis_url)
@@ -46,6 +62,12 @@ def test_heartbeats_flow_to_the_target_with_age_latency_and_topology(
 
     wait_for(lambda: any(h.source_alias == "A" and h.target_alias == "B" for h in _heartbeats(source_cluster, "heartbeats")),
              60, "heartbeats from A to B in A's heartbeats topic")
+    # As MM2's heartbeat connector of A->B writes them: into the target's own heartbeats topic.
+    wait_for(lambda: any(h.source_alias == "A" and h.target_alias == "B" for h in _heartbeats(target_cluster, "heartbeats")),
+             60, "heartbeats from A to B in B's heartbeats topic")
+    for cluster in (source_cluster, target_cluster):  # MM2's own classes read strait's heartbeats on both
+        read = _read_by_mm2(oracle, cluster, "A", "B")
+        assert (read.source_alias, read.target_alias) == ("A", "B") and read.timestamp_ms > 0, cluster.alias
 
     def emitted_by_each() -> list[float] | None:
         counts = [_value(p, "strait_heartbeats_emitted_total", flow="A->B") for p in (first, second)]
@@ -79,6 +101,15 @@ def test_heartbeats_flow_to_the_target_with_age_latency_and_topology(
     assert "A.heartbeats" in json.loads(topology)["heartbeat_topics"]
     shown = strait("status", "--redis-url", redis_url, timeout=60)
     assert "B <- A (1 hop)" in shown.stdout, shown.stdout  # the topology in `strait status`
+    # MirrorClient (RemoteClusterUtils) answers on strait's clusters as on MM2's.
+    bootstrap = text_token(target_cluster.bootstrap_servers)
+    assert {"heartbeats", "A.heartbeats"} <= {token_text(t) for t in oracle.ask("heartbeat-topics", bootstrap, "-")}
+    assert "A" in {token_text(t) for t in oracle.ask("upstream-clusters", bootstrap, "-")}
+    assert oracle.ask("replication-hops", bootstrap, "-", text_token("A")) == ["1"]
+    assert "heartbeats" in {token_text(t) for t in oracle.ask("heartbeat-topics",
+                                                              text_token(source_cluster.bootstrap_servers), "-")}
+    for cluster in ("A", "B"):
+        assert _value(holder, "strait_heartbeats_emitted_total", flow="A->B", cluster=cluster) > 0, cluster
 
     holder.stop()  # its lease is released: the other replica takes over the flow
     other = second if holder is first else first

@@ -117,6 +117,8 @@ MINIMAL_ACLS: dict[str, tuple[Grant, ...]] = {
     "heartbeat": (
         Grant("source", TOPIC, "heartbeats", LITERAL, (OP.WRITE, OP.DESCRIBE)),
         Grant("source", TOPIC, "heartbeats", LITERAL, (OP.CREATE,), FIRST),
+        Grant("target", TOPIC, "heartbeats", LITERAL, (OP.WRITE, OP.DESCRIBE)),  # as MM2's heartbeat connector
+        Grant("target", TOPIC, "heartbeats", LITERAL, (OP.CREATE,), FIRST),
         Grant("target", TOPIC, "{source}.heartbeats", LITERAL, (OP.READ, OP.DESCRIBE)),
         # librdkafka looks up the coordinator of a consumer's group.id even when it only assigns
         Grant("target", GROUP, "strait-heartbeat-watch", LITERAL, (OP.DESCRIBE,)),

@@ -14,6 +14,40 @@ ANSWER_TIMEOUT = 120.0
 TRANSLATE_TIMEOUT_MS = "30000"
 
 
+def text_token(value: str | None) -> str:
+    """A string as one request token: ``x`` + its UTF-8 bytes in hex, ``-`` for null."""
+    return "-" if value is None else "x" + value.encode("utf-8").hex()
+
+
+def bytes_token(value: bytes) -> str:
+    """Bytes as one request token."""
+    return "x" + value.hex()
+
+
+def token_text(token: str) -> str | None:
+    """The string of an answer token (None for ``-``)."""
+    return None if token == "-" else bytes.fromhex(token[1:]).decode("utf-8")
+
+
+def token_bytes(token: str) -> bytes:
+    """The bytes of an answer token."""
+    return bytes.fromhex(token[1:])
+
+
+def offsets_by_partition(
+    answer: list[str], with_group: bool
+) -> dict[tuple[str | None, ...], tuple[int, str | None]]:
+    """An answer of (group,) topic, partition, offset, metadata rows, by (group,) topic and partition."""
+    width = 5 if with_group else 4
+    assert len(answer) % width == 0, answer
+    result: dict[tuple[str | None, ...], tuple[int, str | None]] = {}
+    for i in range(0, len(answer), width):
+        row = answer[i : i + width]
+        *names, partition, offset, metadata = row
+        result[(*[token_text(n) for n in names], partition)] = (int(offset), token_text(metadata))
+    return result
+
+
 class JavaRejected(Exception):
     """The oracle answered ERR: the MM2 class threw."""
 
