@@ -53,6 +53,7 @@ from strait.config.store import apply_config, load_stored_config
 from strait.errors import StraitError
 from strait.kafka.admin import admin_client, create_topics, end_offsets, explain_error, internal_topic
 from strait.kafka.groups import ACTIVE_STATES, alter_group_offsets, group_states
+from strait.progress import OffsetsTopic, ResumeError
 from strait.records import Checkpoint
 from strait.translation import (
     CommittedOffset,
@@ -214,6 +215,7 @@ class FlowSide:
         self.target_admin = admin_client(config.cluster(flow.target).librdkafka_config("admin"))
         self.follower = self._follower(syncs_wait)
         self.probe = TailProbe(self.source_settings)
+        self.progress = OffsetsTopic(self.target_settings, flow.topic_names().progress, flow.source)
         try:
             self.follower.catch_up(timeout)
         except StraitError:
@@ -239,10 +241,17 @@ class FlowSide:
         """Close the consumers."""
         self.follower.close()
         self.probe.close()
+        self.progress.close()
 
     def lag(self) -> list[PartitionLag]:
-        """The source partitions not copied to their read_committed end (empty when drained)."""
+        """The source partitions not copied to their read_committed end (empty when drained).
+
+        A partition is copied up to its newest offset sync or its progress on the target, whichever
+        is further: a partition copied while the flow wrote its syncs elsewhere (its syncs location
+        changed) has progress beyond its syncs here.
+        """
         self.follower.poll(0.5)
+        progress = self._progress()
         partitions = replicated_partitions(self.source_admin, self.flow, KAFKA_TIMEOUT)
         behind: list[PartitionLag] = []
         for (topic, partition), (low, end) in sorted(end_offsets(self.source_admin, self.flow.source,
@@ -251,12 +260,23 @@ class FlowSide:
                 continue  # nothing there to copy
             history = self.follower.index.history(topic, partition)
             last = history.translator.last_copied() if history is not None else None
-            copied_to = None if last is None else last.upstream + 1
+            found = [at for at in (None if last is None else last.upstream + 1,
+                                   progress.get((topic, partition))) if at is not None]
+            copied_to = max(found) if found else None
             if copied_to is not None and (copied_to >= end
                                           or self.probe.empty_between(topic, partition, copied_to, end)):
                 continue
             behind.append(PartitionLag(topic, partition, end, copied_to, end - (copied_to or low)))
         return behind
+
+    def _progress(self) -> dict[tuple[str, int], int]:
+        """Where strait's progress on the target says each partition's copy got to (what was read
+        before, when the target does not answer now)."""
+        try:
+            self.progress.read(KAFKA_TIMEOUT)
+        except ResumeError as exc:
+            log.warning("flow=%s progress not read to its end: %s", self.flow.name, exc)
+        return {key: at.next_offset for key, at in self.progress.progress.items()}
 
     def wait_drained(self, timeout: float) -> tuple[list[PartitionLag], float]:
         """Poll until drained or ``timeout``; returns the lag left and the seconds waited."""
