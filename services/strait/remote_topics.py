@@ -13,7 +13,8 @@ from dataclasses import dataclass
 from confluent_kafka.admin import AdminClient
 
 from strait.config.model import FlowConfig
-from strait.kafka.admin import TopicSpec, create_topics, grow_partitions, topic_configs
+from strait.kafka.admin import TopicSpec, create_topics, grow_partitions
+from strait.kafka.configs import carried_configs, describe_topic_configs
 from strait.policy import should_replicate_topic
 
 log = logging.getLogger(__name__)
@@ -64,15 +65,17 @@ def reconcile_remote_topics(
 
     A repartitioning flow's remote topics get its own partition count instead of the source's.
 
-    New remote topics get the source topic's explicitly set configs that the flow's property filter
-    lets through: retention above all, or records with old timestamps would be deleted on arrival.
+    New remote topics get the source topic's configs the flow carries (:func:`carried_configs`):
+    retention above all, or records with old timestamps would be deleted on arrival.
     """
     missing = [t for t in topics if t.remote not in target_partitions]
-    configs = topic_configs(source_admin, flow.source, [t.source for t in missing])
+    described = describe_topic_configs(source_admin, flow.source, [t.source for t in missing])
+    if described.errors:
+        raise next(iter(described.errors.values()))
     allowed = flow.config_property_filter()
     created = create_topics(target_admin, flow.target, [
         TopicSpec(t.remote, t.remote_partitions, flow.replication_factor,
-                  {k: v for k, v in configs.get(t.source, {}).items() if allowed.should_replicate_config_property(k)})
+                  carried_configs(described.configs.get(t.source, {}), allowed))
         for t in missing
     ])
     behind = {t.remote: t.remote_partitions for t in topics

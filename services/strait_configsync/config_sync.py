@@ -4,8 +4,8 @@ from __future__ import annotations
 
 from dataclasses import replace
 
-from strait.kafka.configs import ConfigChange, alter_topic_configs, describe_topic_configs
-from strait_configsync.configs import drifted_keys, plan_configs, wanted_configs
+from strait.kafka.configs import ConfigChange, alter_topic_configs, carried_configs, describe_topic_configs
+from strait_configsync.configs import drifted_keys, plan_configs
 from strait_configsync.drift import ConfigDrift, FlowReport, capped
 from strait_configsync.ownership import Ownership
 from strait_configsync.passes import PassContext, PassState, change_signature
@@ -37,7 +37,7 @@ class ConfigSync:
             if error is not None:
                 self.sync.fail(state, f"config:{topic.remote}", "describe", error)
                 continue
-            wanted = wanted_configs(source.configs[topic.source], allowed)
+            wanted = carried_configs(source.configs[topic.source], allowed)
             current = target.configs[topic.remote]
             plan = plan_configs(wanted, current, before)
             if not plan.change or self.sync.backoff.ready(f"config:{topic.remote}", change_signature(plan.change)):

@@ -1,8 +1,8 @@
 """Ownership-aware topic-config diff: what to SET and DELETE on a remote topic, and what strait owns.
 
-* The source's wanted values are the overrides set on the source topic itself (read-only,
-  sensitive and excluded properties left out). Broker-level defaults of the source are not
-  pinned on the target: the target's own defaults apply there.
+* The source's wanted values are :func:`strait.kafka.configs.carried_configs`: the overrides set on
+  the source topic itself (read-only, sensitive and excluded properties left out), and with
+  ``use_defaults_from: source`` its default values too; otherwise the target's own defaults apply.
 * A key is SET only when the target's value differs, so nothing else on the target is touched.
 * A key is DELETEd only when strait owns it (it set it, or found it set to the source's value on
   the topic) and the source no longer sets it. Overrides made on the target alone are never touched.
@@ -13,7 +13,6 @@ from __future__ import annotations
 from collections.abc import Mapping
 from dataclasses import dataclass
 
-from strait.filters import ConfigPropertyFilter
 from strait.kafka.configs import ConfigChange, ConfigValue
 
 
@@ -23,15 +22,6 @@ class ConfigPlan:
 
     change: ConfigChange
     owned_after: frozenset[str]
-
-
-def wanted_configs(source: Mapping[str, ConfigValue], allowed: ConfigPropertyFilter) -> dict[str, str]:
-    """The source topic's own overrides that the flow syncs."""
-    return {
-        name: entry.value for name, entry in source.items()
-        if entry.is_topic_override and entry.value is not None and not entry.read_only
-        and not entry.sensitive and allowed.should_replicate_config_property(name)
-    }
 
 
 def plan_configs(wanted: Mapping[str, str], target: Mapping[str, ConfigValue], owned: frozenset[str]) -> ConfigPlan:

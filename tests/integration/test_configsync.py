@@ -71,6 +71,7 @@ def test_topics_partitions_and_configs_follow_the_source(
     remote = overrides(target, f"S.{orders}")
     assert remote["retention.ms"] == "3600000" and remote["max.message.bytes"] == "200000"
     assert "message.timestamp.type" not in remote, "an excluded property was propagated"
+    assert "segment.bytes" not in remote, "use.defaults.from=target (MM2's default): the target's defaults apply"
 
     # internal topics of the flow, with MM2's settings
     for cluster, name in ((target, "heartbeats"), (target, "S.checkpoints.internal"),
@@ -174,3 +175,28 @@ def test_acls_deleted_on_the_source_are_removed_with_delete_acls(
     wait_for(lambda: remote_reader not in acls(target), 10, "ACL removed from the target")
     assert {acl(TOPIC, f"S.{topic}", "User:team", OP.DESCRIBE), operator_own} <= acls(target)
     wait_for(lambda: (r := report(redis_url, FLOW)) and r["acl_drift"] == 0, 10, "no ACL drift")
+
+
+def test_use_defaults_from_source_sets_the_source_defaults_on_the_remote_topic(
+    secured_clusters: tuple[KafkaCluster, KafkaCluster], configsync: Callable[..., ConfigSyncProcess],
+    unique_name: Callable[[str], str], redis_url: str, tmp_path: Path,
+) -> None:
+    """MM2's use.defaults.from=source: a property the source topic has at its default is SET on the
+    remote topic with the source's value (the default, target, leaves the target's own default)."""
+    source, target = secured_clusters
+    prefix = unique_name("defaults")
+    plain, tuned = f"{prefix}-plain", f"{prefix}-tuned"
+    create_topic(source.admin(), plain, partitions=1)
+    create_topic(source.admin(), tuned, partitions=1, config={"retention.ms": "3600000"})
+    flows = [sync_flow("S", "T", [f"{prefix}-.*"], use_defaults_from="source")]
+    config = strait_config({"S": cluster_entry(source), "T": cluster_entry(target)}, flows, redis_url)
+    configsync("--config", str(write_config(tmp_path / "strait.yaml", config)), "--lease-ttl", "5")
+
+    wait_for(lambda: "segment.bytes" in overrides(target, f"S.{plain}"), 30, "the source's defaults on S." + plain)
+    described = topic_config(source, plain)
+    for remote in (f"S.{plain}", f"S.{tuned}"):
+        pinned = overrides(target, remote)
+        for name in ("segment.bytes", "cleanup.policy", "max.message.bytes"):
+            assert pinned[name] == described[name][0], f"{remote}: {name}"
+        assert "min.insync.replicas" not in pinned, "an excluded property was set"
+    assert overrides(target, f"S.{tuned}")["retention.ms"] == "3600000"

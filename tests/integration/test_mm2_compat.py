@@ -13,12 +13,21 @@ import pytest
 from confluent_kafka.admin import AdminClient
 from hypothesis import HealthCheck, assume, example, given, settings
 from hypothesis import strategies as st
-from strait.config.mm2_properties import CLIENT_SETTING, FLOW_KEYS, parse_mm2_properties
+from strait.config.mm2_properties import CLIENT_SETTING, FLOW_KEYS, not_used, not_used_reason, parse_mm2_properties
 from strait.errors import ConfigError
 from strait.filters import ConfigPropertyFilter, FilterPatternError, GroupFilter, TopicFilter
 from strait_lab.clients import Record, consume_all, create_topic, produce
 from strait_lab.kafka import KafkaCluster
-from tests.oracle.mm2_oracle import TRANSLATE_TIMEOUT_MS, JavaRejected, Mm2Oracle
+from tests.oracle.mm2_oracle import (
+    TRANSLATE_TIMEOUT_MS,
+    JavaRejected,
+    Mm2Oracle,
+    bytes_token,
+    offsets_by_partition,
+    text_token,
+    token_bytes,
+    token_text,
+)
 from strait.policy import (
     DefaultReplicationPolicy,
     IdentityReplicationPolicy,
@@ -42,29 +51,13 @@ DIFFERENTIAL = settings(max_examples=150, deadline=None, suppress_health_check=[
 # --- token encoding (see Mm2Oracle.java) -----------------------------------------------------------
 
 
-def _x(value: str | None) -> str:
-    return "-" if value is None else "x" + value.encode("utf-8").hex()
-
-
-def _xb(value: bytes) -> str:
-    return "x" + value.hex()
-
-
-def _str(token: str) -> str | None:
-    return None if token == "-" else bytes.fromhex(token[1:]).decode("utf-8")
-
-
-def _bytes(token: str) -> bytes:
-    return bytes.fromhex(token[1:])
-
-
 def _bool(token: str) -> bool:
     assert token in ("true", "false"), token
     return token == "true"
 
 
 def _list_token(patterns: Sequence[str] | None) -> str:
-    return "-" if patterns is None else _x(", ".join(patterns))
+    return "-" if patterns is None else text_token(", ".join(patterns))
 
 
 # --- strategies -----------------------------------------------------------------------------------
@@ -172,40 +165,40 @@ def _filter_kwargs(include: Sequence[str] | None, exclude: Sequence[str] | None)
 def _java_encode(oracle: Mm2Oracle, record: Heartbeat | Checkpoint | OffsetSync) -> tuple[bytes, bytes]:
     if isinstance(record, Heartbeat):
         answer = oracle.ask(
-            "enc-heartbeat", _x(record.source_alias), _x(record.target_alias), str(record.timestamp_ms)
+            "enc-heartbeat", text_token(record.source_alias), text_token(record.target_alias), str(record.timestamp_ms)
         )
     elif isinstance(record, Checkpoint):
         answer = oracle.ask(
             "enc-checkpoint",
-            _x(record.group),
-            _x(record.topic),
+            text_token(record.group),
+            text_token(record.topic),
             str(record.partition),
             str(record.upstream_offset),
             str(record.downstream_offset),
-            _x(record.metadata),
+            text_token(record.metadata),
         )
     else:
         answer = oracle.ask(
             "enc-offsetsync",
-            _x(record.topic),
+            text_token(record.topic),
             str(record.partition),
             str(record.upstream_offset),
             str(record.downstream_offset),
         )
-    return _bytes(answer[0]), _bytes(answer[1])
+    return token_bytes(answer[0]), token_bytes(answer[1])
 
 
 def _java_decode(
     oracle: Mm2Oracle, kind: type, key: bytes, value: bytes
 ) -> Heartbeat | Checkpoint | OffsetSync:
     if kind is Heartbeat:
-        s, t, ts = oracle.ask("dec-heartbeat", _xb(key), _xb(value))
-        return Heartbeat(_str(s) or "", _str(t) or "", int(ts))
+        s, t, ts = oracle.ask("dec-heartbeat", bytes_token(key), bytes_token(value))
+        return Heartbeat(token_text(s) or "", token_text(t) or "", int(ts))
     if kind is Checkpoint:
-        g, t, p, up, down, meta = oracle.ask("dec-checkpoint", _xb(key), _xb(value))
-        return Checkpoint(_str(g) or "", _str(t) or "", int(p), int(up), int(down), _str(meta) or "")
-    t, p, up, down = oracle.ask("dec-offsetsync", _xb(key), _xb(value))
-    return OffsetSync(_str(t) or "", int(p), int(up), int(down))
+        g, t, p, up, down, meta = oracle.ask("dec-checkpoint", bytes_token(key), bytes_token(value))
+        return Checkpoint(token_text(g) or "", token_text(t) or "", int(p), int(up), int(down), token_text(meta) or "")
+    t, p, up, down = oracle.ask("dec-offsetsync", bytes_token(key), bytes_token(value))
+    return OffsetSync(token_text(t) or "", int(p), int(up), int(down))
 
 
 def _assert_same_bytes_both_ways(oracle: Mm2Oracle, record: Heartbeat | Checkpoint | OffsetSync) -> None:
@@ -286,10 +279,10 @@ def test_policies_match_java(
     assume(separator or topic.isascii())
     policy = _python_policy(*config)
     answer = oracle.ask(
-        "policy", kind, _x(separator), str(internal).lower(), _x(source_alias), _x(alias), _x(topic)
+        "policy", kind, text_token(separator), str(internal).lower(), text_token(source_alias), text_token(alias), text_token(topic)
     )
     java = (
-        [_str(answer[i]) for i in range(4)] + [_bool(t) for t in answer[4:8]] + [_str(t) for t in answer[8:]]
+        [token_text(answer[i]) for i in range(4)] + [_bool(t) for t in answer[4:8]] + [token_text(t) for t in answer[8:]]
     )
     python = [
         policy.format_remote_topic(alias, topic),
@@ -335,15 +328,15 @@ def test_replication_decision_matches_mirror_source_connector(
     answer = oracle.ask(
         "replicate",
         kind,
-        _x(separator),
+        text_token(separator),
         str(internal).lower(),
-        _x(source_alias),
-        _x(source),
-        _x(target),
+        text_token(source_alias),
+        text_token(source),
+        text_token(target),
         str(heartbeats_enabled).lower(),
         _list_token(include),
         _list_token(exclude),
-        _x(topic),
+        text_token(topic),
     )
     assert should_replicate_topic(policy, topic_filter, topic, target, heartbeats_enabled) is _bool(answer[0])
     assert is_cycle(policy, topic, target) is _bool(answer[1])
@@ -358,8 +351,8 @@ def test_topic_and_group_filters_match_java(
     oracle: Mm2Oracle, include: list[str] | None, exclude: list[str] | None, name: str
 ) -> None:
     kwargs = _filter_kwargs(include, exclude)
-    java_topic = oracle.ask("topic-filter", _list_token(include), _list_token(exclude), _x(name))
-    java_group = oracle.ask("group-filter", _list_token(include), _list_token(exclude), _x(name))
+    java_topic = oracle.ask("topic-filter", _list_token(include), _list_token(exclude), text_token(name))
+    java_group = oracle.ask("group-filter", _list_token(include), _list_token(exclude), text_token(name))
     assert TopicFilter(**kwargs).should_replicate_topic(name) is _bool(java_topic[0])
     assert GroupFilter(**kwargs).should_replicate_group(name) is _bool(java_group[0])
 
@@ -370,10 +363,10 @@ GROUP_NAMES = ["my-app", "connect-cluster-offsets", "console-consumer-42"]
 @pytest.mark.parametrize("name", [*INTERESTING_TOPICS, *GROUP_NAMES])
 def test_default_filters_match_java(oracle: Mm2Oracle, name: str) -> None:
     assert TopicFilter().should_replicate_topic(name) is _bool(
-        oracle.ask("topic-filter", "-", "-", _x(name))[0]
+        oracle.ask("topic-filter", "-", "-", text_token(name))[0]
     )
     assert GroupFilter().should_replicate_group(name) is _bool(
-        oracle.ask("group-filter", "-", "-", _x(name))[0]
+        oracle.ask("group-filter", "-", "-", text_token(name))[0]
     )
 
 
@@ -410,17 +403,17 @@ def test_config_property_filter_matches_java(
         else ConfigPropertyFilter(", ".join(exclude), use_defaults_from)
     )
     replicate, source_default = oracle.ask(
-        "config-filter", _list_token(exclude), _x(use_defaults_from), _x(name)
+        "config-filter", _list_token(exclude), text_token(use_defaults_from), text_token(name)
     )
     assert config_filter.should_replicate_config_property(name) is _bool(replicate)
     assert config_filter.should_replicate_source_default(name) is _bool(source_default)
 
 
 def test_empty_and_malformed_pattern_lists_are_treated_alike(oracle: Mm2Oracle) -> None:
-    assert _bool(oracle.ask("topic-filter", _x(""), "-", _x("orders"))[0]) is False
+    assert _bool(oracle.ask("topic-filter", text_token(""), "-", text_token("orders"))[0]) is False
     assert TopicFilter(include="").should_replicate_topic("orders") is False
     with pytest.raises(JavaRejected, match="must not be empty"):
-        oracle.ask("topic-filter", _x("a,,b"), "-", _x("a"))
+        oracle.ask("topic-filter", text_token("a,,b"), "-", text_token("a"))
     with pytest.raises(FilterPatternError, match="empty entry"):
         TopicFilter(include="a,,b")
 
@@ -457,19 +450,6 @@ def _checkpoint_or_none(record: Record) -> Checkpoint | None:
         return None
 
 
-def _offsets_by_partition(
-    answer: list[str], with_group: bool
-) -> dict[tuple[str | None, ...], tuple[int, str | None]]:
-    width = 5 if with_group else 4
-    assert len(answer) % width == 0, answer
-    result: dict[tuple[str | None, ...], tuple[int, str | None]] = {}
-    for i in range(0, len(answer), width):
-        row = answer[i : i + width]
-        *names, partition, offset, metadata = row
-        result[(*[_str(n) for n in names], partition)] = (int(offset), _str(metadata))
-    return result
-
-
 def test_translate_offsets_returns_the_checkpoints_strait_wrote(
     oracle: Mm2Oracle, target_cluster: KafkaCluster, unique_name: Callable[[str], str]
 ) -> None:
@@ -489,10 +469,10 @@ def test_translate_offsets_returns_the_checkpoints_strait_wrote(
     _write_checkpoints(target_cluster, topic, written)
 
     answer = oracle.ask(
-        "translate", _x(target_cluster.bootstrap_servers), "-", _x("A"), _x(group), TRANSLATE_TIMEOUT_MS
+        "translate", text_token(target_cluster.bootstrap_servers), "-", text_token("A"), text_token(group), TRANSLATE_TIMEOUT_MS
     )
 
-    assert _offsets_by_partition(answer, with_group=False) == {
+    assert offsets_by_partition(answer, with_group=False) == {
         ("A.orders", "0"): (14, "sp\u00e4ter \u2713"),
         ("A.orders", "1"): (19, "meta-1"),
         ("A.payments.v2", "3"): (2**41 - 5, ""),
@@ -528,14 +508,14 @@ def test_mirror_client_reads_checkpoints_under_a_custom_separator(
 
         answer = oracle.ask(
             "remote-offsets",
-            _x(target_cluster.bootstrap_servers),
-            _x("_"),
-            _x(alias),
-            _x(f"{prefix}-.*"),
+            text_token(target_cluster.bootstrap_servers),
+            text_token("_"),
+            text_token(alias),
+            text_token(f"{prefix}-.*"),
             TRANSLATE_TIMEOUT_MS,
         )
 
-        assert _offsets_by_partition(answer, with_group=True) == {
+        assert offsets_by_partition(answer, with_group=True) == {
             (first, remote, "0"): (7, "b"),
             (second, remote, "1"): (6, ""),
         }
@@ -554,9 +534,9 @@ def test_python_decodes_heartbeats_java_wrote(
         Heartbeat("Z\u00fcrich", "\u6771\u4eac", 1_600_000_000_123),
         Heartbeat("", "", 1),
     ]
-    tokens = [t for h in sent for t in (_x(h.source_alias), _x(h.target_alias), str(h.timestamp_ms))]
+    tokens = [t for h in sent for t in (text_token(h.source_alias), text_token(h.target_alias), str(h.timestamp_ms))]
 
-    assert oracle.ask("produce-heartbeats", _x(source_cluster.bootstrap_servers), _x(topic), *tokens) == ["4"]
+    assert oracle.ask("produce-heartbeats", text_token(source_cluster.bootstrap_servers), text_token(topic), *tokens) == ["4"]
 
     records = consume_all(source_cluster.client_config(), topic)
     assert [Heartbeat.from_record(r.key, r.value) for r in records] == sent
@@ -576,20 +556,20 @@ def test_mirror_client_topology_agrees_with_strait_names(
     admin = target_cluster.admin()
     for name in (heartbeats, checkpoints):
         create_topic(admin, name, partitions=1)
-    bootstrap = _x(target_cluster.bootstrap_servers)
+    bootstrap = text_token(target_cluster.bootstrap_servers)
     try:
         listed = set(admin.list_topics(timeout=10).topics)
-        java_heartbeats = {_str(t) for t in oracle.ask("heartbeat-topics", bootstrap, "-")}
-        java_checkpoints = {_str(t) for t in oracle.ask("checkpoint-topics", bootstrap, "-")}
+        java_heartbeats = {token_text(t) for t in oracle.ask("heartbeat-topics", bootstrap, "-")}
+        java_checkpoints = {token_text(t) for t in oracle.ask("checkpoint-topics", bootstrap, "-")}
 
         assert heartbeats in java_heartbeats
         assert checkpoints in java_checkpoints
         assert java_heartbeats == {t for t in listed if policy.is_heartbeats_topic(t)}
         assert java_checkpoints == {t for t in listed if policy.is_checkpoints_topic(t)}
-        assert {first_hop, second_hop} <= {_str(t) for t in oracle.ask("upstream-clusters", bootstrap, "-")}
-        assert oracle.ask("replication-hops", bootstrap, "-", _x(second_hop)) == ["1"]
-        assert oracle.ask("replication-hops", bootstrap, "-", _x(first_hop)) == ["2"]
-        assert oracle.ask("replication-hops", bootstrap, "-", _x(unique_name("nowhere"))) == ["-1"]
+        assert {first_hop, second_hop} <= {token_text(t) for t in oracle.ask("upstream-clusters", bootstrap, "-")}
+        assert oracle.ask("replication-hops", bootstrap, "-", text_token(second_hop)) == ["1"]
+        assert oracle.ask("replication-hops", bootstrap, "-", text_token(first_hop)) == ["2"]
+        assert oracle.ask("replication-hops", bootstrap, "-", text_token(unique_name("nowhere"))) == ["-1"]
         assert policy.topic_source(heartbeats) == second_hop
         assert policy.topic_source(policy.upstream_topic(heartbeats) or "") == first_hop
     finally:
@@ -619,14 +599,14 @@ def test_guide_configurations_mean_what_mm2_makes_of_them(oracle: Mm2Oracle, sha
     """The same properties text, read by strait and by MM2 4.x's own config classes."""
     text = GUIDE_CLUSTERS + "src->dst.enabled = true\n" + GUIDE_SHAPES[shape]
     flow = parse_mm2_properties(text, f"{shape}.properties").config.flow("src->dst")
-    answer = oracle.ask("mm2-flow", _x(text), _x("src"), _x("dst"), _x("orders"))
+    answer = oracle.ask("mm2-flow", text_token(text), text_token("src"), text_token("dst"), text_token("orders"))
     remote = flow.policy().format_remote_topic("src", "orders")
 
-    assert remote == _str(answer[0])
+    assert remote == token_text(answer[0])
     if flow.separator or flow.replication_policy == "identity":
-        assert flow.policy().topic_source(remote) == _str(answer[1])
+        assert flow.policy().topic_source(remote) == token_text(answer[1])
     else:  # MM2 splits between characters and takes "s"; strait matches the configured alias
-        assert (flow.policy().topic_source(remote), _str(answer[1])) == ("src", "s")
+        assert (flow.policy().topic_source(remote), token_text(answer[1])) == ("src", "s")
     assert flow.replication_factor == int(answer[2])
     if "replication.factor" in GUIDE_SHAPES[shape]:  # unset, strait's fall back to replication.factor
         assert [flow.internal_topic_replication_factor(kind) for kind in ("offset_syncs", "checkpoints", "heartbeats")] \
@@ -638,27 +618,30 @@ KEY_SAMPLES = {"BOOLEAN": "true", "INT": "1", "SHORT": "1", "LONG": "1", "DOUBLE
                "LIST": "x", "CLASS": "com.example.Plugin", "PASSWORD": "${env:STRAIT_TEST_UNSET}"}
 
 
-def test_every_key_mm2_defines_is_honoured_or_ignored_with_a_warning(oracle: Mm2Oracle) -> None:
+def test_every_key_mm2_defines_is_honoured_or_named_with_what_strait_does_instead(oracle: Mm2Oracle) -> None:
     """Each key of MM2 4.x's connector ConfigDefs (Connect's own included), set globally and for a
-    flow with its default (or a value of its type): the file loads, and the key is read by strait or
-    listed among the ignored keys the warning names."""
+    flow with its default (or a value of its type): strait reads it, or lists it as not used with what
+    it does instead, or refuses the value saying so (a Java class or transform strait cannot run).
+    No key is silently ignored."""
     answer = oracle.ask("mm2-keys")
-    keys = [(_str(answer[i]), answer[i + 1], None if answer[i + 2] == "-" else _str(answer[i + 2]))
+    keys = [(token_text(answer[i]), answer[i + 1], None if answer[i + 2] == "-" else token_text(answer[i + 2]))
             for i in range(0, len(answer), 3)]
     assert len(keys) > 100  # the three connectors' definitions, not an empty answer
     base = GUIDE_CLUSTERS + "src->dst.enabled = true\n"
-    refused, unaccounted = [], []
+    unexplained, unaccounted = [], []
     for name, kind, default in keys:
         value = default if default else KEY_SAMPLES[kind]
         for key in (name, f"src->dst.{name}"):
             try:
                 loaded = parse_mm2_properties(f"{base}{key} = {value}\n", "keys.properties")
             except ConfigError as exc:
-                refused.append(f"{key}: {exc}")
+                rule = not_used(name)
+                if rule is None or f"{key}: {rule.instead}" not in str(exc):
+                    unexplained.append(f"{key}: {exc}")
                 continue
             read = name in FLOW_KEYS or (key != name and name == "enabled") \
                 or (key == name and CLIENT_SETTING.fullmatch(name))
-            if not read and key not in loaded.ignored_keys:
+            if not read and not (key in loaded.ignored_keys and not_used_reason(key)):
                 unaccounted.append(key)
-    assert not refused, "\n".join(refused)
+    assert not unexplained, "\n".join(unexplained)
     assert not unaccounted, unaccounted

@@ -39,7 +39,9 @@ def test_full_file_lists_ignored_keys_with_a_warning(caplog: pytest.LogCaptureFi
     assert "tasks.max" in loaded.ignored_keys and "primary->backup.tasks.max" in loaded.ignored_keys
     assert "dr.offset.storage.replication.factor" in loaded.ignored_keys
     assert "replication.factor" not in loaded.ignored_keys
-    assert "ignoring MM2 settings strait does not use" in caplog.text and "offset.lag.max" in caplog.text
+    assert "MM2 setting not used file=" in caplog.text
+    assert "key=tasks.max: the replicator runs one copy task per core" in caplog.text
+    assert "key=offset.lag.max: strait writes offset syncs for the copied records every 0.5 s" in caplog.text
     assert "deprecated MM2 key names" in caplog.text
 
 
@@ -154,3 +156,57 @@ def test_repeated_key_last_wins_with_a_warning(caplog: pytest.LogCaptureFixture)
         config = _load("A->B.enabled = false\nA->B.enabled = true\n")
     assert config.flows[0].enabled
     assert "repeated key" in caplog.text and "A->B.enabled" in caplog.text
+
+
+@pytest.mark.parametrize(("text", "start"), [
+    ("", None),
+    ("consumer.auto.offset.reset = latest\n", "latest"),
+    ("A.consumer.auto.offset.reset = LATEST\n", "latest"),
+    ("A->B.consumer.auto.offset.reset = latest\n", "latest"),
+    ("A->B.source.consumer.auto.offset.reset = latest\n", "latest"),
+    ("source.consumer.auto.offset.reset = earliest\n", "earliest"),
+    # a flow's own key wins over its source cluster's, a cluster's over the global one
+    ("A.consumer.auto.offset.reset = latest\nA->B.consumer.auto.offset.reset = earliest\n", "earliest"),
+    ("consumer.auto.offset.reset = latest\nA.consumer.auto.offset.reset = earliest\n", "earliest"),
+    # within one scope source.consumer. wins, whatever the order in the file
+    ("A->B.source.consumer.auto.offset.reset = latest\nA->B.consumer.auto.offset.reset = earliest\n", "latest"),
+    ("B.consumer.auto.offset.reset = latest\n", None),  # the target's consumer copies nothing
+])
+def test_the_consumer_offset_reset_is_where_a_partition_without_evidence_starts(text: str, start: str | None) -> None:
+    config = _load("A->B.enabled = true\n" + text)
+    assert config.flow("A->B").start == start
+    assert "auto.offset.reset" not in config.cluster("A").consumer  # not passed to strait's own consumers
+
+
+@pytest.mark.parametrize("value", ["none", "by_duration:PT1H", "soonest"])
+def test_an_offset_reset_strait_cannot_honour_is_refused(value: str) -> None:
+    message = _error(f"A->B.enabled = true\nA.consumer.auto.offset.reset = {value}\n")
+    assert f"line 6: A.consumer.auto.offset.reset: strait starts a partition" in message and repr(value) in message
+
+
+@pytest.mark.parametrize(("key", "instead"), [
+    ("A->B.consumer.max.poll.records", "A.consumer.max.poll.records"),
+    ("A->B.source.admin.request.timeout.ms", "A.admin.request.timeout.ms"),
+    ("A->B.producer.linger.ms", "B.producer.linger.ms"),
+    ("A->B.target.admin.request.timeout.ms", "B.admin.request.timeout.ms"),
+])
+def test_a_client_setting_of_one_flow_is_refused_naming_the_cluster_key(key: str, instead: str) -> None:
+    message = _error(f"A->B.enabled = true\n{key} = 5\n")
+    assert f"line 6: {key}: strait keeps client settings per cluster, not per flow: set {instead}" in message
+
+
+@pytest.mark.parametrize(("line", "instead"), [
+    ("topic.filter.class = com.example.MyFilter", "strait runs no Java classes: it filters with the topics, groups"),
+    ("A->B.transforms = mask", "strait copies records unchanged: it runs no transforms"),
+    ("forwarding.admin.class = com.example.Admin", "strait runs no Java classes: it creates and alters topics itself"),
+])
+def test_a_java_class_or_transform_strait_cannot_run_is_refused(line: str, instead: str) -> None:
+    key = line.split(" = ")[0]
+    assert f"line 6: {key}: {instead}" in _error(f"A->B.enabled = true\n{line}\n")
+
+
+def test_mm2_defaults_of_class_keys_are_taken_as_they_are() -> None:
+    loaded = parse_mm2_properties(BASE + "A->B.enabled = true\n"
+                                  "topic.filter.class = org.apache.kafka.connect.mirror.DefaultTopicFilter\n"
+                                  "A->B.transforms = \n", "mm2.properties")
+    assert set(loaded.ignored_keys) == {"topic.filter.class", "A->B.transforms"}

@@ -243,3 +243,14 @@ def test_flow_builds_its_policy_and_filters() -> None:
     assert not backup.topic_filter().should_replicate_topic("payments.eu")
     assert dr.group_filter().should_replicate_group("app") and not dr.group_filter().should_replicate_group("batch-1")
     assert not dr.config_property_filter().should_replicate_config_property("retention.ms")
+
+
+def test_a_consumer_offset_reset_is_refused_pointing_at_the_flows_start(tmp_path: Path) -> None:
+    message = _error(tmp_path, """
+    clusters:
+      A: {bootstrap_servers: "a:9092", consumer: {auto.offset.reset: latest}}
+      B: {bootstrap_servers: "b:9092"}
+    flows:
+      - {source: A, target: B}
+    """)
+    assert "clusters.A.consumer.auto.offset.reset: where a partition starts" in message and "flow's start" in message

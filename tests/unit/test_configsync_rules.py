@@ -8,7 +8,8 @@ from strait.config.model import FlowConfig, Selection
 from strait.filters import ConfigPropertyFilter
 from strait.kafka.configs import ConfigValue
 from strait_configsync.acls import desired_acls
-from strait_configsync.configs import plan_configs, wanted_configs
+from strait.kafka.configs import carried_configs
+from strait_configsync.configs import plan_configs
 from strait_configsync.drift import ConfigDrift, ErrorNote, FlowReport, PartitionMismatch
 from strait_configsync.ownership import Ownership
 from strait.retry import KeyedBackoff, RetryPolicy
@@ -56,12 +57,16 @@ def _value(value: str, source: ConfigSource = ConfigSource.DYNAMIC_TOPIC_CONFIG)
     return ConfigValue(value, source)
 
 
-def test_wanted_configs_are_source_overrides_minus_exclusions() -> None:
+def test_carried_configs_are_source_overrides_minus_exclusions_and_with_use_defaults_from_source_its_defaults() -> None:
     source = {"retention.ms": _value("1000"), "min.insync.replicas": _value("2"),
               "segment.bytes": _value("1073741824", ConfigSource.DEFAULT_CONFIG),
               "cleanup.policy": _value("delete", ConfigSource.DYNAMIC_DEFAULT_BROKER_CONFIG),
+              "log.dirs": _value("/data", ConfigSource.STATIC_BROKER_CONFIG),
+              "message.format.version": ConfigValue("3.0", ConfigSource.DEFAULT_CONFIG, read_only=True),
               "max.message.bytes": ConfigValue("100", ConfigSource.DYNAMIC_TOPIC_CONFIG, sensitive=True)}
-    assert wanted_configs(source, ConfigPropertyFilter()) == {"retention.ms": "1000"}
+    assert carried_configs(source, ConfigPropertyFilter()) == {"retention.ms": "1000"}
+    assert carried_configs(source, ConfigPropertyFilter(use_defaults_from="source")) == {
+        "retention.ms": "1000", "segment.bytes": "1073741824", "cleanup.policy": "delete"}
 
 
 def test_plan_sets_only_differences_and_never_touches_target_only_overrides() -> None:

@@ -21,6 +21,7 @@ from strait.config.store import (
 )
 from strait.config.connect import load_connect
 from strait.config.mm1 import Mm1Setup, from_mm1
+from strait.config.mm2_properties import not_used_reason
 from strait.config.model import FlowConfig
 from strait.config.strimzi import load_strimzi
 from strait.config.validate import check_key_stores, config_warnings, describe_inline_secrets, inline_secrets, \
@@ -153,15 +154,21 @@ def _from_mm1(args: argparse.Namespace) -> int:
 def _from_strimzi(args: argparse.Namespace) -> int:
     loaded = load_strimzi(args.file, args.secrets_dir.resolve())
     header = [f"strait configuration made from the KafkaMirrorMaker2 resource {args.file}"]
-    header += [f"not used (a Connect or MM2 setting strait does not need): {key}" for key in loaded.ignored_keys]
+    header += [_not_used_line("a Connect or MM2 setting strait does not need", key) for key in loaded.ignored_keys]
     return _convert(args, loaded.config, header, f"from-strimzi:{args.file}")
 
 
 def _from_connect(args: argparse.Namespace) -> int:
     loaded = load_connect(args.files, args.offsets_topic)
     header = [f"strait configuration made from MirrorMaker 2's Connect connectors {', '.join(map(str, args.files))}"]
-    header += [f"not used (a Connect setting strait does not need): {key}" for key in loaded.ignored_keys]
+    header += [_not_used_line("a Connect setting strait does not need", key) for key in loaded.ignored_keys]
     return _convert(args, loaded.config, header, f"from-connect:{','.join(map(str, args.files))}")
+
+
+def _not_used_line(kind: str, key: str) -> str:
+    """A header line naming a setting strait does not use and what it does instead."""
+    instead = not_used_reason(key)
+    return f"not used ({kind}): {key}" + (f": {instead}" if instead else "")
 
 
 def _convert(args: argparse.Namespace, config: StraitConfig, header: list[str], source_name: str) -> int:

@@ -31,7 +31,7 @@ from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
 
-from strait.config.mm2_properties import Mm2File, parse_mm2_properties
+from strait.config.mm2_properties import Mm2File, not_used, parse_mm2_properties
 from strait.config.properties import escaped_line, scalar_text
 from strait.errors import ConfigError
 
@@ -191,6 +191,10 @@ def _settings(connector: Connector, source: str,
         elif connector.kind == SOURCE and key.startswith("producer.override."):
             clusters.append((target, ("producer." + key.removeprefix("producer.override."), value)))
         elif key in _CONNECT_KEYS or key.startswith(_CONNECT_PREFIXES):
+            rule = not_used(key)
+            if rule is not None and not rule.takes(value):
+                raise ConfigError(f"{connector.origin}: connector {connector.name}: {key}: {rule.instead}; remove "
+                                  f"the key or set Connect's default")
             if key not in ("name", "connector.class", "offsets.storage.topic"):
                 unused.append(key)
         else:

@@ -53,11 +53,13 @@ from strait.config.secrets import (
     setting_value,
 )
 from strait.config.validate import Problems, check_flows, policy_name, policy_problem, regex_problem
+from strait.filters import USE_DEFAULTS_FROM_VALUES
 from strait.errors import ConfigError
 
 ALIAS_PATTERN = re.compile(r"[A-Za-z0-9][A-Za-z0-9_-]*")
 TOP_LEVEL_KEYS = ("redis_url", "clusters", "flow_defaults", "flows")
 CLUSTER_KEYS = ("bootstrap_servers", "client", *CLIENT_ROLES)
+OFFSET_RESET = "auto.offset.reset"
 FLOW_SETTING_KEYS = tuple(f for f in FLOW_FIELDS if f not in ("source", "target", "enabled"))
 SELECTION_KEYS = ("include", "exclude")
 SCHEDULE_KEYS = ("enabled", "interval_seconds")
@@ -271,6 +273,11 @@ def _cluster(alias: str, value: Any, path: str, problems: Problems) -> ClusterCo
               for scope in ("client", *CLIENT_ROLES)}
     if "bootstrap.servers" in scopes["client"]:
         problems.add(_join(_join(path, "client"), "bootstrap.servers"), "set bootstrap_servers instead")
+    for scope in ("client", "consumer"):
+        if OFFSET_RESET in scopes[scope]:
+            problems.add(_join(_join(path, scope), OFFSET_RESET), (
+                "where a partition starts when Kafka holds no evidence of an earlier copy is the flow's "
+                "start (earliest, latest or from-target); strait's consumers set their own reset"))
     if servers is INVALID:
         return None
     return ClusterConfig(alias=alias, bootstrap_servers=servers, **scopes)
@@ -443,5 +450,6 @@ _FLOW_READERS: dict[str, Callable[[Any, str, Problems], Any]] = {
     "restarted_at": lambda v, p, pr: None if v is None else _string(v, p, pr),
     "heartbeats_replication_enabled": _bool,
     "config_properties_exclude": _regex_list,
+    "use_defaults_from": lambda v, p, pr: _one_of(v, USE_DEFAULTS_FROM_VALUES, p, pr),
     **{name: (_SELECTION if kind is Selection else _SCHEDULE) for name, kind in NESTED_FLOW_FIELDS.items()},
 }

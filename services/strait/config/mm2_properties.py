@@ -4,10 +4,13 @@ Scoping is MM2's: ``x.y`` is global, ``<alias>.x`` belongs to a cluster, ``<src>
 flow and overrides the global ``x``. Top-level client security settings (``security.protocol``,
 ``sasl.*``, ``ssl.*``) and ``consumer.*``/``producer.*``/``admin.*`` apply to every cluster that
 does not set its own. A flow exists when any ``A->B.`` key names it; as in MM2 it is disabled until
-``A->B.enabled=true``. MM2 keys strait has no use for are listed in a warning; unknown keys are
-errors. strait's own extension keys: ``strait.redis.url``,
-``[A->B.]strait.rate.limit.records.per.second``, ``[A->B.]strait.checkpoint.shards`` and
-``[A->B.]strait.target.partitions``.
+``A->B.enabled=true``. ``consumer.auto.offset.reset`` (global, ``<alias>.consumer.``, a flow's
+``consumer.`` or ``source.consumer.``; the flow's own wins over its source cluster's) is where a
+partition starts when Kafka holds no evidence of an earlier copy: the flow's ``start``. MM2 keys
+strait has no use for are logged, each with what strait does instead (:data:`_NOT_USED`); values
+asking for what strait cannot do (a Java class, a transform) and unknown keys are errors. strait's
+own extension keys: ``strait.redis.url``, ``[A->B.]strait.rate.limit.records.per.second``,
+``[A->B.]strait.checkpoint.shards`` and ``[A->B.]strait.target.partitions``.
 """
 
 from __future__ import annotations
@@ -34,7 +37,7 @@ from strait.config.model import (
 from strait.config.properties import Property, parse_properties, read_properties_file
 from strait.config.secrets import SecretRef, SettingValue, has_reference, is_secret_key, setting_value
 from strait.config.validate import Problems, check_flows, policy_name, policy_problem, regex_problem
-from strait.filters import parse_pattern_list
+from strait.filters import USE_DEFAULTS_FROM_VALUES, parse_pattern_list
 from strait.errors import ConfigError
 
 log = logging.getLogger(__name__)
@@ -43,6 +46,9 @@ REDIS_URL_KEY = "strait.redis.url"
 RATE_LIMIT_KEY = "strait.rate.limit.records.per.second"
 CHECKPOINT_SHARDS_KEY = "strait.checkpoint.shards"
 TARGET_PARTITIONS_KEY = "strait.target.partitions"
+# Where MM2's source consumer starts a partition it has no offset for: strait's flow ``start``.
+OFFSET_RESET_KEYS = ("consumer.auto.offset.reset", "source.consumer.auto.offset.reset")
+_OFFSET_RESET = "auto.offset.reset"
 _INTERNAL_TOPIC_FACTORS = {
     "heartbeats.topic.replication.factor": "heartbeats_topic_replication_factor",
     "checkpoints.topic.replication.factor": "checkpoints_topic_replication_factor",
@@ -72,26 +78,89 @@ FLOW_KEYS = (
     *_SELECTIONS, "replication.policy.class", "replication.policy.separator",
     "replication.policy.internal.topic.separator.enabled", "offset-syncs.topic.location",
     "replication.factor", "heartbeats.replication.enabled", "config.properties.exclude",
-    "config.properties.blacklist", "emit.offset-syncs.enabled", *_INTERNAL_TOPIC_FACTORS,
-    RATE_LIMIT_KEY, CHECKPOINT_SHARDS_KEY, TARGET_PARTITIONS_KEY,
+    "config.properties.blacklist", "emit.offset-syncs.enabled", "use.defaults.from", *_INTERNAL_TOPIC_FACTORS,
+    RATE_LIMIT_KEY, CHECKPOINT_SHARDS_KEY, TARGET_PARTITIONS_KEY, *OFFSET_RESET_KEYS,
     *(f"{prefix}.{suffix}" for prefix in _SCHEDULES for suffix in ("enabled", "interval.seconds")),
 )
 
-# MM2 and Connect settings that mean nothing to strait (its own runtime replaces them).
-_IGNORED = re.compile(
-    r"(tasks\.max|.+\.replication\.factor|(offset|config|status)\.storage\..+|offset\.flush\..+"
-    r"|(key|value|header)\.converter(\..+)?|offset\.lag\.max"
-    r"|(topic|group|config\.property)\.filter\.class|use\.defaults\.from|use\.incremental\.alter\.configs"
-    r"|admin\.timeout\.ms|consumer\.poll\.timeout\.ms|forwarding\.admin\.class|metric\.reporters|metrics\..+"
-    r"|dedicated\.mode\.enable\.internal\.rest|exactly\.once\.(source\.)?support|transaction\.boundary.*"
-    r"|add\.source\.alias\.to\.metrics|(source|target)\.cluster\.alias|checkpoints\.topic\..+"
-    r"|offset-syncs\.topic\.(?!location$).+|offset\.syncs\.topic\..+|heartbeats\.topic\..+|config\.providers(\..+)?|listeners"
-    r"|rest\..+|plugin\.path|scheduled\.rebalance\.max\.delay\.ms|config\.action\.reload|errors\..+"
-    r"|group\.id|(consumer|producer|admin)\.override\..+"
-    # Connect's own connector keys, which MM2's connector ConfigDefs carry
-    r"|name|enabled|connector\.class|connector\.plugin\.version|(predicates|transforms)(\..+)?"
-    r"|tasks\.max\.enforce|metric\.names\.formats)"
+_DEFAULT_CLASSES = frozenset({
+    "org.apache.kafka.connect.mirror.DefaultTopicFilter", "org.apache.kafka.connect.mirror.DefaultGroupFilter",
+    "org.apache.kafka.connect.mirror.DefaultConfigPropertyFilter", "org.apache.kafka.clients.admin.ForwardingAdmin",
+})
+_CONNECT_STATE = ("strait keeps no Connect state: its progress is a topic beside the copies on the target "
+                  "(strait-offsets.<source>.internal) and its configuration lives in Redis")
+
+
+@dataclass(frozen=True)
+class NotUsed:
+    """MM2 or Connect settings that strait's own runtime replaces: what strait does instead, and
+    the values it takes as they are (any other value asks for something strait does not do, and is refused)."""
+
+    pattern: str
+    instead: str
+    takes: Callable[[str], bool] = lambda _value: True
+
+
+_NOT_USED = (
+    NotUsed(r"tasks\.max", "the replicator runs one copy task per core (or --tasks), spread over the partitions"),
+    NotUsed(r"(offset|config|status)\.storage\..+|.+\.storage\.replication\.factor", _CONNECT_STATE),
+    NotUsed(r"offset\.flush\..+", "strait writes its progress beside the copies every 0.5 s, not on a flush interval"),
+    NotUsed(r"(key|value|header)\.converter(\..+)?", "strait copies keys, values and headers as bytes, unchanged"),
+    NotUsed(r"offset\.lag\.max", "strait writes offset syncs for the copied records every 0.5 s, so translation "
+                                  "is exact, not within a lag of offsets"),
+    NotUsed(r"(topic|group|config\.property)\.filter\.class",
+            "strait runs no Java classes: it filters with the topics, groups and config.properties.exclude patterns",
+            lambda value: value.strip() in _DEFAULT_CLASSES),
+    NotUsed(r"forwarding\.admin\.class", "strait runs no Java classes: it creates and alters topics itself",
+            lambda value: value.strip() in _DEFAULT_CLASSES),
+    NotUsed(r"use\.incremental\.alter\.configs", "strait always changes topic configs incrementally, as MM2 4.0 does"),
+    NotUsed(r"admin\.timeout\.ms|consumer\.poll\.timeout\.ms|scheduled\.rebalance\.max\.delay\.ms",
+            "strait's clients retry with their own timeouts and backoff; flows move between replicas within "
+            "a lease TTL"),
+    NotUsed(r"metric\.reporters|metrics\..+|add\.source\.alias\.to\.metrics|metric\.names\.formats",
+            "every strait process exports Prometheus metrics on /metrics, labelled by flow"),
+    NotUsed(r"dedicated\.mode\.enable\.internal\.rest|listeners|rest\..+|config\.action\.reload",
+            "strait's processes coordinate through Redis and serve no REST API; `strait config apply` changes the "
+            "configuration live"),
+    NotUsed(r"exactly\.once\.(source\.)?support|transaction\.boundary.*",
+            "strait copies at least once: after a crash it copies again at most about a second of records, and "
+            "says how many at most; it has no exactly-once mode yet"),
+    NotUsed(r"(source|target)\.cluster\.alias", "the flow's name (A->B) gives its clusters"),
+    NotUsed(r"(checkpoints|heartbeats|offset-syncs|offset\.syncs)\.topic\.(?!location$|replication\.factor$).+",
+            "strait creates the internal topics with one compacted partition and the broker's other defaults"),
+    NotUsed(r"config\.providers(\..+)?", "strait resolves ${env:...} and ${file:...} references itself"),
+    NotUsed(r"plugin\.path", "strait loads no plugins"),
+    NotUsed(r"errors\..+", "a record strait cannot copy stops its partition's copy with an error that names it; "
+                           "nothing is skipped"),
+    NotUsed(r"group\.id", "strait's copy consumers assign partitions and commit nothing, so no group is used"),
+    NotUsed(r"(consumer|producer|admin)\.override\..+",
+            "client settings are per cluster in strait: <alias>.consumer., <alias>.producer. or <alias>.admin."),
+    NotUsed(r"name|enabled|connector\.class|connector\.plugin\.version|tasks\.max\.enforce",
+            "a Kafka Connect connector's own setting; strait runs no Connect"),
+    NotUsed(r"(predicates|transforms)(\..+)?", "strait copies records unchanged: it runs no transforms",
+            lambda value: not value.strip()),
 )
+_IGNORED = re.compile("|".join(f"(?:{rule.pattern})" for rule in _NOT_USED))
+
+
+def not_used_reason(scoped_key: str) -> str:
+    """What strait does instead of an MM2 or Connect setting it does not use (``scoped_key`` may carry
+    its cluster or flow, or a connector's name, in front); empty for a note that is no key's."""
+    parts = scoped_key.split(": ", 1)[-1].split(".")
+    keys = [".".join(parts[start:]) for start in range(len(parts))]  # the longest unscoped key first
+    rule = next((rule for key in keys if (rule := not_used(key)) is not None), None)
+    if rule is not None:
+        return rule.instead
+    if any(_CLIENT_SETTING.fullmatch(key) or _GLOBAL_CLIENT_SETTING.fullmatch(key) for key in keys):
+        return "strait reads client settings per cluster (<alias>.<setting>), as MM2's dedicated mode does"
+    return ""
+
+
+def not_used(key: str) -> NotUsed | None:
+    """The rule of an MM2 or Connect setting strait does not use (``key`` without its cluster or flow)."""
+    return next((rule for rule in _NOT_USED if re.fullmatch(rule.pattern, key)), None)
+
+
 _CLIENT_SETTING = re.compile(
     r"(security\..+|sasl\..+|ssl\..+|client\.id|client\.dns\.lookup|client\.rack|request\.timeout\.ms"
     r"|retry\.backoff(\.max)?\.ms|reconnect\.backoff(\.max)?\.ms|metadata\.max\.age\.ms"
@@ -159,6 +228,7 @@ class _Reader:
         self.global_: dict[str, Property] = {}
         self.cluster_keys: dict[str, dict[str, Property]] = {}
         self.flow_keys: dict[tuple[str, str], dict[str, Property]] = {}
+        self.cluster_resets: dict[str, Property] = {}  # <alias>.consumer.auto.offset.reset (or the global one)
         self.ignored: list[str] = []
 
     def _last_wins(self, entries: list[Property]) -> dict[str, Property]:
@@ -185,9 +255,8 @@ class _Reader:
         check_flows(config, self.problems, lambda _, flow: flow.name)
         self.problems.raise_if_any()
         self._warn_deprecated()
-        if self.ignored:
-            log.warning("ignoring MM2 settings strait does not use file=%s keys=%s",
-                        self.origin, ",".join(self.ignored))
+        for key in self.ignored:
+            log.warning("MM2 setting not used file=%s key=%s: %s", self.origin, key, not_used_reason(key))
         return Mm2File(config, tuple(self.ignored))
 
     def _warn_deprecated(self) -> None:
@@ -247,7 +316,9 @@ class _Reader:
                 servers = self._bootstrap(entry)
                 continue
             scope, setting = self._cluster_scope(key, entry, alias, key in own)
-            if scope is not None:
+            if (scope, setting) == ("consumer", _OFFSET_RESET):  # the start of its flows, not a client setting
+                self.cluster_resets[alias] = entry
+            elif scope is not None:
                 self._setting(scopes[scope], setting, entry)
         if servers is None:
             self.problems.add(f"{alias}.bootstrap.servers",
@@ -263,7 +334,7 @@ class _Reader:
     def _cluster_scope(self, key: str, entry: Property, alias: str, own: bool) -> tuple[str | None, str]:
         if _IGNORED.fullmatch(key):
             if own:
-                self._ignore(entry)
+                self._ignore(entry, key)
             return None, key
         role = _ROLE.fullmatch(key)
         if role:
@@ -299,6 +370,8 @@ class _Reader:
         enabled_entry = own.pop("enabled", None)
         enabled = _bool(enabled_entry, self) if enabled_entry else False
         layer = self._flow_layer({**self.global_, **own}, f"{source}->{target}.", own)
+        if source in self.cluster_resets and not any(key in own for key in OFFSET_RESET_KEYS):
+            self._put(layer, "start", None, _offset_reset(self.cluster_resets[source], self))
         return FlowConfig.from_layers(source, target, layer, {"enabled": bool(enabled)})
 
     def _flow_layer(self, entries: Mapping[str, Property], prefix: str,
@@ -308,7 +381,9 @@ class _Reader:
         Only keys in ``own`` (all keys when it is None) are reported when unknown.
         """
         layer: dict[str, Any] = {}
-        for key, entry in _without_shadowed_aliases(entries, own or {}).items():
+        # within one scope source.consumer. wins over consumer., as in MM2's source consumer settings
+        kept = sorted(_without_shadowed_aliases(entries, own or {}).items(), key=lambda item: item[0] == OFFSET_RESET_KEYS[1])
+        for key, entry in kept:
             schedule = _schedule_key(key)
             if key in _SELECTIONS:
                 self._put(layer, *_SELECTIONS[key], self._regexes(entry))
@@ -338,7 +413,12 @@ class _Reader:
         if not prefix:
             self._global_other(key, entry)
         elif _IGNORED.fullmatch(key) or self._flow_client_setting(key):
-            self._ignore(entry)
+            self._ignore(entry, key)
+        elif (per_cluster := _per_cluster_key(key, prefix)) is not None:
+            alias = per_cluster.split(".", 1)[0]
+            self.problems.add(self._where(entry), (
+                f"strait keeps client settings per cluster, not per flow: set {per_cluster} (it then applies "
+                f"to every flow of cluster {alias})"))
         else:
             self._unknown(entry, [prefix + k for k in (*FLOW_KEYS, "enabled")])
 
@@ -355,7 +435,7 @@ class _Reader:
         if _GLOBAL_CLIENT_SETTING.fullmatch(key) and not _misspelt_security_key(key):
             return
         if _IGNORED.fullmatch(key):
-            self._ignore(entry)
+            self._ignore(entry, key)
             return
         self._unknown(entry, ["clusters", REDIS_URL_KEY, *FLOW_KEYS, *_KNOWN_SECURITY])
 
@@ -389,8 +469,12 @@ class _Reader:
 
     # --- reporting ---------------------------------------------------------------------------------
 
-    def _ignore(self, entry: Property) -> None:
-        if entry.key not in self.ignored:
+    def _ignore(self, entry: Property, key: str) -> None:
+        """List ``entry`` (``key`` without its scope) as not used, or refuse a value strait cannot honour."""
+        rule = not_used(key)
+        if rule is not None and not rule.takes(entry.value):
+            self.problems.add(self._where(entry), f"{rule.instead}; remove the key or set MM2's default")
+        elif entry.key not in self.ignored:
             self.ignored.append(entry.key)
 
     def _unknown(self, entry: Property, known: list[str], hint: str = "") -> None:
@@ -428,6 +512,19 @@ def _without_shadowed_aliases(entries: Mapping[str, Property],
             flow_alias_only = alias in own and current not in own
             del kept[current if flow_alias_only else alias]
     return kept
+
+
+def _per_cluster_key(key: str, prefix: str) -> str | None:
+    """The cluster-level spelling of a flow's client setting (``A->B.`` ``consumer.x`` -> ``A.consumer.x``):
+    MM2 gives its source connector's consumer the source's settings, its producer the target's."""
+    side, _, rest = key.partition(".") if key.startswith(("source.", "target.")) else ("", "", key)
+    role = _ROLE.fullmatch(rest)
+    if role is None:
+        return None
+    source, target = prefix.rstrip(".").split("->")
+    if not side:
+        side = "target" if role.group(1) == "producer" else "source"
+    return f"{source if side == 'source' else target}.{rest}"
 
 
 def _longest_prefix(key: str, aliases: tuple[str, ...], separator: str) -> str | None:
@@ -526,6 +623,23 @@ def _shards(entry: Property, reader: _Reader) -> Any:
     return reader.invalid(entry, f"expected a whole number from 1 to {MAX_CHECKPOINT_SHARDS}, got {entry.value!r}")
 
 
+def _defaults_from(entry: Property, reader: _Reader) -> Any:
+    lowered = entry.value.strip().lower()
+    if lowered in USE_DEFAULTS_FROM_VALUES:
+        return lowered
+    return reader.invalid(entry, f"expected target or source, got {entry.value!r}")
+
+
+def _offset_reset(entry: Property, reader: _Reader) -> Any:
+    lowered = entry.value.strip().lower()
+    if lowered in ("earliest", "latest"):
+        return lowered
+    return reader.invalid(entry, (
+        f"strait starts a partition that Kafka holds no evidence of an earlier copy for at earliest or latest "
+        f"(the flow's start), got {entry.value!r}: MM2's 'none' fails the copy and 'by_duration:' starts "
+        f"by time, neither of which strait does"))
+
+
 def _config_excludes(entry: Property, reader: _Reader) -> Any:
     return reader._regexes(entry)
 
@@ -540,8 +654,10 @@ _SCALAR_READERS: dict[str, tuple[str, Callable[[Property, _Reader], Any]]] = {
     "config.properties.exclude": ("config_properties_exclude", _config_excludes),
     "config.properties.blacklist": ("config_properties_exclude", _config_excludes),
     "emit.offset-syncs.enabled": ("emit_offset_syncs", _bool),
+    "use.defaults.from": ("use_defaults_from", _defaults_from),
     **{key: (name, _replication_factor) for key, name in _INTERNAL_TOPIC_FACTORS.items()},
     TARGET_PARTITIONS_KEY: ("target_partitions", _target_partitions),
     RATE_LIMIT_KEY: ("rate_limit_records_per_second", _rate_limit),
     CHECKPOINT_SHARDS_KEY: ("checkpoint_shards", _shards),
+    **{key: ("start", _offset_reset) for key in OFFSET_RESET_KEYS},
 }

@@ -176,7 +176,9 @@ class FlowConfig:
     no offset syncs and no checkpoints. ``rate_limit_records_per_second``
     of None means unlimited. ``checkpoint_shards`` splits the flow's consumer groups (by a hash of
     the group id) into that many work items, which the checkpoint replicas share; use at least as
-    many shards as replicas. ``start`` (``earliest``, ``latest`` or ``from-target``) is where the
+    many shards as replicas. ``use_defaults_from`` (MM2's ``use.defaults.from``): ``target`` leaves a
+    remote topic the target's defaults, ``source`` also carries the values the source topic has
+    from its defaults (:func:`strait.kafka.configs.carried_configs`). ``start`` (``earliest``, ``latest`` or ``from-target``) is where the
     copy of a partition starts when Kafka holds no evidence of an earlier copy (:mod:`strait.progress`);
     ``mm2_offsets_topic`` is the Connect offsets topic MirrorMaker 2 kept its progress in, on the
     target (default ``mm2-offsets.<source>.internal``, dedicated mode's), and ``mm2_source_connector``
@@ -212,6 +214,7 @@ class FlowConfig:
     rate_limit_records_per_second: float | None = None
     heartbeats_replication_enabled: bool = True
     config_properties_exclude: tuple[str, ...] = CONFIG_PROPERTIES_EXCLUDE_DEFAULT
+    use_defaults_from: str = "target"
     checkpoint_shards: int = DEFAULT_CHECKPOINT_SHARDS
     start: str | None = None
     mm2_offsets_topic: str | None = None
@@ -287,7 +290,7 @@ class FlowConfig:
 
     def config_property_filter(self) -> ConfigPropertyFilter:
         """Which topic config properties the flow never syncs."""
-        return ConfigPropertyFilter(self.config_properties_exclude)
+        return ConfigPropertyFilter(self.config_properties_exclude, self.use_defaults_from)
 
     @classmethod
     def from_layers(cls, source: str, target: str, *layers: Mapping[str, Any]) -> FlowConfig:

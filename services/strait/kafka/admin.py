@@ -14,7 +14,7 @@ from typing import Any
 
 from confluent_kafka import IsolationLevel, KafkaError, KafkaException, TopicPartition
 from confluent_kafka.admin import (
-    AdminClient, ConfigResource, ConfigSource, NewPartitions, NewTopic, OffsetSpec, ResourceType,
+    AdminClient, NewPartitions, NewTopic, OffsetSpec,
 )
 
 from strait.errors import StraitError
@@ -194,26 +194,6 @@ def grow_partitions(admin: AdminClient, alias: str, counts: Mapping[str, int],
             if exc.args[0].code() == KafkaError.INVALID_PARTITIONS and "already has" in exc.args[0].str():
                 continue  # another replica grew it first
             raise explain_error(exc, alias, f"growing topic {topic} to {counts[topic]} partitions") from None
-
-
-def topic_configs(admin: AdminClient, alias: str, topics: Iterable[str],
-                  timeout: float = DEFAULT_TIMEOUT) -> dict[str, dict[str, str]]:
-    """The configs set explicitly on each topic (not broker defaults), by topic."""
-    resources = [ConfigResource(ResourceType.TOPIC, topic) for topic in topics]
-    if not resources:
-        return {}
-    configs: dict[str, dict[str, str]] = {}
-    for resource, future in admin.describe_configs(resources, request_timeout=timeout).items():
-        try:
-            entries = future.result(timeout=timeout)
-        except KafkaException as exc:
-            raise explain_error(exc, alias, f"describing configs of topic {resource.name}") from None
-        configs[resource.name] = {
-            name: entry.value for name, entry in entries.items()
-            if entry.source == ConfigSource.DYNAMIC_TOPIC_CONFIG.value and not entry.is_sensitive
-            and entry.value is not None
-        }
-    return configs
 
 
 def internal_topic(name: str, replication_factor: int = -1) -> TopicSpec:

@@ -1,8 +1,8 @@
-"""Topic configs as they stand on a cluster, and incremental changes to them, one result per topic.
+"""Topic configs as they stand on a cluster, which of them a flow carries to the target, and
+incremental changes to them, one result per topic.
 
-Unlike :func:`strait.kafka.admin.topic_configs` (which fails as a whole), these calls report each
-topic's failure separately, so one topic that is gone, locked or rejects a value does not stop the
-others from being read or changed.
+These calls report each topic's failure separately, so one topic that is gone, locked or rejects a
+value does not stop the others from being read or changed.
 """
 
 from __future__ import annotations
@@ -14,6 +14,7 @@ from dataclasses import dataclass, field
 from confluent_kafka import KafkaError, KafkaException
 from confluent_kafka.admin import AdminClient, AlterConfigOpType, ConfigEntry, ConfigResource, ConfigSource, ResourceType
 
+from strait.filters import ConfigPropertyFilter
 from strait.kafka.admin import DEFAULT_TIMEOUT, KafkaAdminError, explain_error
 
 log = logging.getLogger(__name__)
@@ -58,6 +59,24 @@ class DescribedConfigs:
 
     configs: Mapping[str, Mapping[str, ConfigValue]]
     errors: Mapping[str, KafkaAdminError]
+
+
+def carried_configs(source: Mapping[str, ConfigValue], allowed: ConfigPropertyFilter) -> dict[str, str]:
+    """The source topic's configs a flow puts on its remote topic (at creation and at every sync).
+
+    The values set on the topic itself, within the flow's property filter (read-only and sensitive
+    entries never). With ``use_defaults_from: source`` (MM2's ``use.defaults.from=source``) also the
+    values it has from the source's defaults, dynamic broker ones included, so the remote topic
+    behaves as on the source whatever the target's defaults; as in MM2, a broker's static
+    (server.properties) values are not carried. Otherwise the target's own defaults apply.
+    """
+    return {
+        name: entry.value for name, entry in source.items()
+        if entry.value is not None and not entry.read_only and not entry.sensitive
+        and allowed.should_replicate_config_property(name)
+        and (entry.is_topic_override or (allowed.should_replicate_source_default(name)
+                                         and entry.source != ConfigSource.STATIC_BROKER_CONFIG))
+    }
 
 
 def describe_topic_configs(admin: AdminClient, alias: str, topics: Iterable[str],
