@@ -40,7 +40,7 @@ def test_full_file_lists_ignored_keys_with_a_warning(caplog: pytest.LogCaptureFi
     assert "dr.offset.storage.replication.factor" in loaded.ignored_keys
     assert "replication.factor" not in loaded.ignored_keys
     assert "MM2 setting not used file=" in caplog.text
-    assert "key=tasks.max: the replicator runs one copy task per core" in caplog.text
+    assert "key=tasks.max: the replicator runs one copy task per Spark task slot" in caplog.text
     assert "key=offset.lag.max: strait writes offset syncs for the copied records every 0.5 s" in caplog.text
     assert "deprecated MM2 key names" in caplog.text
 

@@ -102,7 +102,7 @@ class NotUsed:
 
 
 _NOT_USED = (
-    NotUsed(r"tasks\.max", "the replicator runs one copy task per core (or --tasks), spread over the partitions"),
+    NotUsed(r"tasks\.max", "the replicator runs one copy task per Spark task slot (core), its flows sharing them"),
     NotUsed(r"(offset|config|status)\.storage\..+|.+\.storage\.replication\.factor", _CONNECT_STATE),
     NotUsed(r"offset\.flush\..+", "strait writes its progress beside the copies every 0.5 s, not on a flush interval"),
     NotUsed(r"(key|value|header)\.converter(\..+)?", "strait copies keys, values and headers as bytes, unchanged"),
@@ -130,8 +130,8 @@ _NOT_USED = (
             "strait creates the internal topics with one compacted partition and the broker's other defaults"),
     NotUsed(r"config\.providers(\..+)?", "strait resolves ${env:...} and ${file:...} references itself"),
     NotUsed(r"plugin\.path", "strait loads no plugins"),
-    NotUsed(r"errors\..+", "a record strait cannot copy stops its partition's copy with an error that names it; "
-                           "nothing is skipped"),
+    NotUsed(r"errors\..+", "a record strait cannot copy stops its flow with an error that names it; nothing is "
+                           "skipped"),
     NotUsed(r"group\.id", "strait's copy consumers assign partitions and commit nothing, so no group is used"),
     NotUsed(r"(consumer|producer|admin)\.override\..+",
             "client settings are per cluster in strait: <alias>.consumer., <alias>.producer. or <alias>.admin."),
