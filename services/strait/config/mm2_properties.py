@@ -140,7 +140,6 @@ _NOT_USED = (
     NotUsed(r"(predicates|transforms)(\..+)?", "strait copies records unchanged: it runs no transforms",
             lambda value: not value.strip()),
 )
-_IGNORED = re.compile("|".join(f"(?:{rule.pattern})" for rule in _NOT_USED))
 
 
 def not_used_reason(scoped_key: str) -> str:
@@ -332,7 +331,7 @@ class _Reader:
         return {**inherited, **own}
 
     def _cluster_scope(self, key: str, entry: Property, alias: str, own: bool) -> tuple[str | None, str]:
-        if _IGNORED.fullmatch(key):
+        if not_used(key) is not None:
             if own:
                 self._ignore(entry, key)
             return None, key
@@ -412,7 +411,7 @@ class _Reader:
     def _other_flow_key(self, key: str, entry: Property, prefix: str) -> None:
         if not prefix:
             self._global_other(key, entry)
-        elif _IGNORED.fullmatch(key) or self._flow_client_setting(key):
+        elif not_used(key) is not None or self._flow_client_setting(key):
             self._ignore(entry, key)
         elif (per_cluster := _per_cluster_key(key, prefix)) is not None:
             alias = per_cluster.split(".", 1)[0]
@@ -434,7 +433,7 @@ class _Reader:
             return
         if _GLOBAL_CLIENT_SETTING.fullmatch(key) and not _misspelt_security_key(key):
             return
-        if _IGNORED.fullmatch(key):
+        if not_used(key) is not None:
             self._ignore(entry, key)
             return
         self._unknown(entry, ["clusters", REDIS_URL_KEY, *FLOW_KEYS, *_KNOWN_SECURITY])
@@ -542,7 +541,7 @@ def _misspelt_security_key(key: str) -> bool:
 
 
 def _is_role_setting(key: str) -> bool:
-    return _ROLE.fullmatch(key) is not None and not _IGNORED.fullmatch(key)
+    return _ROLE.fullmatch(key) is not None and not_used(key) is None
 
 
 def _list(text: str) -> list[str]:
@@ -584,11 +583,14 @@ def _separator(entry: Property, _reader: _Reader) -> Any:
     return entry.value
 
 
-def _location(entry: Property, reader: _Reader) -> Any:
-    lowered = entry.value.lower()
-    if lowered in OFFSET_SYNCS_LOCATIONS:
-        return lowered
-    return reader.invalid(entry, f"expected source or target, got {entry.value!r}")
+def _choice(choices: tuple[str, ...]) -> Callable[[Property, _Reader], Any]:
+    """A reader of a value that must be one of ``choices`` (any case)."""
+    def read(entry: Property, reader: _Reader) -> Any:
+        lowered = entry.value.strip().lower()
+        if lowered in choices:
+            return lowered
+        return reader.invalid(entry, f"expected {' or '.join(choices)}, got {entry.value!r}")
+    return read
 
 
 def _replication_factor(entry: Property, reader: _Reader) -> Any:
@@ -623,13 +625,6 @@ def _shards(entry: Property, reader: _Reader) -> Any:
     return reader.invalid(entry, f"expected a whole number from 1 to {MAX_CHECKPOINT_SHARDS}, got {entry.value!r}")
 
 
-def _defaults_from(entry: Property, reader: _Reader) -> Any:
-    lowered = entry.value.strip().lower()
-    if lowered in USE_DEFAULTS_FROM_VALUES:
-        return lowered
-    return reader.invalid(entry, f"expected target or source, got {entry.value!r}")
-
-
 def _offset_reset(entry: Property, reader: _Reader) -> Any:
     lowered = entry.value.strip().lower()
     if lowered in ("earliest", "latest"):
@@ -648,13 +643,13 @@ _SCALAR_READERS: dict[str, tuple[str, Callable[[Property, _Reader], Any]]] = {
     "replication.policy.class": ("replication_policy", _policy),
     "replication.policy.separator": ("separator", _separator),
     "replication.policy.internal.topic.separator.enabled": ("internal_topic_separator_enabled", _bool),
-    "offset-syncs.topic.location": ("offset_syncs_topic_location", _location),
+    "offset-syncs.topic.location": ("offset_syncs_topic_location", _choice(OFFSET_SYNCS_LOCATIONS)),
     "replication.factor": ("replication_factor", _replication_factor),
     "heartbeats.replication.enabled": ("heartbeats_replication_enabled", _bool),
     "config.properties.exclude": ("config_properties_exclude", _config_excludes),
     "config.properties.blacklist": ("config_properties_exclude", _config_excludes),
     "emit.offset-syncs.enabled": ("emit_offset_syncs", _bool),
-    "use.defaults.from": ("use_defaults_from", _defaults_from),
+    "use.defaults.from": ("use_defaults_from", _choice(USE_DEFAULTS_FROM_VALUES)),
     **{key: (name, _replication_factor) for key, name in _INTERNAL_TOPIC_FACTORS.items()},
     TARGET_PARTITIONS_KEY: ("target_partitions", _target_partitions),
     RATE_LIMIT_KEY: ("rate_limit_records_per_second", _rate_limit),
