@@ -66,6 +66,7 @@ _SLOWEST_SECONDS = {
     "tests/integration/test_replicator.py": 258,
     "tests/integration/test_disaster_recovery.py": 168,
     "tests/integration/test_dead_source_alerts.py": 115,
+    "tests/integration/test_mm2_scenarios.py": 112,
     "tests/integration/test_bad_input_catalogue.py": 110,
     "tests/integration/test_guide_setups.py": 110,
     "tests/integration/test_stop_dead_cluster.py": 91,
