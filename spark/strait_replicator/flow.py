@@ -39,8 +39,9 @@ from strait.retry import FlowTrouble, retry_transient
 from strait.remote_topics import RemoteTopic, reconcile_remote_topics, replicated_topics
 from strait_replicator import metrics
 from strait_replicator.live import PartitionReport, RunReport, run_report, stop_record
+from strait_replicator.planner import SourcePlan
 from strait_replicator.session import task_slots
-from strait_replicator.source import FORMAT, LIST_TIMEOUT, PLAN_OPTION, CopySource, SourcePlan, cached_admin
+from strait_replicator.source import FORMAT, LIST_TIMEOUT, PLAN_OPTION, CopySource, cached_admin
 from strait_replicator.state import CheckpointLog, CheckpointReadError, EpochOffsets, Offsets, TopicPartitionKey
 from strait_replicator.writer import ReplicationReadError, WriterSettings
 
@@ -115,7 +116,8 @@ class FlowRunner:
     def make_plan(self, config: StraitConfig, flow: FlowConfig) -> FlowPlan:
         """Discover the source's topics, make sure their remote topics and the syncs topic exist."""
         source, target = config.cluster(flow.source), config.cluster(flow.target)
-        source_admin, target_admin = admin_client(source.librdkafka_config("admin")), \
+        source_settings = _pairs(source.librdkafka_config("admin"))
+        source_admin, target_admin = admin_client(dict(source_settings)), \
             admin_client(target.librdkafka_config("admin"))
         source_id, source_topics = cluster_topics(source_admin, flow.source)
         target_id, target_topics = cluster_topics(target_admin, flow.target)
@@ -145,7 +147,7 @@ class FlowRunner:
         resume = ResumeSources(
             flow=flow.name, source_alias=flow.source, target_alias=flow.target, progress=names.progress,
             mm2_offsets=names.mm2_offsets, syncs=syncs if flow.writes_offset_syncs else None,
-            source_admin=_pairs(source.librdkafka_config("admin")),
+            source_admin=source_settings,
             target_admin=_pairs(target.librdkafka_config("admin")),
             target_consumer=_pairs(target.librdkafka_config("consumer")),
             source_consumer=_pairs(source.librdkafka_config("consumer")),
@@ -157,7 +159,7 @@ class FlowRunner:
             topics=tuple(topics),
             records_per_second=float(flow.rate_limit_records_per_second or 0),
             tasks=self.tasks,
-            source_admin=_pairs(source.librdkafka_config("admin")),
+            source_admin=source_settings,
             writer=writer,
             resume=resume,
         )

@@ -91,7 +91,7 @@ UNKNOWN_PARTITION_WAIT_SECONDS = 60.0
 SOURCE_GROUP = "strait-replicator"
 
 
-def _install_lazy_zip_invalidation() -> None:
+def install_lazy_zip_invalidation() -> None:
     """Re-read a zip archive on ``importlib.invalidate_caches()`` only when the file changed.
 
     PySpark's worker calls ``importlib.invalidate_caches()`` before every task, and Python 3.11's
@@ -118,9 +118,6 @@ def _install_lazy_zip_invalidation() -> None:
 
     invalidate_caches.strait_lazy = True  # type: ignore[attr-defined]
     zipimport.zipimporter.invalidate_caches = invalidate_caches  # type: ignore[method-assign]
-
-
-_install_lazy_zip_invalidation()
 
 
 class ReplicationWriteError(StraitError):
@@ -494,6 +491,7 @@ def copy_ranges(ranges: list[CopyRange], settings: WriterSettings, limits: Epoch
     half second, and once more when everything is on the target.
     """
     started = time.monotonic()
+    install_lazy_zip_invalidation()  # a Python worker's: the driver copies nothing
     producer = _producer(settings.target_producer)
     syncs = _SyncWriter(settings)
     errors: list[tuple[str, int, Any]] = []

@@ -24,7 +24,7 @@ from __future__ import annotations
 import time
 import uuid
 from collections.abc import Callable, Iterator
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 
 import pytest
@@ -52,14 +52,15 @@ IDENTITY = "org.apache.kafka.connect.mirror.IdentityReplicationPolicy"
 COPY_SECONDS = 120.0
 
 
-@dataclass(frozen=True)
+@dataclass
 class Scenarios:
-    """The module's clusters (``primary`` is A, ``backup`` is B), its Redis and its config file."""
+    """The module's clusters (``primary`` is A, ``backup`` is B), its Redis, its config file and its services."""
 
     primary: KafkaCluster
     backup: KafkaCluster
     redis: RedisServer
     config: Path
+    services: dict[str, StraitProcess] = field(default_factory=dict)
 
     def apply(self, west_east: bool = False) -> None:
         """Store the module's MM2 file in Redis: two-way, or with ``west->east`` in place of ``backup->primary``."""
@@ -120,20 +121,21 @@ def scenarios(source_cluster: KafkaCluster, target_cluster: KafkaCluster,
     lab = Scenarios(source_cluster, target_cluster, redis_server_factory(), folder / "mm2.properties")
     _stage(lab)
     lab.apply()
-    started: list[StraitProcess] = []
     try:
         for component in ("replicator", "configsync", "checkpoint", "heartbeat"):
             extra = ("--state-dir", str(folder / "state"), "--epoch-seconds", "5") if component == "replicator" \
                 else ("--lease-ttl", "5")
-            process = StraitProcess(component, ["--redis-url", lab.redis.url, *extra], lab_root / "mm2-scenarios",
-                                    name=f"{component}-mm2-scenarios")
-            started.append(process)
+            process = lab.services[component] = StraitProcess(
+                component, ["--redis-url", lab.redis.url, *extra], lab_root / "mm2-scenarios",
+                name=f"{component}-mm2-scenarios")
             process.start(timeout=120)
         yield lab
     finally:
-        for process in started:
-            if process.process.alive():
-                process.stop()
+        running = [p for p in lab.services.values() if p.process.alive()]
+        for process in running:  # SIGTERM to all first: they stop in the time of the slowest
+            process.process.terminate(group=False)  # as StraitProcess.stop: the main process only
+        for process in running:
+            process.stop()
 
 
 # -- the first step of each scenario, staged before the services start -----------------------------
@@ -331,6 +333,7 @@ def test_a_partition_added_later_is_created_on_the_target_and_copied(scenarios: 
     wait_for(lambda: numbered_copies(b, f"primary.{topic}") == numbered_copies(a, topic), COPY_SECONDS,
              "every partition copied, the new ones too")
     assert len(_ends(b, f"primary.{topic}")) == 4
+    assert scenarios.services["replicator"].sample("strait_flow_topics", flow="primary->backup") >= 2
 
 
 def test_an_empty_partition_beside_full_ones_translates_exactly(scenarios: Scenarios) -> None:

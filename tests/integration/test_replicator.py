@@ -10,7 +10,7 @@ from collections.abc import Callable
 from pathlib import Path
 
 import pytest
-from confluent_kafka.admin import AlterConfigOpType, ConfigEntry, ConfigResource, NewPartitions, ResourceType
+from confluent_kafka.admin import AlterConfigOpType, ConfigEntry, ConfigResource, ResourceType
 
 from strait.config import load_config
 from strait.config.store import apply_config
@@ -88,36 +88,6 @@ def _check_offset_syncs_translate_exactly(source: KafkaCluster, topic: str, sour
             position = translators[partition].translate(record.offset)
             assert target[position].value == record.value and target[position].key == record.key
         assert translators[partition].translate(records[-1].offset + 1) == target_records[partition][-1].offset + 1
-
-
-def test_heartbeats_new_topics_and_new_partitions_are_picked_up(
-    source_cluster: KafkaCluster, target_cluster: KafkaCluster, replicator: Callable[..., StraitProcess],
-    unique_name: Callable[[str], str], tmp_path: Path,
-) -> None:
-    prefix = unique_name("disc")
-    first, second = f"{prefix}.one", f"{prefix}.two"
-    create_topic(source_cluster.admin(), first, partitions=2, config=KEEP_FOREVER)
-    if "heartbeats" not in source_cluster.admin().list_topics(timeout=10).topics:
-        create_topic(source_cluster.admin(), "heartbeats", partitions=1, config={"cleanup.policy": "compact"})
-    produce(source_cluster.client_config(), "heartbeats", [Record(b"\x00\x01A\x00\x01B", b"\x00" * 10)])
-    produce(source_cluster.client_config(), first, [Record(b"k", b"v", partition=p) for p in (0, 1)])
-    config = write_config(tmp_path / "strait.yaml", flow_config(source_cluster, target_cluster, [rf"{prefix}\..*"]))
-    process = replicator("--config", str(config))
-
-    wait_for(lambda: count(target_cluster, f"A.{first}") == 2, 120, "the first topic")
-    wait_for(lambda: count(target_cluster, "A.heartbeats") >= 1, 60, "A.heartbeats on the target")
-
-    create_topic(source_cluster.admin(), second, partitions=3, config=KEEP_FOREVER)
-    produce(source_cluster.client_config(), second, [Record(b"k", b"v2", partition=p) for p in (0, 1, 2)])
-    wait_for(lambda: count(target_cluster, f"A.{second}") == 3, 120, "a topic created while running")
-
-    admin = source_cluster.admin()  # must outlive the future
-    admin.create_partitions([NewPartitions(first, 4)])[first].result(30)
-    wait_for(lambda: len(source_cluster.admin().list_topics(first, timeout=10).topics[first].partitions) == 4, 30, "growth")
-    produce(source_cluster.client_config(), first, [Record(b"k", b"new", partition=3)])
-    wait_for(lambda: count(target_cluster, f"A.{first}") == 3, 120, "a record in a new partition")
-    assert len(target_cluster.admin().list_topics(f"A.{first}", timeout=10).topics[f"A.{first}"].partitions) == 4
-    assert process.sample("strait_flow_topics", flow="A->B") >= 2
 
 
 def test_remote_topic_with_fewer_partitions_is_grown(

@@ -107,7 +107,9 @@ MINIMAL_ACLS: dict[str, tuple[Grant, ...]] = {
         Grant("target", TOPIC, "{source}.", PREFIXED, (OP.DESCRIBE, OP.DESCRIBE_CONFIGS, OP.ALTER_CONFIGS)),
         Grant("target", TOPIC, "{source}.", PREFIXED, (OP.CREATE,), FIRST),
         Grant("target", TOPIC, "{source}.", PREFIXED, (OP.ALTER,), GROWTH),
-        Grant("target", TOPIC, "heartbeats", LITERAL, (OP.CREATE, OP.DESCRIBE, OP.DESCRIBE_CONFIGS)),
+        Grant("target", TOPIC, "heartbeats", LITERAL, (OP.DESCRIBE, OP.DESCRIBE_CONFIGS)),
+        # the heartbeat service writes the target's heartbeats too, and may create the topic first
+        Grant("target", TOPIC, "heartbeats", LITERAL, (OP.CREATE,), FIRST),
         Grant("target", TOPIC, "heartbeats", LITERAL, (OP.ALTER_CONFIGS,), NOT_COMPACTED),
         Grant("target", TOPIC, SYNCS, LITERAL, (OP.DESCRIBE, OP.DESCRIBE_CONFIGS)),
         Grant("target", TOPIC, SYNCS, LITERAL, (OP.CREATE,), FIRST),

@@ -10,7 +10,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from strait.offsets import OffsetTranslationError, sync_points
-from strait_replicator.writer import sync_points_of
+from strait_replicator.writer import install_lazy_zip_invalidation, sync_points_of
 
 steps = st.lists(st.tuples(st.integers(1, 3), st.integers(1, 3)), min_size=0, max_size=60)
 
@@ -47,6 +47,7 @@ def test_zip_archives_are_reread_only_when_changed(tmp_path: Path) -> None:
     import zipfile
     import zipimport
 
+    install_lazy_zip_invalidation()  # what a Python worker's first copy does
     archive = tmp_path / "mods.zip"
     with zipfile.ZipFile(archive, "w") as zf:
         zf.writestr("first_mod.py", "X = 1\n")

@@ -14,9 +14,8 @@ from hypothesis import strategies as st
 from strait.kafka.admin import ClusterUnreachableError, KafkaAdminError
 from strait.policy import DefaultReplicationPolicy
 from strait_replicator import source
-from strait_replicator.source import (
-    SMALL_BACKLOG, CopyStreamReader, CopyTask, SourcePlan, assign_partitions, resumed_ranges,
-)
+from strait_replicator.planner import SMALL_BACKLOG, CopyTask, EpochPlanner, SourcePlan, assign_partitions, logged_epoch
+from strait_replicator.source import ClusterSources, progress_since_planning, resumed_ranges
 from strait_replicator.state import CheckpointFormatError, EpochOffsets, Offsets, epoch_of_log_text, is_local
 from strait_replicator.writer import MIN_TASK_SECONDS, CopyRange, EpochLimits, WriterSettings
 
@@ -50,27 +49,32 @@ def test_tasks_get_every_partition_once_with_about_equal_backlog_and_count(
         assert groups == assign_partitions(ranges, {}, tasks)
 
 
-class _Reader(CopyStreamReader):
-    """The reader with the source's end offsets and the progress on the target given, not read from
-    clusters (pure planning logic)."""
+class _Clusters:
+    """The clusters as the planner sees them, given instead of read (pure planning logic)."""
 
-    def __init__(self, plan: SourcePlan, latest: Offsets, progress: Offsets | None = None) -> None:
-        super().__init__(plan)
-        self.latest, self.progress = latest, dict(progress or {})
+    def __init__(self, latest: Offsets, copied: Offsets | None = None) -> None:
+        self.latest, self.copied = latest, dict(copied or {})  # the source's ends, the progress on the target
         self.stopping = False  # a stop record of this query was read
         self.leaders_slow = False  # the source's leaders answer no quick listing
 
-    def _list(self, which: str, only: list[tuple[str, int]] | None = None, wait: bool = True) -> Offsets | None:
-        assert which == "latest", "starts come from the evidence and the progress, never from listing"
+    def source_ends(self, wait: bool) -> Offsets | None:
         if not wait and self.leaders_slow:
             return None
-        return {k: v for k, v in self.latest.items() if only is None or k in only}
+        return dict(self.latest)
 
-    def _progress(self) -> Offsets:
-        return dict(self.progress)
+    def progress(self) -> Offsets:
+        return dict(self.copied)
 
-    def _stop_requested(self, read: bool = True) -> bool:
+    def stop_requested(self, read: bool) -> bool:
         return self.stopping
+
+    def progress_positions(self) -> tuple[tuple[int, int], ...]:
+        return ()
+
+
+def _planner(plan: SourcePlan, latest: Offsets, copied: Offsets | None = None) -> tuple[EpochPlanner, _Clusters]:
+    clusters = _Clusters(latest, copied)
+    return EpochPlanner(plan, clusters), clusters
 
 
 def _plan(tmp_path: Path, partitions: tuple[tuple[str, int], ...] = (("t", 2),), tasks: int = 2,
@@ -82,37 +86,37 @@ def _plan(tmp_path: Path, partitions: tuple[tuple[str, int], ...] = (("t", 2),),
                       on_target=tuple(sorted((on_target or {}).items())))
 
 
-def _planned(reader: CopyStreamReader, tmp_path: Path) -> EpochOffsets:
-    """The reader's next epoch (Spark writes it to the offsets log and runs it)."""
-    return EpochOffsets.from_json(reader.latestOffset())
+def _planned(planner: EpochPlanner) -> EpochOffsets:
+    """The planner's next epoch, through Spark's offsets log (written, then read to run it)."""
+    return EpochOffsets.from_json(planner.next_epoch().to_json())
 
 
 def test_each_epoch_starts_where_the_progress_on_the_target_says_else_where_the_last_one_started(
         tmp_path: Path) -> None:
-    reader = _Reader(_plan(tmp_path, resume={("t", 0): 3, ("t", 1): 0}), latest={("t", 0): 10, ("t", 1): 4})
-    first = _planned(reader, tmp_path)
+    planner, clusters = _planner(_plan(tmp_path, resume={("t", 0): 3, ("t", 1): 0}), latest={("t", 0): 10, ("t", 1): 4})
+    first = _planned(planner)
     assert first == EpochOffsets(0, {("t", 0): 3, ("t", 1): 0}, {("t", 0): 10, ("t", 1): 4})
-    reader.progress = {("t", 0): 10}  # partition 1 copied nothing: it stays
-    second = _planned(reader, tmp_path)
+    clusters.copied = {("t", 0): 10}  # partition 1 copied nothing: it stays
+    second = _planned(planner)
     assert second.epoch == 1 and second.start == {("t", 0): 10, ("t", 1): 0}
-    reader.progress = {}  # the progress cannot be read: where the last epoch started, never further
-    third = _planned(reader, tmp_path)
+    clusters.copied = {}  # the progress cannot be read: where the last epoch started, never further
+    third = _planned(planner)
     assert third.epoch == 2 and third.start == second.start
 
 
 def test_a_replayed_epoch_goes_on_where_the_progress_says(tmp_path: Path) -> None:
     resume = {("t", 0): 0, ("t", 1): 0}
-    reader = _Reader(_plan(tmp_path, resume=resume), latest={("t", 0): 10, ("t", 1): 4})
-    epoch = _planned(reader, tmp_path)
-    starts = {(r.topic, r.partition): r.start for task in reader.partitions({}, epoch.to_json()) for r in task.ranges}
+    planner, clusters = _planner(_plan(tmp_path, resume=resume), latest={("t", 0): 10, ("t", 1): 4})
+    epoch = _planned(planner)
+    starts = {(r.topic, r.partition): r.start for task in planner.tasks(epoch) for r in task.ranges}
     assert starts == epoch.start, "the epoch just planned starts where its planning read the progress"
     # the driver died mid-epoch; its tasks had copied this far; the next driver replays the epoch
-    replaying = _Reader(_plan(tmp_path, resume=resume, last_epoch=epoch), latest={}, progress={("t", 0): 6})
-    starts = {(r.topic, r.partition): r.start for task in replaying.partitions({}, epoch.to_json())
+    replaying, _ = _planner(_plan(tmp_path, resume=resume, last_epoch=epoch), latest={}, copied={("t", 0): 6})
+    starts = {(r.topic, r.partition): r.start for task in replaying.tasks(epoch)
               for r in task.ranges}
     assert starts == {("t", 0): 6, ("t", 1): 0}
-    assert {task.replayed for task in reader.partitions({}, epoch.to_json())} == {False}
-    assert {task.replayed for task in replaying.partitions({}, epoch.to_json())} == {True}
+    assert {task.replayed for task in planner.tasks(epoch)} == {False}
+    assert {task.replayed for task in replaying.tasks(epoch)} == {True}
 
 
 @pytest.mark.parametrize(("replayed", "attempt", "reads"), [
@@ -128,7 +132,7 @@ def test_only_a_retried_or_replayed_task_reads_the_progress_written_since_its_pl
     context = None if attempt is None else SimpleNamespace(attemptNumber=lambda: attempt)
     monkeypatch.setattr(source.TaskContext, "get", staticmethod(lambda: context))
     task = CopyTask(1, (CopyRange("t", 0, 5),), EpochLimits(seconds=5.0, max_records=10), ((0, 3),), replayed)
-    assert CopyStreamReader(plan)._progress_since(task) == ({("t", 0): 7} if reads else {})
+    assert progress_since_planning(plan, task) == ({("t", 0): 7} if reads else {})
 
 
 def test_no_epoch_starts_below_where_the_evidence_says_the_target_holds_every_record(tmp_path: Path) -> None:
@@ -136,55 +140,55 @@ def test_no_epoch_starts_below_where_the_evidence_says_the_target_holds_every_re
     syncs on the target say 8,000 were copied; the replayed epoch and the next start there, not at 0."""
     logged = EpochOffsets(0, {("t", 0): 0, ("t", 1): 0}, {("t", 0): 9000, ("t", 1): 9000})
     plan = _plan(tmp_path, resume={("t", 0): 8000, ("t", 1): 9000}, last_epoch=logged, on_target={("t", 0): 8000})
-    reader = _Reader(plan, latest={("t", 0): 9500, ("t", 1): 9500}, progress={})
-    starts = {(r.topic, r.partition): r.start for task in reader.partitions({}, logged.to_json()) for r in task.ranges}
+    planner, clusters = _planner(plan, latest={("t", 0): 9500, ("t", 1): 9500}, copied={})
+    starts = {(r.topic, r.partition): r.start for task in planner.tasks(logged) for r in task.ranges}
     assert starts == {("t", 0): 8000, ("t", 1): 0}, "a policy's start (t-1: start latest) is no floor"
-    reader.progress = {("t", 1): 4000}  # the replayed epoch's task copied nothing new of t-0
-    assert _planned(reader, tmp_path).start == {("t", 0): 8000, ("t", 1): 4000}
-    reader.progress = {("t", 0): 100}  # t-0 deleted and re-created: its progress says, not the old evidence
-    assert _planned(reader, tmp_path).start == {("t", 0): 100, ("t", 1): 4000}
-    reader.progress = {}  # progress not read: where the last epoch started, not the old evidence
-    assert _planned(reader, tmp_path).start == {("t", 0): 100, ("t", 1): 4000}
+    clusters.copied = {("t", 1): 4000}  # the replayed epoch's task copied nothing new of t-0
+    assert _planned(planner).start == {("t", 0): 8000, ("t", 1): 4000}
+    clusters.copied = {("t", 0): 100}  # t-0 deleted and re-created: its progress says, not the old evidence
+    assert _planned(planner).start == {("t", 0): 100, ("t", 1): 4000}
+    clusters.copied = {}  # progress not read: where the last epoch started, not the old evidence
+    assert _planned(planner).start == {("t", 0): 100, ("t", 1): 4000}
 
 
 def test_a_partition_whose_leader_did_not_answer_is_still_copied_and_is_no_reset(tmp_path: Path) -> None:
-    reader = _Reader(_plan(tmp_path, resume={("t", 0): 0, ("t", 1): 0}), latest={("t", 0): 10, ("t", 1): 4})
-    _planned(reader, tmp_path)
-    reader.progress = {("t", 0): 10, ("t", 1): 4}
-    reader.latest = {("t", 0): -1001, ("t", 1): 8}  # librdkafka's answer for a partition without a leader
-    epoch = _planned(reader, tmp_path)
+    planner, clusters = _planner(_plan(tmp_path, resume={("t", 0): 0, ("t", 1): 0}), latest={("t", 0): 10, ("t", 1): 4})
+    _planned(planner)
+    clusters.copied = {("t", 0): 10, ("t", 1): 4}
+    clusters.latest = {("t", 0): -1001, ("t", 1): 8}  # librdkafka's answer for a partition without a leader
+    epoch = _planned(planner)
     assert epoch.until == {("t", 0): 10, ("t", 1): 8}, "no end known: the epoch's start, never below it"
-    copied = sorted((r.topic, r.partition) for task in reader.partitions({}, epoch.to_json()) for r in task.ranges)
+    copied = sorted((r.topic, r.partition) for task in planner.tasks(epoch) for r in task.ranges)
     assert copied == [("t", 0), ("t", 1)], "both partitions get a task in the epoch"
 
 
 def test_a_stop_request_plans_no_new_epoch(tmp_path: Path) -> None:
-    reader = _Reader(_plan(tmp_path, resume={("t", 0): 0, ("t", 1): 0}), latest={("t", 0): 5, ("t", 1): 5})
-    first = _planned(reader, tmp_path)
-    reader.progress = {("t", 0): 5}
-    reader.stopping = True
-    assert EpochOffsets.from_json(reader.latestOffset()) == first  # the same offset: Spark starts no batch
+    planner, clusters = _planner(_plan(tmp_path, resume={("t", 0): 0, ("t", 1): 0}), latest={("t", 0): 5, ("t", 1): 5})
+    first = _planned(planner)
+    clusters.copied = {("t", 0): 5}
+    clusters.stopping = True
+    assert _planned(planner) == first  # the same offset: Spark starts no batch
     # A stop read while its epoch was being planned: its tasks watch from after it, so they end at once
-    assert all(task.limits.ends_at <= time.time() for task in reader.partitions({}, first.to_json()))
-    reader.stopping = False
-    assert _planned(reader, tmp_path).start == {("t", 0): 5, ("t", 1): 0}
+    assert all(task.limits.ends_at <= time.time() for task in planner.tasks(first))
+    clusters.stopping = False
+    assert _planned(planner).start == {("t", 0): 5, ("t", 1): 0}
 
 
 def test_a_resumed_stream_goes_on_from_the_progress_and_new_partitions_start_where_the_evidence_says(
         tmp_path: Path) -> None:
     logged = EpochOffsets(4, {("t", 0): 7, ("gone", 0): 9}, {("t", 0): 9})  # the checkpoint's newest epoch
     plan = _plan(tmp_path, partitions=(("t", 1), ("u", 1)), resume={("t", 0): 0, ("u", 0): 2}, last_epoch=logged)
-    reader = _Reader(plan, latest={("t", 0): 9, ("u", 0): 6}, progress={("t", 0): 9})
-    entry = EpochOffsets.from_json(reader.latestOffset())
+    planner, clusters = _planner(plan, latest={("t", 0): 9, ("u", 0): 6}, copied={("t", 0): 9})
+    entry = _planned(planner)
     # A topic no longer planned keeps its offset, so it resumes there if it comes back.
     assert entry == EpochOffsets(5, {("t", 0): 9, ("u", 0): 2, ("gone", 0): 9}, {("t", 0): 9, ("u", 0): 6})
 
 
 @pytest.mark.parametrize(("rate", "tasks"), [(0.0, 2), (200.0, 1), (120_000.0, 2)])
 def test_partitions_become_tasks_that_share_the_epochs_limits(tmp_path: Path, rate: float, tasks: int) -> None:
-    reader = _Reader(_plan(tmp_path, partitions=(("t", 3),), rate=rate), latest={})
+    planner, clusters = _planner(_plan(tmp_path, partitions=(("t", 3),), rate=rate), latest={})
     epoch = EpochOffsets(0, {("t", 0): 1, ("t", 1): 2, ("t", 2): 3}, {("t", 0): 1, ("t", 2): 9})  # t-1 deleted
-    planned = reader.partitions({}, epoch.to_json())
+    planned = planner.tasks(epoch)
     assert len(planned) == tasks
     assert sorted(r.partition for task in planned for r in task.ranges) == [0, 2]
     assert all(r.end is None for task in planned for r in task.ranges)  # copied live
@@ -195,9 +199,9 @@ def test_partitions_become_tasks_that_share_the_epochs_limits(tmp_path: Path, ra
 
 
 def test_every_epoch_lasts_the_configured_time_and_tasks_know_their_epoch(tmp_path: Path) -> None:
-    reader = _Reader(_plan(tmp_path), latest={})
+    planner, clusters = _planner(_plan(tmp_path), latest={})
     epoch = EpochOffsets(7, {("t", 0): 0, ("t", 1): 0}, {("t", 0): 1, ("t", 1): 1}).to_json()
-    tasks = [task for _ in range(2) for task in reader.partitions({}, epoch)]
+    tasks = [task for _ in range(2) for task in planner.tasks(EpochOffsets.from_json(epoch))]
     assert {(task.epoch, task.limits.seconds) for task in tasks} == {(7, 5.0)}
 
 
@@ -217,37 +221,36 @@ def test_every_task_of_an_epoch_ends_at_the_same_time_and_a_late_one_still_copie
 
 
 def test_an_offsets_log_entry_of_another_format_names_the_checkpoint_and_what_to_do(tmp_path: Path) -> None:
-    reader = _Reader(_plan(tmp_path), latest={})
     with pytest.raises(CheckpointFormatError, match=f"checkpoint {tmp_path} was written by an older strait.*Move"):
-        reader.partitions({}, {"t": {"0": 5}})  # a per-partition offsets entry, as Spark's Kafka source writes
+        logged_epoch({"t": {"0": 5}}, _plan(tmp_path))  # a per-partition offsets entry, as Spark's Kafka source writes
     assert epoch_of_log_text('v1\n{"batchWatermarkMs":0}\n{"t": {"0": 5}}') is None
 
 
 def test_leaders_slow_at_a_change_of_epochs_start_it_on_the_last_ends_once(tmp_path: Path) -> None:
-    reader = _Reader(_plan(tmp_path, resume={("t", 0): 0, ("t", 1): 0}), latest={("t", 0): 10, ("t", 1): 4})
-    first = _planned(reader, tmp_path)
-    reader.progress, reader.latest, reader.leaders_slow = {("t", 0): 6}, {("t", 0): 20, ("t", 1): 9}, True
-    second = _planned(reader, tmp_path)
+    planner, clusters = _planner(_plan(tmp_path, resume={("t", 0): 0, ("t", 1): 0}), latest={("t", 0): 10, ("t", 1): 4})
+    first = _planned(planner)
+    clusters.copied, clusters.latest, clusters.leaders_slow = {("t", 0): 6}, {("t", 0): 20, ("t", 1): 9}, True
+    second = _planned(planner)
     assert second.until == {("t", 0): 10, ("t", 1): 4}, "the last epoch's ends, not waited for"
     assert second.start == {("t", 0): 6, ("t", 1): 0}
-    third = _planned(reader, tmp_path)
+    third = _planned(planner)
     assert third.until == {("t", 0): 20, ("t", 1): 9}, "the next change of epochs waits for the leaders"
     assert first.epoch + 2 == third.epoch
-    reader.progress = {("t", 0): 25}  # copied past the last known end meanwhile: no end below a start
-    assert _planned(reader, tmp_path).until == {("t", 0): 25, ("t", 1): 9}
-    reader.leaders_slow, reader.latest = False, {("t", 0): 30, ("t", 1): 9}
-    assert _planned(reader, tmp_path).until == {("t", 0): 30, ("t", 1): 9}, "waited for after a fallback"
-    reader.latest = {("t", 0): -1001, ("t", 1): 12}  # one leader not answering the quick try in time
-    assert _planned(reader, tmp_path).until == {("t", 0): 30, ("t", 1): 12}, "its last end known"
-    reader.leaders_slow, reader.latest = True, {("t", 0): 40, ("t", 1): 15}
-    assert _planned(reader, tmp_path).until == {("t", 0): 40, ("t", 1): 15}, "so the next one waits"
+    clusters.copied = {("t", 0): 25}  # copied past the last known end meanwhile: no end below a start
+    assert _planned(planner).until == {("t", 0): 25, ("t", 1): 9}
+    clusters.leaders_slow, clusters.latest = False, {("t", 0): 30, ("t", 1): 9}
+    assert _planned(planner).until == {("t", 0): 30, ("t", 1): 9}, "waited for after a fallback"
+    clusters.latest = {("t", 0): -1001, ("t", 1): 12}  # one leader not answering the quick try in time
+    assert _planned(planner).until == {("t", 0): 30, ("t", 1): 12}, "its last end known"
+    clusters.leaders_slow, clusters.latest = True, {("t", 0): 40, ("t", 1): 15}
+    assert _planned(planner).until == {("t", 0): 40, ("t", 1): 15}, "so the next one waits"
 
 
 def test_a_querys_first_change_of_epochs_waits_for_the_leaders(tmp_path: Path) -> None:
     logged = EpochOffsets(3, {("t", 0): 5, ("t", 1): 5}, {("t", 0): 9, ("t", 1): 9})
-    reader = _Reader(_plan(tmp_path, last_epoch=logged), latest={("t", 0): 30, ("t", 1): 30})
-    reader.leaders_slow = True  # another process planned epoch 3: its ends may name other partitions
-    assert _planned(reader, tmp_path).until == {("t", 0): 30, ("t", 1): 30}
+    planner, clusters = _planner(_plan(tmp_path, last_epoch=logged), latest={("t", 0): 30, ("t", 1): 30})
+    clusters.leaders_slow = True  # another process planned epoch 3: its ends may name other partitions
+    assert _planned(planner).until == {("t", 0): 30, ("t", 1): 30}
 
 
 def test_the_quick_listing_gives_up_on_a_transient_error_and_raises_any_other(
@@ -261,18 +264,18 @@ def test_the_quick_listing_gives_up_on_a_transient_error_and_raises_any_other(
         def renew(self, *_: object) -> None:
             renewed.append(True)
     monkeypatch.setattr(source, "cached_admin", lambda _config: _Admin())
-    reader = CopyStreamReader(_plan(tmp_path))
+    clusters = ClusterSources(_plan(tmp_path))
 
     def unreachable(*_: object, **__: object) -> Offsets:
         raise ClusterUnreachableError("cluster A: no partition leader answered")
     monkeypatch.setattr(source, "list_offsets_per_leader", unreachable)
-    assert reader._list("latest", wait=False) is None and renewed == [True]
+    assert clusters.source_ends(wait=False) is None and renewed == [True]
 
     def refused(*_: object, **__: object) -> Offsets:
         raise KafkaAdminError("cluster A: not authorized to describe topic t")
     monkeypatch.setattr(source, "list_offsets_per_leader", refused)
     with pytest.raises(KafkaAdminError):
-        reader._list("latest", wait=False)
+        clusters.source_ends(wait=False)
 
 
 def test_a_state_location_is_local_unless_it_names_another_file_system() -> None:

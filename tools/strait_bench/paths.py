@@ -26,7 +26,7 @@ from strait_lab.clients import Record, consume_all, create_topic, produce
 from strait_lab.deps import spark_kafka_jars
 from strait_lab.kafka import KafkaCluster, KafkaClusterSpec
 from strait_replicator.session import build_session
-from strait_replicator.source import assign_partitions
+from strait_replicator.planner import assign_partitions
 from strait_replicator.writer import CopyRange, EpochLimits, WriterSettings, copy_ranges
 
 # Bounded copies end at their ranges' ends; a source that stops answering ends them after this long.

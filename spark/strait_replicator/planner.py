@@ -1,0 +1,238 @@
+"""The epoch planner of a flow's query: where each partition starts, and which task copies which.
+
+A plain object (epoch in, next epoch and task groups out): the Spark data source
+(:mod:`strait_replicator.source`) is a thin adapter around it, and it reads the clusters only
+through :class:`EpochSources`, so its rules are tested without clusters or Spark.
+
+An epoch's entry in the offsets log holds where each partition starts (``from``) and the source's
+end offsets when it was planned (``until``). Each epoch, a replayed one too, starts each partition
+where its progress on the target says; a partition without progress starts where the query's
+evidence decided (``SourcePlan.resume``), never below where that evidence says the target holds
+every record (``SourcePlan.on_target``).
+"""
+
+from __future__ import annotations
+
+import base64
+import logging
+import pickle
+import time
+from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import Any, Protocol
+
+from pyspark.sql.datasource import InputPartition
+
+from strait.logs import setup_logging
+from strait.progress import keys_of
+from strait_replicator.state import CheckpointFormatError, EpochOffsets, Offsets, TopicPartitionKey
+from strait_replicator.writer import CopyRange, EpochLimits, WriterSettings
+
+log = logging.getLogger(__name__)
+
+# A rate-limited flow runs one task per this many records/s: the limit is split evenly over tasks.
+RECORDS_PER_SECOND_PER_TASK = 50_000
+# A backlog a task copies in about a second: below it, tasks keep their partitions from epoch to epoch.
+SMALL_BACKLOG = 50_000
+
+
+@dataclass(frozen=True)
+class SourcePlan:
+    """What the stream needs: the partitions to copy, the epoch's limits, the task count, the copy settings."""
+
+    partitions: tuple[tuple[str, int], ...]  # (source topic, partition count)
+    source_admin: tuple[tuple[str, str], ...]  # librdkafka settings of an admin client on the source
+    tasks: int
+    checkpoint: str  # the query's Spark checkpoint (named in messages; read by the driver only)
+    writer: WriterSettings
+    epoch_seconds: float
+    max_records_per_epoch: int
+    records_per_second: float = 0.0  # 0: no limit
+    resume: tuple[tuple[tuple[str, int], int], ...] = ()  # where each partition starts when it has no progress
+    progress: tuple[tuple[tuple[str, str], ...], str] | None = None  # target consumer settings, progress topic
+    query: str = ""  # this run of the flow's query: what a stop record names
+    # where the target holds every record below, from the evidence when the query started: no epoch,
+    # a replayed one neither, starts a partition below it until its progress is seen
+    on_target: tuple[tuple[tuple[str, int], int], ...] = ()
+    last_epoch: EpochOffsets | None = None  # the newest epoch in the checkpoint when the query started
+
+    def encode(self) -> str:
+        """The plan as a data source option value."""
+        return base64.b64encode(pickle.dumps(self)).decode("ascii")
+
+    @staticmethod
+    def decode(text: str) -> SourcePlan:
+        """The plan of a data source option value."""
+        return pickle.loads(base64.b64decode(text))
+
+    def keys(self) -> list[TopicPartitionKey]:
+        """Every source partition of the plan."""
+        return keys_of(self.partitions)
+
+
+@dataclass(frozen=True)
+class CopyTask(InputPartition):  # type: ignore[misc]
+    """One Spark task: the partitions it copies live in this epoch, and when the epoch ends."""
+
+    epoch: int
+    ranges: tuple[CopyRange, ...]
+    limits: EpochLimits
+    progress_from: tuple[tuple[int, int], ...] = ()  # where the driver had read the progress topic
+    replayed: bool = False  # an epoch planned before this query started, run again
+
+
+class EpochSources(Protocol):
+    """What the planner reads from the clusters."""
+
+    def source_ends(self, wait: bool) -> Offsets | None:
+        """The source's end offsets of the plan's partitions (-1001: no leader answered); without
+        ``wait`` one quick try, None when it fails; None also once the flow stops."""
+
+    def progress(self) -> Offsets:
+        """Each planned partition's progress on the target; {} when it cannot be read now."""
+
+    def stop_requested(self, read: bool) -> bool:
+        """Whether a stop of this query was read (read on first with ``read``)."""
+
+    def progress_positions(self) -> tuple[tuple[int, int], ...]:
+        """Where the progress topic was read to (the tasks watch it from there); () without one."""
+
+
+class EpochPlanner:
+    """Plans each epoch of a query: where its partitions start (the previous epoch's progress) and its tasks."""
+
+    def __init__(self, plan: SourcePlan, sources: EpochSources) -> None:
+        self.plan, self.sources = plan, sources
+        self._last = plan.last_epoch  # the newest epoch planned or run (Spark asks for the next once it is committed)
+        self._planned = -1  # the newest epoch this planner planned itself
+        self._planned_starts: Offsets = {}  # where that epoch's partitions start (read from the progress then)
+        self._ends_unknown = False  # the last epoch was planned without the source's ends
+        self._floor = dict(plan.on_target)  # the copy evidence of partitions whose progress was not seen yet
+
+    def initial(self) -> EpochOffsets:
+        """The offset before the query's first epoch: the resume points."""
+        return EpochOffsets(-1, dict(self.plan.resume))
+
+    def next_epoch(self) -> EpochOffsets:
+        """The next epoch; the last one again when a stop was requested or nothing is planned (Spark
+        then starts no epoch)."""
+        last = self._last or self.initial()
+        if self.sources.stop_requested(read=True):
+            return last
+        start = self._starting_points({**dict(self.plan.resume), **last.start})
+        until = self._source_ends(last)
+        if not until:  # the flow stops, or every planned topic is gone: no epoch until it is planned again
+            return last
+        # A partition whose leader is not known at this moment (a broker just died) lists no end
+        # (-1001); its task copies it live all the same, from where it starts, and its end is the
+        # last one known.
+        until = {key: end if end >= 0 else max(0, start.get(key, 0), last.until.get(key, 0))
+                 for key, end in until.items()}
+        self._last = EpochOffsets(last.epoch + 1, start, until)
+        self._planned, self._planned_starts = self._last.epoch, start
+        return self._last
+
+    def tasks(self, epoch: EpochOffsets) -> list[CopyTask]:
+        """The tasks of ``epoch``: its partitions in groups, each starting where the copies got to."""
+        if self._last is None or epoch.epoch >= self._last.epoch:
+            self._last = epoch
+        # An epoch planned just now starts where the progress said then: no copy ran since. A replayed
+        # one (planned before this query started, run again) goes on where the copies got to.
+        replayed = epoch.epoch != self._planned
+        starts = self._starting_points(epoch.start) if replayed else self._planned_starts
+        if replayed:
+            self._log_moved(epoch, starts)
+        ranges = [CopyRange(topic, p, starts[(topic, p)]) for topic, p in self.plan.keys()
+                  if (topic, p) in starts and (topic, p) in epoch.until]
+        groups = assign_partitions(ranges, epoch.until, self._task_count(len(ranges)))
+        seconds = self.plan.epoch_seconds
+        limits = EpochLimits(
+            seconds=seconds,
+            max_records=max(1, self.plan.max_records_per_epoch // max(1, len(groups))),
+            records_per_second=self.plan.records_per_second / max(1, len(groups)),
+            # a stop read while planning comes before where the tasks watch from: they end at once
+            ends_at=time.time() + (0.0 if self.sources.stop_requested(read=False) else seconds),
+        )
+        read_to = self.sources.progress_positions()
+        return [CopyTask(epoch.epoch, tuple(group), limits, read_to, replayed) for group in groups]
+
+    def _log_moved(self, epoch: EpochOffsets, starts: Offsets) -> None:
+        moved = sorted((key, at) for key, at in starts.items() if key in epoch.start and at != epoch.start[key])
+        if not moved:
+            return
+        setup_logging()  # this runs in a Python worker of the driver's: its lines go to the driver's stderr
+        for (topic, p), at in moved:
+            log.info("flow=%s epoch=%d topic=%s partition=%d resumes at offset %d: the progress or the resume "
+                     "evidence on the target (the epoch started at %d)", self.plan.writer.flow, epoch.epoch, topic,
+                     p, at, epoch.start[(topic, p)])
+
+    def _source_ends(self, last: EpochOffsets) -> Offsets | None:
+        """The source's end offsets for the next epoch.
+
+        Nothing is copied while an epoch is planned. When the leaders do not answer one quick try
+        (one moving or restarting), an epoch that follows one this planner planned on listed ends
+        starts on those (no end known now, :meth:`next_epoch`); the next change of epochs waits for
+        the leaders, however long, as a query's first one does.
+        """
+        if last.until and last.epoch == self._planned and not self._ends_unknown:
+            ends = self.sources.source_ends(wait=False)
+            # a leader that did not answer in time: its partitions' ends are waited for next time
+            self._ends_unknown = ends is None or any(end < 0 for end in ends.values())
+            if ends is not None:
+                return ends
+            log.info("flow=%s cluster=%s no end offsets in a quick try: the epoch starts on the last epoch's",
+                     self.plan.writer.flow, self.plan.writer.source_alias)
+            return {key: -1 for key in last.until}
+        self._ends_unknown = False
+        return self.sources.source_ends(wait=True)
+
+    def _starting_points(self, planned: Offsets) -> Offsets:
+        """``planned`` moved on to where the copies got to: each partition's progress on the target;
+        for a partition without progress yet, no lower than where the query's copy evidence says the
+        target holds every record."""
+        progress = self.sources.progress()
+        for key in progress:  # from now on its progress says (a topic re-created starts lower)
+            self._floor.pop(key, None)
+        return {**{key: max(at, self._floor.get(key, at)) for key, at in planned.items()}, **progress}
+
+    def _task_count(self, partitions: int) -> int:
+        tasks = min(self.plan.tasks, partitions)
+        if self.plan.records_per_second:
+            tasks = min(tasks, -(-int(self.plan.records_per_second) // RECORDS_PER_SECOND_PER_TASK))
+        return max(1, tasks) if partitions else 0
+
+
+def logged_epoch(entry: dict[str, Any], plan: SourcePlan) -> EpochOffsets:
+    """The epoch of an offsets log entry, or an error naming the checkpoint and what to do."""
+    try:
+        return EpochOffsets.from_json(entry)
+    except CheckpointFormatError as exc:
+        raise CheckpointFormatError(
+            f"flow {plan.writer.flow}: the checkpoint {plan.checkpoint} was written by an older strait: "
+            f"{exc}. Move that folder away and start again: the flow then copies its topics from their "
+            f"earliest offsets (records already on the target are copied again, none is lost)") from exc
+
+
+def assign_partitions(ranges: Sequence[CopyRange], until: Offsets, tasks: int) -> list[list[CopyRange]]:
+    """The partitions in ``tasks`` groups.
+
+    Keeping up (no partition's backlog reaches SMALL_BACKLOG), the groups are the same every epoch:
+    partitions dealt out in name order, so a worker's consumer, left assigned, usually goes on with
+    the same partitions. Catching up, groups have about equal backlog (then equal count), largest first.
+    """
+    if not ranges or tasks <= 0:
+        return []
+    groups: list[list[CopyRange]] = [[] for _ in range(min(tasks, len(ranges)))]
+
+    def backlog(copy: CopyRange) -> int:
+        return max(0, until.get((copy.topic, copy.partition), 0) - (copy.start or 0))
+    if all(backlog(r) < SMALL_BACKLOG for r in ranges):
+        for i, copy in enumerate(sorted(ranges, key=lambda r: (r.topic, r.partition))):
+            groups[i % len(groups)].append(copy)
+        return groups
+    loads = [(0, 0)] * len(groups)
+    for copy in sorted(ranges, key=lambda r: (-backlog(r), r.topic, r.partition)):
+        lightest = loads.index(min(loads))
+        groups[lightest].append(copy)
+        loads[lightest] = (loads[lightest][0] + backlog(copy), loads[lightest][1] + 1)
+    return groups
