@@ -36,6 +36,8 @@ def test_bench_measures_every_system_and_writes_the_report(tmp_path: Path) -> No
         assert run_result["latency"]["200"]["count"] == 400, system
     for system in ("strait", "mm2"):
         assert report["runs"][system][0]["duplicates"] >= 0
+        # shared pages split between the tree's processes: never more than the RSS sum
+        assert 0 < report["runs"][system][0]["peak_pss_mb"] <= report["runs"][system][0]["peak_rss_mb"]
         assert report["runs"][system][0]["latency"]["200"]["p99_ms"] > 0
     limit = report["runs"]["limit"][0]
     assert limit["workers"] == min(options.cores, 2)  # as many producers and consumers as strait's copy tasks

@@ -1,8 +1,11 @@
-"""CPU-seconds and peak RSS of a whole process tree, sampled with psutil.
+"""CPU-seconds, peak RSS and peak PSS of a whole process tree, sampled with psutil.
 
 Children that exit and are reaped show up in their parent's ``children_*`` CPU times, so summing
 user + system + children times over the live tree counts every process once. RSS is summed over
-the tree (pages shared between forked workers are counted once per process: an upper bound).
+the tree (pages shared between forked workers are counted once per process: an upper bound). PSS
+(proportional set size) splits each shared page between the processes that map it, so its sum
+counts the tree's memory once: fairer for forked trees such as Spark's Python workers, which share
+their daemon's pages, against a single JVM.
 """
 
 from __future__ import annotations
@@ -15,8 +18,8 @@ import psutil
 log = logging.getLogger(__name__)
 
 
-def tree_usage(*root_pids: int) -> tuple[float, int]:
-    """(CPU seconds, RSS bytes) summed over processes and all their descendants alive now."""
+def tree_usage(*root_pids: int) -> tuple[float, int, int]:
+    """(CPU seconds, RSS bytes, PSS bytes) summed over processes and all their descendants alive now."""
     processes = []
     for pid in root_pids:
         try:
@@ -24,20 +27,22 @@ def tree_usage(*root_pids: int) -> tuple[float, int]:
             processes += [root, *root.children(recursive=True)]
         except psutil.NoSuchProcess:
             continue
-    cpu, rss = 0.0, 0
+    cpu, rss, pss = 0.0, 0, 0
     for process in processes:
         try:
             with process.oneshot():
                 times = process.cpu_times()
                 cpu += times.user + times.system + times.children_user + times.children_system
-                rss += process.memory_info().rss
+                memory = process.memory_full_info()  # reads /proc/PID/smaps_rollup for the PSS
+                rss += memory.rss
+                pss += memory.pss
         except (psutil.NoSuchProcess, psutil.AccessDenied):
             continue
-    return cpu, rss
+    return cpu, rss, pss
 
 
 class TreeMonitor:
-    """Samples process trees in a background thread: CPU seconds so far and the peak RSS.
+    """Samples process trees in a background thread: CPU seconds so far, the peak RSS and the peak PSS.
 
     Args:
         root_pid: the process whose tree is measured.
@@ -51,6 +56,7 @@ class TreeMonitor:
         self.interval = interval
         self.cpu_seconds = 0.0
         self.peak_rss = 0
+        self.peak_pss = 0
         self._stop = threading.Event()
         self._thread = threading.Thread(target=self._run, name=f"monitor-{root_pid}", daemon=True)
 
@@ -65,14 +71,15 @@ class TreeMonitor:
 
     def sample(self) -> float:
         """Take one sample now; return the CPU seconds of the tree so far (never decreasing)."""
-        cpu, rss = tree_usage(self.root_pid, *self.more)
+        cpu, rss, pss = tree_usage(self.root_pid, *self.more)
         self.cpu_seconds = max(self.cpu_seconds, cpu)
         self.peak_rss = max(self.peak_rss, rss)
+        self.peak_pss = max(self.peak_pss, pss)
         return self.cpu_seconds
 
     def _run(self) -> None:
         while not self._stop.wait(self.interval):
             self.sample()
-        log.debug("monitor stopped pid=%d cpu_seconds=%.1f peak_rss=%d", self.root_pid, self.cpu_seconds,
-                  self.peak_rss)
+        log.debug("monitor stopped pid=%d cpu_seconds=%.1f peak_rss=%d peak_pss=%d", self.root_pid,
+                  self.cpu_seconds, self.peak_rss, self.peak_pss)
 

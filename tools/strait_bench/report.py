@@ -83,7 +83,8 @@ def goals(options: Mapping[str, Any], medians: Mapping[str, Mapping[str, float]]
         found += [Goal(f"{q} latency @{rate:,}/s vs MM2", ratio(f"latency.{rate}.{q}_ms", "mm2"), 1.0, False)
                   for q in ("p99", "max")]
     found += [Goal("start-up to first record vs MM2", ratio("startup_s", "mm2"), 1.0, False),
-              Goal("peak RSS vs MM2", ratio("peak_rss_mb", "mm2"), 1.0, False)]
+              Goal("peak RSS vs MM2", ratio("peak_rss_mb", "mm2"), 1.0, False),
+              Goal("peak PSS vs MM2", ratio("peak_pss_mb", "mm2"), 1.0, False)]
     baseline, one_core, wide = _scaling_runs(options, scaling)
     two_cores = baseline if options.get("cores") == 2 else None  # the goal is for two task slots
     found.append(Goal("records/s 1 -> 2 cores", _quotient(two_cores, one_core, "records_per_s"), 1.7, True))
@@ -113,7 +114,8 @@ def _quotient(numerator: Mapping[str, Any] | None, denominator: Mapping[str, Any
 
 def _rows(rates: Sequence[int]) -> list[tuple[str, str]]:
     rows = [("records_per_s", "records/s"), ("mb_per_s", "MB/s"), ("cpu_s_per_gb", "CPU-s per GB"),
-            ("peak_rss_mb", "peak RSS (MB)"), ("startup_s", "start-up to first record (s)"),
+            ("peak_rss_mb", "peak RSS (MB)"), ("peak_pss_mb", "peak PSS (MB)"),
+            ("startup_s", "start-up to first record (s)"),
             ("ingest_records_per_s", "limit: target ingest (records/s)"),
             ("read_records_per_s", "limit: source read (records/s)")]
     for rate in rates:
@@ -176,12 +178,13 @@ def markdown(report: Mapping[str, Any]) -> str:
 def _per_repeat(runs: Mapping[str, Sequence[Mapping[str, Any]]], rates: Sequence[int]) -> list[str]:
     """Every measurement of the medians above, one row each."""
     latency = [f"p99 / max @{rate:,}/s (ms)" for rate in rates]
-    lines = ["## Per repeat", "", "| system | repeat | records/s | CPU-s per GB | peak RSS (MB) | start-up (s) | "
-             + " | ".join(latency) + (" |" if latency else "|"), "|" + "---|" * (6 + len(latency))]
+    lines = ["## Per repeat", "", "| system | repeat | records/s | CPU-s per GB | peak RSS (MB) | peak PSS (MB) | "
+             "start-up (s) | " + " | ".join(latency) + (" |" if latency else "|"), "|" + "---|" * (7 + len(latency))]
     for system in ("strait", "mm2", "limit"):
         for number, run in enumerate(runs.get(system, ()), start=1):
             measured = run.get("latency", {})
-            cells = [_cell(run.get(key)) for key in ("records_per_s", "cpu_s_per_gb", "peak_rss_mb", "startup_s")]
+            cells = [_cell(run.get(key)) for key in ("records_per_s", "cpu_s_per_gb", "peak_rss_mb", "peak_pss_mb",
+                                                     "startup_s")]
             cells += [f"{_cell(measured[str(r)]['p99_ms'])} / {_cell(measured[str(r)]['max_ms'])}"
                       if str(r) in measured else "–" for r in rates]
             lines.append(f"| {SHORT[system]} | {number} | " + " | ".join(cells) + " |")

@@ -140,6 +140,7 @@ class Bench:
                 result["duplicates"] = final.total - workload.records + probed.total - _probe_records(
                     result["latency"])
                 result["peak_rss_mb"] = round(monitor.peak_rss / 1e6, 1)
+                result["peak_pss_mb"] = round(monitor.peak_pss / 1e6, 1)
                 result["cpu_seconds_total"] = round(monitor.sample(), 2)  # start-up and latency runs included
                 log.info("measured system=%s partitions=%d cores=%d first=%d result=%s", system,
                          workload.partitions, cores, first.total, result)
