@@ -28,7 +28,10 @@ CPU_METHOD = (
     "between its first and last record, both sides summed, and the larger side's summed peak RSS). Throughput "
     "and CPU use the window from the first record on the target to the last; start-up is reported apart. "
     "GB = 10^9 bytes of record values. On a standalone cluster, cores = workers of one core each (the "
-    "driver, which only plans, is not limited)."
+    "driver, which only plans, is not limited). Peak PSS sums the same trees' proportional set sizes: a page "
+    "shared by N processes (Spark's forked Python workers share their daemon's) counts 1/N in each, so the "
+    "tree's memory is counted once, where the RSS sum counts shared pages once per process (not measured "
+    "for the limit's workers)."
 )
 
 
