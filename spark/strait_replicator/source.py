@@ -48,10 +48,9 @@ PLAN_OPTION = "strait.secret.plan"
 # through fresh metadata, where it may have moved.
 LIST_TIMEOUT = 10.0
 # The source's leaders are asked for their ends at every change of epochs, while nothing is copied:
-# one that does not answer this soon is not waited for then (SourcePlan's reader, _source_ends).
+# one that does not answer this soon is not waited for then (EpochPlanner._source_ends).
 QUICK_LIST_SECONDS = 0.5
 STOP_READ_SECONDS = 2.0  # how long the planner reads the progress topic for a stop before planning
-
 
 
 class CopySource(DataSource):  # type: ignore[misc]
