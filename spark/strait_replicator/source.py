@@ -241,4 +241,4 @@ def resumed_ranges(task: CopyTask, progress: Offsets, flow: str) -> list[CopyRan
         for (topic, partition), offset in sorted(moved.items()):
             log.info("flow=%s epoch=%d topic=%s partition=%d resumes at offset %d: the progress on the target "
                      "(planned at %d)", flow, task.epoch, topic, partition, offset, starts[(topic, partition)])
-    return [CopyRange(r.topic, r.partition, points.get((r.topic, r.partition), r.start), r.end) for r in task.ranges]
+    return [CopyRange(r.topic, r.partition, points.get((r.topic, r.partition), r.start)) for r in task.ranges]

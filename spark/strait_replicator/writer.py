@@ -3,8 +3,8 @@
 A task copies its partitions live for one epoch (a micro-batch): it reads from each partition's
 start offset with a librdkafka consumer and produces every record as it arrives to the same
 partition number of its remote topic with key, value, headers and timestamp unchanged and in order
-(idempotent producer). The epoch ends at its deadline, at its record cap or when the flow stops;
-a bounded range (``end`` given) ends at its end. About every half second, the exact offset syncs of
+(idempotent producer). The epoch ends at its deadline, at its record cap or when the flow stops.
+About every half second, the exact offset syncs of
 what the target has acknowledged are produced; at the end the task flushes and yields one summary
 row per partition. Records never pass through the JVM or Arrow. Any read or delivery error fails
 the task, so Spark never commits a batch that is not fully on the target (at-least-once).
@@ -154,23 +154,11 @@ class WriterSettings:
 
 @dataclass(frozen=True)
 class CopyRange:
-    """Source offsets of one topic-partition to copy from ``start`` (None: the earliest) up to ``end``
-    (None: open, copied live until the epoch ends)."""
+    """One topic-partition copied live from ``start`` (None: the earliest offset) until the epoch ends."""
 
     topic: str
     partition: int
     start: int | None
-    end: int | None = None
-
-    @property
-    def has_records(self) -> bool:
-        """False for an empty bounded range and one going backwards."""
-        return self.start is None or self.end is None or self.start < self.end
-
-    @property
-    def size(self) -> int:
-        """Offsets in a bounded range, at most its records (from the earliest it counts from 0); 0 if open."""
-        return 0 if self.end is None else self.end - (self.start or 0)
 
 
 @dataclass(frozen=True)
@@ -334,13 +322,12 @@ class _Copied:
     long the epoch.
     """
 
-    __slots__ = ("topic", "partition", "remote", "start", "end", "offsets", "timestamps", "bytes", "acked",
+    __slots__ = ("topic", "partition", "remote", "start", "offsets", "timestamps", "bytes", "acked",
                  "ack_times", "on_delivery", "lag", "records", "first", "last", "reached", "syncs", "counts",
                  "latency_sum", "target_partition", "last_target")
 
     def __init__(self, copy: CopyRange, remote: str, errors: list[tuple[str, int, Any]]) -> None:
-        self.topic, self.partition, self.remote, self.start, self.end = \
-            copy.topic, copy.partition, remote, copy.start, copy.end
+        self.topic, self.partition, self.remote, self.start = copy.topic, copy.partition, remote, copy.start
         self.target_partition = copy.partition  # -1: the producer's partitioner places each record
         self.last_target = -1  # the target offset of the last record settled (-1: none, or not one partition)
         self.offsets: list[int] = []
@@ -480,15 +467,12 @@ def _produce(producer: Producer, topic: str, **kwargs: Any) -> None:
             producer.poll(0.1)
 
 
-def copy_ranges(ranges: list[CopyRange], settings: WriterSettings, limits: EpochLimits | None = None,
+def copy_ranges(ranges: list[CopyRange], settings: WriterSettings, limits: EpochLimits,
                 run: LiveRun | None = None, stop: Callable[[], bool] | None = None) -> list[tuple[Any, ...]]:
-    """Copy each range to its remote topic with its offset syncs; one summary row per range.
-
-    Without ``limits`` every range must be bounded and is copied to its end, however long that takes
-    (a source that stops answering holds it: give limits for a deadline); with them, open
-    ranges are copied live until the epoch ends or until ``stop`` returns True (the flow stops). With the
-    flow's progress topic, each partition's progress and ``run``'s live totals go there about every
-    half second, and once more when everything is on the target.
+    """Copy each range live to its remote topic with its offset syncs until the epoch ends (``limits``)
+    or ``stop`` returns True (the flow stops); one summary row per range. With the flow's progress
+    topic, each partition's progress and ``run``'s live totals go there about every half second, and
+    once more when everything is on the target.
     """
     started = time.monotonic()
     install_lazy_zip_invalidation()  # a Python worker's: the driver copies nothing
@@ -496,8 +480,7 @@ def copy_ranges(ranges: list[CopyRange], settings: WriterSettings, limits: Epoch
     syncs = _SyncWriter(settings)
     errors: list[tuple[str, int, Any]] = []
     kind = _Repartitioned if settings.repartition else _Copied
-    copied = {(r.topic, r.partition): kind(r, settings.remote_topic(r.topic), errors)
-              for r in ranges if r.has_records}
+    copied = {(r.topic, r.partition): kind(r, settings.remote_topic(r.topic), errors) for r in ranges}
     first_sent_at = 0.0
     flush_timeout = settings.flush_timeout
     progress = _ProgressWriter(settings, producer, run)
@@ -533,7 +516,7 @@ class _CopyLoop:
     """Consumes the ranges and produces each record as it comes, until the epoch or every range ends."""
 
     def __init__(self, consumer: Consumer, producer: Producer, syncs: _SyncWriter,
-                 copied: dict[tuple[str, int], _Copied], settings: WriterSettings, limits: EpochLimits | None,
+                 copied: dict[tuple[str, int], _Copied], settings: WriterSettings, limits: EpochLimits,
                  errors: list[tuple[str, int, Any]], progress: _ProgressWriter | None = None) -> None:
         self.consumer, self.producer, self.syncs, self.copied = consumer, producer, syncs, copied
         self.settings, self.limits, self.errors = settings, limits, errors
@@ -555,7 +538,7 @@ class _CopyLoop:
         try:
             self._loop()
             _note_lag(self.consumer, self.copied)
-            keep = self.limits is not None and all(p.start is not None for p in self.copied.values())
+            keep = all(p.start is not None for p in self.copied.values())
         finally:  # _assign took this consumer's entry out of _kept
             if keep:
                 _kept[id(self.consumer)] = {key: p.position() for key, p in self.copied.items()}
@@ -582,8 +565,8 @@ class _CopyLoop:
     def _loop(self) -> None:
         began = now = time.monotonic()
         limits = self.limits
-        deadline = began + limits.task_seconds() if limits else float("inf")
-        cap = limits.max_records if limits else sys.maxsize
+        deadline = began + limits.task_seconds()
+        cap = limits.max_records
         next_settle = next_stop_check = now
         while self.pending and now < deadline and self.sent < cap:
             if now >= next_stop_check:
@@ -594,7 +577,7 @@ class _CopyLoop:
             if self.errors:
                 _raise_write_error(self.settings, self.errors)
             want = min(CONSUME_BATCH, cap - self.sent)
-            if limits and limits.records_per_second:
+            if limits.records_per_second:
                 want = min(want, int(limits.records_per_second * (now - began)) - self.sent)
                 if want <= 0:
                     self.producer.poll(0.02)
@@ -648,21 +631,17 @@ def _note_lag(consumer: Consumer, copied: dict[tuple[str, int], _Copied]) -> Non
 
 
 def _send_messages(messages: list[Any], producer: Producer, pending: dict[tuple[str, int], _Copied]) -> int:
-    """Produce the messages of still-pending ranges (a bounded one finishes at its end); how many were sent."""
+    """Produce the messages of partitions still copied (a deleted one is not); how many were sent."""
     produce = producer.produce
     sent = 0
     for message in messages:
         part = pending.get((message.topic(), message.partition()))
-        if part is None:  # past the end of a finished range
+        if part is None:  # its topic was deleted meanwhile
             continue
         offset = message.offset()
         error = message.error()
         if error is not None:
             _on_consume_error(error, offset, part, pending)
-            continue
-        end = part.end
-        if end is not None and offset >= end:
-            del pending[(part.topic, part.partition)]
             continue
         value, key, timestamp = message.value(), message.key(), message.timestamp()[1]
         headers = message.headers()
@@ -677,18 +656,14 @@ def _send_messages(messages: list[Any], producer: Producer, pending: dict[tuple[
         part.timestamps.append(timestamp)
         part.bytes += len(value or b"") + len(key or b"")
         sent += 1
-        if end is not None and offset >= end - 1:
-            del pending[(part.topic, part.partition)]
     return sent
 
 
 def _on_consume_error(error: KafkaError, offset: int, part: _Copied,
                       pending: dict[tuple[str, int], _Copied]) -> None:
-    """End of partition is noted (and finishes a bounded range it reached); other errors fail the task."""
+    """An end of partition is noted, a deleted partition no longer copied; other errors fail the task."""
     if error.code() == KafkaError._PARTITION_EOF:
         part.reached = max(part.reached, offset)
-        if part.end is not None and offset >= part.end:
-            del pending[(part.topic, part.partition)]
         return
     if error.code() in (KafkaError.UNKNOWN_TOPIC_OR_PART, KafkaError._UNKNOWN_TOPIC, KafkaError._UNKNOWN_PARTITION):
         log.warning("topic=%s partition=%d is gone from the source (deleted?): copying it ends at offset %d",

@@ -15,7 +15,6 @@ import io
 import json
 import pstats
 import shutil
-import sys
 import tempfile
 import time
 from functools import partial
@@ -25,12 +24,25 @@ from strait.policy import DefaultReplicationPolicy
 from strait_lab.clients import Record, consume_all, create_topic, produce
 from strait_lab.deps import spark_kafka_jars
 from strait_lab.kafka import KafkaCluster, KafkaClusterSpec
-from strait_replicator.session import build_session
 from strait_replicator.planner import assign_partitions
+from strait_replicator.session import build_session
 from strait_replicator.writer import CopyRange, EpochLimits, WriterSettings, copy_ranges
 
 # Bounded copies end at their ranges' ends; a source that stops answering ends them after this long.
-COPY_LIMITS = EpochLimits(seconds=600.0, max_records=sys.maxsize)
+COPY_SECONDS = 600.0
+
+
+def _copy_all(records: int, partitions: int) -> tuple[list[CopyRange], dict[tuple[str, int], int]]:
+    """Every partition of the loaded topic from its start, and how many records each holds."""
+    counts = {("bench", p): len(range(p, records, partitions)) for p in range(partitions)}
+    return [CopyRange("bench", p, 0) for p in range(partitions)], counts
+
+
+def _copy_group(group: list[CopyRange], settings: WriterSettings,
+                counts: dict[tuple[str, int], int]) -> list[tuple[object, ...]]:
+    """Copy a group's partitions until all their records are copied (the loaded topic gets no more)."""
+    cap = sum(counts[(r.topic, r.partition)] for r in group)
+    return copy_ranges(group, settings, EpochLimits(seconds=COPY_SECONDS, max_records=cap))
 
 
 def _load(cluster: KafkaCluster, topic: str, records: int, size: int, partitions: int) -> None:
@@ -66,11 +78,10 @@ def run(records: int, size: int, partitions: int, repeats: int) -> dict[str, obj
                      .option("kafka.linger.ms", "5").option("kafka.batch.size", "1048576").save())
                 else:
                     settings = _settings(source, target, remote)
-                    ranges = [CopyRange("bench", p, 0, len(range(p, records, partitions))) for p in range(partitions)]
-                    groups = assign_partitions(ranges, {("bench", r.partition): r.end or 0 for r in ranges},
-                                               spark.sparkContext.defaultParallelism)
+                    ranges, counts = _copy_all(records, partitions)
+                    groups = assign_partitions(ranges, counts, spark.sparkContext.defaultParallelism)
                     (spark.sparkContext.parallelize(groups, len(groups))
-                     .flatMap(partial(copy_ranges, settings=settings, limits=COPY_LIMITS)).collect())
+                     .flatMap(partial(_copy_group, settings=settings, counts=counts)).collect())
                 results[path].append(time.monotonic() - started)
         sample = consume_all(target.client_config(), "strait_copier-0", partitions=[0])[:1]
         spark_sample = consume_all(target.client_config(), "spark_kafka_sink-0", partitions=[0])[:1]
@@ -115,11 +126,11 @@ def profile_copier(records: int, size: int, partitions: int, top: int = 25) -> d
         _load(source, "bench", records, size, partitions)
         create_topic(source.admin(), "bench-syncs", 1, config={"cleanup.policy": "compact"})
         create_topic(target.admin(), "A.bench", partitions)
-        ranges = [CopyRange("bench", p, 0, len(range(p, records, partitions))) for p in range(partitions)]
+        ranges, counts = _copy_all(records, partitions)
         profiler = cProfile.Profile()
         started = time.monotonic()
         profiler.enable()
-        summary = copy_ranges(ranges, _settings(source, target, "A.bench"), COPY_LIMITS)
+        summary = _copy_group(ranges, _settings(source, target, "A.bench"), counts)
         profiler.disable()
         seconds = time.monotonic() - started
     finally:
