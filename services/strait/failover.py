@@ -62,6 +62,7 @@ from strait.translation import (
     TailProbe,
     TranslationError,
     committed_offsets,
+    read_committed,
     replicated_partitions,
     translate_group,
 )
@@ -150,11 +151,6 @@ class FailoverReport:
 def _consumer(settings: Mapping[str, str], **extra: object) -> Consumer:
     return Consumer({**settings, "group.id": "strait-failover", "enable.auto.commit": False,
                      "enable.auto.offset.store": False, "logger": librdkafka_log, **extra})
-
-
-def read_committed(settings: Mapping[str, str]) -> dict[str, str]:
-    """Source consumer settings as the replicator reads: read_committed unless configured otherwise."""
-    return {"isolation.level": "read_committed", **settings}
 
 
 def list_groups(admin: AdminClient, flow: FlowConfig, alias: str) -> list[str]:

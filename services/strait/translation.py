@@ -114,6 +114,12 @@ def _consumer(settings: Mapping[str, str], **extra: object) -> Consumer:
                      "enable.auto.offset.store": False, "logger": librdkafka_log, **extra})
 
 
+def read_committed(settings: Mapping[str, str]) -> dict[str, str]:
+    """Source consumer settings as the replicator reads: read_committed (librdkafka's default, which its
+    copy consumer keeps) unless configured otherwise."""
+    return {"isolation.level": "read_committed", **settings}
+
+
 class SyncsFollower:
     """Reads a syncs topic from its beginning into a :class:`SyncIndex` and keeps tailing it.
 
@@ -184,13 +190,12 @@ class SyncsFollower:
 class TailProbe:
     """Checks on the source that no record the replicator would copy lies in an offset range.
 
-    It reads with the replicator's isolation level: the configured ``isolation.level`` of the
-    source's consumers, or the Java client's default (read_uncommitted) that Spark uses.
+    It reads with the replicator's isolation level (:func:`read_committed`), so the aborted records
+    and markers the copy skips do not count as records.
     """
 
     def __init__(self, settings: Mapping[str, str], timeout: float = 5.0) -> None:
-        isolation = settings.get("isolation.level", "read_uncommitted")
-        self._consumer = _consumer(settings, **{"isolation.level": isolation, "enable.partition.eof": True})
+        self._consumer = _consumer(read_committed(settings), **{"enable.partition.eof": True})
         self._timeout = timeout
         self._proven: set[tuple[str, int, int, int]] = set()  # offsets never change: a proof stays true
 
