@@ -14,12 +14,11 @@ from __future__ import annotations
 
 import random
 import time
-import uuid
 from collections.abc import Callable
 from pathlib import Path
 
 import pytest
-from confluent_kafka import Consumer, Producer, TopicPartition
+from confluent_kafka import Consumer, TopicPartition
 from confluent_kafka.admin import AlterConfigOpType, ConfigEntry, ConfigResource, ResourceType
 
 from strait.config import load_config
@@ -31,7 +30,7 @@ from strait.translation import committed_offsets, translate_source_group
 from tests.oracle.mm2_oracle import offsets_by_partition, text_token
 from tests.oracle.mm2_oracle import TRANSLATE_TIMEOUT_MS, Mm2Oracle
 from tests.support.config import flow_config, write_config
-from tests.support.kafka import commit_offsets, consume_and_commit
+from tests.support.kafka import commit_offsets, consume_and_commit, produce_transactions
 from tests.support.waiting import wait_for
 
 pytestmark = pytest.mark.slow
@@ -75,19 +74,7 @@ def _has_holes(records: list[Record]) -> bool:
 def _transactional_topic(cluster: KafkaCluster, topic: str) -> None:
     """Committed and aborted transactions, so markers and aborted records leave holes."""
     create_topic(cluster.admin(), topic, partitions=PARTITIONS, config={"retention.ms": "-1"})
-    producer = Producer({**cluster.client_config(), "transactional.id": f"tx-{uuid.uuid4().hex[:8]}"})
-    producer.init_transactions(30)
-    for txn in range(30):
-        producer.begin_transaction()
-        for i in range(1 + txn % 7):
-            producer.produce(topic, key=f"t{txn}".encode(), value=f"txn{txn}-{i}".encode(), partition=(txn + i) % PARTITIONS)
-        if txn % 3 == 1:
-            # Delivered before the abort, so the aborted records really are in the log; aborting
-            # unsent records can also end in a fatal INVALID_TXN_STATE (librdkafka issue 4849).
-            assert producer.flush(30) == 0
-            producer.abort_transaction(30)
-        else:
-            producer.commit_transaction(30)
+    produce_transactions(cluster, topic, PARTITIONS)
 
 
 def _snapshot(cluster: KafkaCluster, topics: list[str]) -> Snapshot:

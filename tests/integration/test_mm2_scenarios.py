@@ -28,7 +28,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 import pytest
-from confluent_kafka import Consumer, Producer, TopicPartition
+from confluent_kafka import Consumer, TopicPartition
 from confluent_kafka.admin import NewPartitions
 
 from strait.records import Checkpoint, Heartbeat
@@ -39,7 +39,9 @@ from strait_lab.services import StraitProcess
 from tests.integration.test_configsync_support import alter, topic_config
 from tests.oracle.mm2_oracle import TRANSLATE_TIMEOUT_MS, Mm2Oracle, offsets_by_partition, text_token, token_text
 from tests.support.cli import strait
-from tests.support.kafka import NumberedLoad, commit_offsets, count, group_offsets, numbered_copies, produce_numbered
+from tests.support.kafka import (
+    NumberedLoad, commit_offsets, count, group_offsets, numbered_copies, produce_numbered, produce_transactions,
+)
 from tests.support.waiting import wait_for
 
 pytestmark = pytest.mark.slow
@@ -154,7 +156,8 @@ def _stage(lab: Scenarios) -> None:
 
     create_topic(a.admin(), f"{P}-plain", partitions=PARTITIONS)
     produce_numbered(a, f"{P}-plain", PARTITIONS, RECORDS)
-    _transactional_topic(a, f"{P}-txn")
+    create_topic(a.admin(), f"{P}-txn", partitions=PARTITIONS)
+    produce_transactions(a, f"{P}-txn", PARTITIONS)
     for topic in (f"{P}-plain", f"{P}-txn"):
         commit_offsets(a, f"{P}-g-sync", [TopicPartition(topic, p, end) for p, end in _ends(a, topic).items()])
 
@@ -179,22 +182,6 @@ def _stage(lab: Scenarios) -> None:
     create_topic(a.admin(), f"{W}-latest", partitions=PARTITIONS)
     produce_numbered(a, f"{W}-latest", PARTITIONS, 90)
     create_topic(a.admin(), f"{W}-sentinel", partitions=1)
-
-
-def _transactional_topic(cluster: KafkaCluster, topic: str) -> None:
-    """Committed and aborted transactions: markers and aborted records leave gaps in the source offsets."""
-    create_topic(cluster.admin(), topic, partitions=PARTITIONS)
-    producer = Producer({**cluster.client_config(), "transactional.id": f"tx-{uuid.uuid4().hex[:8]}"})
-    producer.init_transactions(30)
-    for txn in range(24):
-        producer.begin_transaction()
-        for i in range(1 + txn % 5):
-            producer.produce(topic, key=f"t{txn}".encode(), value=f"txn{txn}-{i}".encode(), partition=(txn + i) % PARTITIONS)
-        if txn % 4 == 1:
-            assert producer.flush(30) == 0  # really in the log before the abort
-            producer.abort_transaction(30)
-        else:
-            producer.commit_transaction(30)
 
 
 # -- reading the clusters ----------------------------------------------------------------------------

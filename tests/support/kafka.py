@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import threading
 import time
+import uuid
 
 from confluent_kafka import Consumer, ConsumerGroupTopicPartitions, Producer, TopicPartition
 
@@ -144,3 +145,21 @@ def group_offsets(cluster: KafkaCluster, group: str, topic: str, partitions: int
     request = ConsumerGroupTopicPartitions(group, [TopicPartition(topic, p) for p in range(partitions)])
     result = admin.list_consumer_group_offsets([request])[group].result(timeout=30)
     return {tp.partition: tp.offset for tp in result.topic_partitions if tp.offset >= 0}
+
+
+def produce_transactions(cluster: KafkaCluster, topic: str, partitions: int) -> None:
+    """30 transactions into ``topic``, every third aborted: commit markers and aborted records leave
+    gaps in its offsets."""
+    producer = Producer({**cluster.client_config(), "transactional.id": f"tx-{uuid.uuid4().hex[:8]}"})
+    producer.init_transactions(30)
+    for txn in range(30):
+        producer.begin_transaction()
+        for i in range(1 + txn % 7):
+            producer.produce(topic, key=f"t{txn}".encode(), value=f"txn{txn}-{i}".encode(), partition=(txn + i) % partitions)
+        if txn % 3 == 1:
+            # Delivered before the abort, so the aborted records really are in the log; aborting
+            # unsent records can also end in a fatal INVALID_TXN_STATE (librdkafka issue 4849).
+            assert producer.flush(30) == 0
+            producer.abort_transaction(30)
+        else:
+            producer.commit_transaction(30)
