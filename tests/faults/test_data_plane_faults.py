@@ -13,7 +13,8 @@ import pytest
 from confluent_kafka import Producer, TopicPartition
 
 from strait.kafka.admin import list_offsets_per_leader
-from tests.faults.drill import PARTITIONS, Drill, Mode, Rig, leader_index, wait_copied
+from tests.faults.drill import FLOW, PARTITIONS, CopyWatch, Drill, KeyedLoad, Mode, Rig, leader_index, wait_copied
+from tests.support.waiting import wait_for
 
 pytestmark = [pytest.mark.faults, pytest.mark.slow]
 
@@ -128,3 +129,38 @@ def test_broker_sigstop_past_session_timeout(rig: Rig, mode: Mode) -> None:
         drill.finish(note=f"frozen {FREEZE_S:.0f}s")
     finally:
         drill.abort()
+
+
+def test_epoch_boundaries_do_not_pause_the_copy(rig: Rig, mode: Mode) -> None:
+    """Steady load through at least ``mode.boundaries`` epoch boundaries: the copy's longest stall is
+    no longer than the longest acknowledgement gap of a direct producer to the target in the same
+    run + 0.5 s (copiers outlive their epoch's task), and nothing is lost."""
+    drill = Drill.begin(rig, "epoch-boundaries", mode)
+    direct_topic = f"{drill.topic}-direct"
+    rig.create_topic(direct_topic, rig.target)
+    direct = KeyedLoad(rig.target, direct_topic, mode.rate).start()
+    watch = CopyWatch(rig.target, rig.remote(drill.topic)).start()
+    try:
+        assert rig.replicator is not None
+        replicator = rig.replicator
+
+        def epochs() -> float:
+            return replicator.sample("strait_replicator_batch_duration_seconds_count", flow=FLOW) or 0.0
+        first = epochs()
+        started = time.monotonic()
+        wait_for(lambda: epochs() >= first + mode.boundaries, mode.boundaries * mode.epoch_seconds * 4,
+                 f"{mode.boundaries} epochs ending")
+        ended = time.monotonic()
+        boundaries = int(epochs() - first)
+        handoffs = replicator.log_text().count(" hands partitions=")
+        stall = watch.longest_stall(drill.load, started, ended)
+        gap = direct.longest_ack_gap(started, ended)
+        note = (f"{boundaries} epoch boundaries in {ended - started:.0f} s: longest copy stall {stall:.2f} s, "
+                f"a direct producer's longest ack gap {gap:.2f} s; {handoffs} hand-offs between copiers since the "
+                f"replicator started")
+        print(f"epoch boundaries: {note}")
+    finally:
+        watch.stop()
+        direct.abort()
+    drill.finish(note=note)
+    assert stall <= gap + 0.5, note
