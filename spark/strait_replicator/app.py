@@ -86,7 +86,10 @@ class Replicator:
             # change (a worker lost or added) changes the plan: the next refresh restarts the query.
             runner.tasks = max(1, task_slots(self.spark) // len(wanted))
             try:
-                runner.reconcile(config, flow, force=force, stop=stop)
+                # A new configuration (a flow disabled by a failover, say) is not kept waiting by a
+                # discovery that waits on a cluster that does not answer.
+                runner.reconcile(config, flow, force=force,
+                                 stop=lambda: (stop is not None and stop.is_set()) or self.feed.changed.is_set())
                 runner.observe()
             except Exception:  # the control loop must outlive any one flow's trouble
                 log.exception("flow=%s control step failed", name)

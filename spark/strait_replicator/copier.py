@@ -91,6 +91,7 @@ class Copier(threading.Thread):
         self._process = process_identity()
         self._released = False
         self._loop: CopyLoop | None = None
+        self._contended = False  # another copier held one of its partitions since the epoch was planned
 
     # -- what the task calls ------------------------------------------------------------------------
 
@@ -170,6 +171,8 @@ class Copier(threading.Thread):
             if now >= self._next_hold:
                 self._send_hold(now)
             holders = {**known, **self.watch.holds}
+            self._contended = self._contended or any(
+                hold.partitions & self.keys for copier, hold in holders.items() if copier != self.id)
             waiting = [hold for copier, hold in holders.items()
                        if copier != self.id and copier not in self.watch.released and hold.partitions & self.keys
                        and hold.since < self._since and now <= hold.fence_at and not process_gone(hold.process)]
@@ -185,7 +188,10 @@ class Copier(threading.Thread):
 
     def _starting_ranges(self) -> list[CopyRange]:
         """The task's ranges, each from where the progress on the target now says (a released
-        holder's final progress included)."""
+        holder's final progress included). With no other copier of its partitions known since the
+        epoch was planned, where the planner read the progress then."""
+        if not self._contended:
+            return list(self.task.ranges)
         assert self.plan.progress is not None
         settings, topic = self.plan.progress
         progress = progress_since(dict(settings), SyncsLocation(self.settings.target_alias, topic),

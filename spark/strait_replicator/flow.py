@@ -167,10 +167,11 @@ class FlowRunner:
     # -- lifecycle -------------------------------------------------------------------------------
 
     def reconcile(self, config: StraitConfig, flow: FlowConfig, force: bool = False,
-                  stop: threading.Event | None = None) -> None:
+                  stop: Callable[[], bool] | None = None) -> None:
         """Re-plan when due (refresh interval) or forced; (re)start the query when the plan changed.
 
-        With ``stop`` (the process's stop request), planning is given up as soon as it is set.
+        With ``stop`` (the process's stop request, or a new configuration), planning is given up as
+        soon as it returns True.
         """
         now = time.monotonic()
         if not force and now < self._next_refresh and self._query_healthy():
@@ -198,7 +199,7 @@ class FlowRunner:
             self._restart(plan)
 
     def _plan_unless_stopped(self, config: StraitConfig, flow: FlowConfig,
-                             stop: threading.Event | None) -> FlowPlan | None:
+                             stop: Callable[[], bool] | None) -> FlowPlan | None:
         """:meth:`make_plan`, in a thread of its own when ``stop`` is given; None once ``stop`` is set.
 
         Discovery against a cluster that does not answer waits out admin timeouts of up to 30 s
@@ -220,8 +221,8 @@ class FlowRunner:
 
         threading.Thread(target=plan, name=f"plan-{self.flow_name}", daemon=True).start()
         while not done.wait(PLAN_POLL_SECONDS):
-            if stop.is_set():
-                log.info("flow=%s stop requested while planning: the plan is given up", self.flow_name)
+            if stop():
+                log.info("flow=%s stop or new configuration while planning: the plan is given up", self.flow_name)
                 return None
         if isinstance(outcome[0], BaseException):
             raise outcome[0]

@@ -39,6 +39,7 @@ class BenchOptions:
     repeats: int = 3
     rates: tuple[int, ...] = (5_000, 20_000)
     latency_seconds: float = 75.0  # longer than strait's 60 s epochs: each window holds a change
+    epoch_seconds: float = 60.0  # strait's epochs (micro-batches), the replicator's default
     cores: int = field(default_factory=lambda: os.cpu_count() or 2)
     systems: tuple[str, ...] = SYSTEMS
     scaling: bool = True
@@ -75,6 +76,7 @@ def parse_args(argv: Sequence[str] | None = None) -> BenchOptions:
     parser.add_argument("--repeats", type=int, help="measurements per system, medians reported (3)")
     parser.add_argument("--rates", help="comma-separated records/s of the latency runs (5000,20000)")
     parser.add_argument("--latency-seconds", type=float, help="seconds of each fixed-rate latency run (75)")
+    parser.add_argument("--epoch-seconds", type=float, help="strait's epochs (60, its default)")
     parser.add_argument("--cores", type=int, help="Spark cores and MM2 tasks.max (all cores)")
     parser.add_argument("--systems", help="comma-separated subset of strait,mm2,limit")
     scaling = parser.add_mutually_exclusive_group()
@@ -96,7 +98,8 @@ def options_from(args: argparse.Namespace) -> BenchOptions:
     """BenchOptions from parsed arguments (unset ones keep the preset's value)."""
     options = replace(BenchOptions(), **QUICK) if args.quick else BenchOptions()
     given = {name: getattr(args, name) for name in (
-        "partitions", "records", "record_size", "repeats", "latency_seconds", "cores", "scaling_partitions",
+        "partitions", "records", "record_size", "repeats", "latency_seconds", "epoch_seconds", "cores",
+        "scaling_partitions",
         "broker_heap", "jvm_heap", "out") if getattr(args, name) is not None}
     options = replace(options, **given)
     if args.rates:
