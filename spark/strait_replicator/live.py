@@ -29,7 +29,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import asdict, dataclass, field
 from typing import Any
 
-from confluent_kafka import Consumer, TopicPartition
+from confluent_kafka import OFFSET_BEGINNING, Consumer, TopicPartition
 
 from strait.config.model import SyncsLocation
 from strait.progress import OffsetsTopic, Progress
@@ -148,9 +148,12 @@ class ControlWatch:
         self._consumer = Consumer({**settings, "group.id": "strait-progress", "enable.auto.commit": False,
                                    "enable.auto.offset.store": False, "fetch.wait.max.ms": WATCH_FETCH_WAIT_MS,
                                    "logger": logging.getLogger("strait.librdkafka")})
+        # Where nobody read the topic (it was not there yet), the watch reads all of it: partition 0
+        # holds the control records.
+        positions = dict(positions) or {0: OFFSET_BEGINNING}
         self._consumer.assign([TopicPartition(topic, p, offset) for p, offset in positions.items()])
         self.topic, self.flow = topic, flow
-        self.read_to = dict(positions)  # the next offset to read in each partition of the topic
+        self.read_to = {p: max(0, offset) for p, offset in positions.items()}  # the next offset to read
         self.stops: set[str] = set()  # queries of the flow asked to stop
         self.holds: dict[str, Hold] = {}  # the newest hold of each copier of the flow not released
         self.released: set[str] = set()
