@@ -72,8 +72,11 @@ def sync_points(source_offsets: Sequence[int], target_offsets: Sequence[int]) ->
 class PartitionTranslator:
     """The sync history of one source partition, answering exact translations.
 
-    Syncs must be added in the order the replicator emitted them; a sync for an upstream offset that
-    is already known replaces the older one (the newer copy wins).
+    The newer copy of a record wins, and the newer copy is the one further along the target
+    partition (a replay appends after what it repeats). So a strait sync that arrives after a newer
+    copy's (a copier handing over whose offset syncs were delayed by the cluster holding them) is
+    recognised by its downstream offset and ignored: their arrival order does not matter. Another
+    writer's (MM2's) syncs keep the arrival order: a target topic re-created under MM2 goes back.
     """
 
     def __init__(self) -> None:
@@ -88,7 +91,11 @@ class PartitionTranslator:
         """Record one sync; ``exact`` when strait wrote it (both sides of every break synced), False
         for another writer's (MirrorMaker 2's)."""
         i = bisect.bisect_left(self._upstreams, point.upstream)
+        if exact and i > 0 and self._exact[i - 1] and self._downstreams[i - 1] >= point.downstream:
+            return  # an earlier record's copy lies further on: this sync is an older copy's
         if i < len(self._upstreams) and self._upstreams[i] == point.upstream:
+            if exact and self._exact[i] and self._downstreams[i] > point.downstream:
+                return  # the record's newer copy is known
             self._downstreams[i] = point.downstream
             self._exact[i] = exact
             self._drop_stale_after(i)

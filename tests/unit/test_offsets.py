@@ -73,6 +73,23 @@ def test_replay_drops_breaks_of_the_superseded_copy() -> None:
     assert t.translate(55) == 105
 
 
+def test_an_older_copys_syncs_arriving_after_the_newer_copys_are_ignored() -> None:
+    """A copier hands over while its offset syncs wait on a cluster that does not answer: they land
+    after the next copier's, which re-copied from its last progress. The newer copy still wins."""
+    newer = sync_points(range(950, 1100), range(1050, 1200))
+    older = sync_points(range(501, 1050), range(501, 1050))
+    for order in (older + newer, newer + older, newer[:1] + older + newer[1:]):
+        t = PartitionTranslator()
+        for p in sync_points(range(0, 501), range(0, 501)):
+            t.add(p)
+        for p in order:
+            t.add(p)
+        assert t.translate(500) == 500
+        assert t.translate(950) == 1050, order
+        assert t.translate(1033) == 1133
+        assert t.translate(1100) == 1200
+
+
 def test_empty_translator_knows_nothing() -> None:
     assert PartitionTranslator().translate(5) is None
 
