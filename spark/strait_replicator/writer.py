@@ -13,7 +13,6 @@ the task, so Spark never commits a batch that is not fully on the target (at-lea
 from __future__ import annotations
 
 import logging
-import math
 import os
 import sys
 import time
@@ -54,10 +53,6 @@ PRODUCER_DEFAULTS = {
     "message.max.bytes": "104857600",  # let the target broker judge record sizes, not the client
     "queue.buffering.max.kbytes": "262144",
     "queue.buffering.max.messages": "1000000",  # the default 100,000 stalls the copy loop on BufferError
-    # A copier that lost its lease (its host frozen, cut off) writes nothing once this has passed
-    # too: the hand-off to another copier waits for it (strait_replicator.copier). Kafka's 300 s would
-    # hold the partitions that long; 30 s still outlasts a leader election on the target.
-    "message.timeout.ms": "30000",
 }
 
 CONSUMER_DEFAULTS = {
@@ -211,16 +206,12 @@ def _producer(config: Mapping[str, str]) -> Producer:
     return _producers[key]
 
 
-def consumer_settings(settings: WriterSettings) -> dict[str, Any]:
-    """The copy's source consumer settings: strait's defaults under the user's, the copy loop's own
-    over them. It never joins a group nor commits: each copy assigns its partitions' offsets itself."""
-    return {**CONSUMER_DEFAULTS, **settings.source_consumer, **CONSUMER_FIXED, "group.id": SOURCE_GROUP,
-            "logger": logging.getLogger("strait.librdkafka")}
-
-
 def _consumer(settings: WriterSettings) -> Consumer:
-    """One source consumer per flow per Python worker: its connections outlive a task."""
-    config = {k: v for k, v in consumer_settings(settings).items() if k != "logger"}
+    """One source consumer per flow per Python worker: its connections outlive a task.
+
+    It never joins a group nor commits: each task assigns its partitions' start offsets itself.
+    """
+    config = {**CONSUMER_DEFAULTS, **settings.source_consumer, **CONSUMER_FIXED, "group.id": SOURCE_GROUP}
     key = tuple(sorted(config.items()))
     if key not in _consumers:
         setup_logging()  # a Python worker's first task: its warnings go to the worker's stderr
@@ -242,12 +233,12 @@ def release_clients() -> None:
 EXACT_SYNC_HEADERS = [(EXACT_SYNC_HEADER, b"1")]
 
 
-class SyncWriter:
+class _SyncWriter:
     """Produces the offset syncs of a task to the flow's syncs topic."""
 
-    def __init__(self, settings: WriterSettings, producer: Producer | None = None) -> None:
+    def __init__(self, settings: WriterSettings) -> None:
         self.settings = settings
-        self.producer = producer or _producer(settings.syncs_producer)
+        self.producer = _producer(settings.syncs_producer)
         self.errors: list[KafkaError] = []
         self.sent = self.delivered = 0  # syncs of one partition are acknowledged in send order
 
@@ -282,7 +273,7 @@ class SyncWriter:
             )
 
 
-class ProgressWriter:
+class _ProgressWriter:
     """Writes a partition's progress record (:mod:`strait.progress`) to the target whenever its report
     changed, with the run's live totals (:mod:`strait_replicator.live`).
 
@@ -321,7 +312,7 @@ class ProgressWriter:
                 f"{self.settings.target_alias} failed: {self.errors[0].str()}")
 
 
-class CopiedPartition:
+class _Copied:
     """What one task copied of one source partition.
 
     Offsets and timestamps of sent records wait in lists until the target acknowledges them;
@@ -333,7 +324,7 @@ class CopiedPartition:
 
     __slots__ = ("topic", "partition", "remote", "start", "offsets", "timestamps", "bytes", "acked",
                  "ack_times", "on_delivery", "lag", "records", "first", "last", "reached", "syncs", "counts",
-                 "latency_sum", "target_partition", "last_target", "first_since_mark")
+                 "latency_sum", "target_partition", "last_target")
 
     def __init__(self, copy: CopyRange, remote: str, errors: list[tuple[str, int, Any]]) -> None:
         self.topic, self.partition, self.remote, self.start = copy.topic, copy.partition, remote, copy.start
@@ -347,7 +338,6 @@ class CopiedPartition:
         self.lag = -1  # records on the source past what was copied; -1: unknown
         self.records = self.syncs = 0
         self.first = self.last = self.reached = -1  # reached: an end of partition seen at this offset
-        self.first_since_mark = -1  # the first record settled since the last Copier.mark (-1: none)
         self.counts = np.zeros(len(LATENCY_BUCKETS) + 1, dtype=np.int64)
         self.latency_sum = 0.0
         acked, ack_times, now = self.acked.append, self.ack_times.append, time.time
@@ -360,7 +350,7 @@ class CopiedPartition:
             ack_times(now())
         self.on_delivery = on_delivery
 
-    def settle(self, syncs: SyncWriter) -> None:
+    def settle(self, syncs: _SyncWriter) -> None:
         """Emit the offset syncs of the acknowledged records and count their latencies."""
         done = len(self.acked)
         if not done:
@@ -380,7 +370,6 @@ class CopiedPartition:
         self.latency_sum += float(latencies.sum())
         self.records += done
         self.first = self.offsets[0] if self.first < 0 else self.first
-        self.first_since_mark = self.offsets[0] if self.first_since_mark < 0 else self.first_since_mark
         self.last = self.offsets[done - 1]
         del self.offsets[:done], self.timestamps[:done]
 
@@ -425,7 +414,7 @@ class CopiedPartition:
                 -1 if self.start is None else self.start)
 
 
-class RepartitionedPartition(CopiedPartition):
+class _Repartitioned(_Copied):
     """A partition of a repartitioning flow: the producer's partitioner places each record by its key
     (Kafka's murmur2, keyless ones at random), so one source partition feeds several target partitions
     whose acknowledgements interleave. Each record's callback notes its own source offset, and only the
@@ -451,7 +440,7 @@ class RepartitionedPartition(CopiedPartition):
         """A callback that knows which source record it acknowledges."""
         return partial(self._deliver, offset)
 
-    def settle(self, syncs: SyncWriter) -> None:
+    def settle(self, syncs: _SyncWriter) -> None:
         """Count the acknowledged records up to the first one still waiting."""
         offsets, ack_at = self.offsets, self.ack_at
         done = 0
@@ -488,34 +477,21 @@ def copy_ranges(ranges: list[CopyRange], settings: WriterSettings, limits: Epoch
     started = time.monotonic()
     install_lazy_zip_invalidation()  # a Python worker's: the driver copies nothing
     producer = _producer(settings.target_producer)
-    syncs = SyncWriter(settings)
+    syncs = _SyncWriter(settings)
     errors: list[tuple[str, int, Any]] = []
-    kind = RepartitionedPartition if settings.repartition else CopiedPartition
+    kind = _Repartitioned if settings.repartition else _Copied
     copied = {(r.topic, r.partition): kind(r, settings.remote_topic(r.topic), errors) for r in ranges}
     first_sent_at = 0.0
     flush_timeout = settings.flush_timeout
-    progress = ProgressWriter(settings, producer, run)
+    progress = _ProgressWriter(settings, producer, run)
     if copied:
-        loop = CopyLoop(_consumer(settings), producer, syncs, copied, settings, limits, errors, progress)
+        loop = _CopyLoop(_consumer(settings), producer, syncs, copied, settings, limits, errors, progress)
         loop.stop = stop
         loop.run()
         first_sent_at = loop.first_sent_at
         if loop.stop_requested:
             flush_timeout = min(flush_timeout, STOP_FLUSH_SECONDS)
     read = time.monotonic()
-    finish_copy(copied, producer, syncs, progress, errors, flush_timeout)
-    if log.isEnabledFor(logging.DEBUG):
-        log.debug("flow=%s ranges=%d records=%d read_s=%.3f flush_s=%.3f first_record_s=%.3f worker=%d",
-                  settings.flow, len(copied), sum(p.records for p in copied.values()), read - started,
-                  time.monotonic() - read, first_sent_at - started if first_sent_at else -1, os.getpid())
-    return [part.summary() for part in copied.values()]
-
-
-def finish_copy(copied: Mapping[tuple[str, int], CopiedPartition], producer: Producer, syncs: SyncWriter,
-                progress: ProgressWriter, errors: list[tuple[str, int, Any]], flush_timeout: float) -> None:
-    """Wait until every record sent, its offset syncs and the final progress are on the target;
-    a ReplicationWriteError when one is not."""
-    settings = progress.settings
     _flush(producer, settings, errors, flush_timeout)
     for part in copied.values():
         part.settle(syncs)
@@ -529,14 +505,19 @@ def finish_copy(copied: Mapping[tuple[str, int], CopiedPartition], producer: Pro
                        final=True)
         _flush(producer, settings, errors, flush_timeout)
         progress.check()
+    if log.isEnabledFor(logging.DEBUG):
+        log.debug("flow=%s ranges=%d records=%d read_s=%.3f flush_s=%.3f first_record_s=%.3f worker=%d",
+                  settings.flow, len(copied), sum(p.records for p in copied.values()), read - started,
+                  time.monotonic() - read, first_sent_at - started if first_sent_at else -1, os.getpid())
+    return [part.summary() for part in copied.values()]
 
 
-class CopyLoop:
+class _CopyLoop:
     """Consumes the ranges and produces each record as it comes, until the epoch or every range ends."""
 
-    def __init__(self, consumer: Consumer, producer: Producer, syncs: SyncWriter,
-                 copied: dict[tuple[str, int], CopiedPartition], settings: WriterSettings, limits: EpochLimits,
-                 errors: list[tuple[str, int, Any]], progress: ProgressWriter | None = None) -> None:
+    def __init__(self, consumer: Consumer, producer: Producer, syncs: _SyncWriter,
+                 copied: dict[tuple[str, int], _Copied], settings: WriterSettings, limits: EpochLimits,
+                 errors: list[tuple[str, int, Any]], progress: _ProgressWriter | None = None) -> None:
         self.consumer, self.producer, self.syncs, self.copied = consumer, producer, syncs, copied
         self.settings, self.limits, self.errors = settings, limits, errors
         self.progress = progress if progress is not None and settings.progress_topic else None
@@ -549,17 +530,6 @@ class CopyLoop:
         self._acked = {key: (-1, -1) for key in copied}
         self.stop: Callable[[], bool] | None = None
         self.stop_requested = False  # the loop ended on a stop request
-        # Nothing is written after this (wall clock): a copier's lease (strait_replicator.copier). It is
-        # checked before every record, so a copier frozen mid-batch (its host stopped) sends no more of
-        # it once thawed; what was fetched and not sent is fetched again.
-        self.write_until = math.inf
-
-    def copy(self) -> None:
-        """Assign every range's start and copy until the loop ends; note each partition's lag."""
-        self.consumer.assign([TopicPartition(p.topic, p.partition, -2 if p.start is None else p.start)
-                              for p in self.copied.values()])
-        self._loop()
-        _note_lag(self.consumer, self.copied)
 
     def run(self) -> None:
         """Assign, copy until done, note each partition's lag; keep or drop the assignment."""
@@ -617,28 +587,13 @@ class CopyLoop:
             now = time.monotonic()
             if messages:
                 self.first_sent_at = self.first_sent_at or now
-                sent, handled = _send_messages(messages, self.producer, self.pending, self.write_until)
-                self.sent += sent
-                if handled < len(messages):
-                    self._rewind(messages[handled:])
+                self.sent += _send_messages(messages, self.producer, self.pending)
             self.producer.poll(0)
-            if time.time() > self.write_until:
-                next_stop_check = now  # writes nothing more until the copier's lease is renewed there
-                continue
             if now >= next_settle or not messages:  # idle: syncs follow their records closely
                 self._settle()
                 if now >= next_settle:
                     self._report()
                 next_settle = now + SETTLE_SECONDS if now >= next_settle else next_settle
-
-    def _rewind(self, unsent: list[Any]) -> None:
-        """Fetch these messages again: the copier may not write them now."""
-        first: dict[tuple[str, int], int] = {}
-        for message in unsent:
-            if message.error() is None:
-                first.setdefault((message.topic(), message.partition()), message.offset())
-        for (topic, partition), offset in first.items():
-            self.consumer.seek(TopicPartition(topic, partition, offset))
 
     def _settle(self) -> None:
         """Turn acknowledged records into offset syncs and latency counts."""
@@ -662,7 +617,7 @@ class CopyLoop:
         self.progress.check()
 
 
-def _note_lag(consumer: Consumer, copied: dict[tuple[str, int], CopiedPartition]) -> None:
+def _note_lag(consumer: Consumer, copied: dict[tuple[str, int], _Copied]) -> None:
     """Each partition's lag from the end offset the last fetch reported (no request to the broker)."""
     for part in copied.values():
         try:
@@ -675,15 +630,11 @@ def _note_lag(consumer: Consumer, copied: dict[tuple[str, int], CopiedPartition]
             part.lag = max(0, high - position)
 
 
-def _send_messages(messages: list[Any], producer: Producer, pending: dict[tuple[str, int], CopiedPartition],
-                   write_until: float = math.inf) -> tuple[int, int]:
-    """Produce the messages of partitions still copied (a deleted one is not), until ``write_until``
-    (wall clock) passes; how many were sent, and how many messages were handled."""
-    produce, clock = producer.produce, time.time
+def _send_messages(messages: list[Any], producer: Producer, pending: dict[tuple[str, int], _Copied]) -> int:
+    """Produce the messages of partitions still copied (a deleted one is not); how many were sent."""
+    produce = producer.produce
     sent = 0
-    for handled, message in enumerate(messages):
-        if clock() > write_until:
-            return sent, handled
+    for message in messages:
         part = pending.get((message.topic(), message.partition()))
         if part is None:  # its topic was deleted meanwhile
             continue
@@ -705,11 +656,11 @@ def _send_messages(messages: list[Any], producer: Producer, pending: dict[tuple[
         part.timestamps.append(timestamp)
         part.bytes += len(value or b"") + len(key or b"")
         sent += 1
-    return sent, len(messages)
+    return sent
 
 
-def _on_consume_error(error: KafkaError, offset: int, part: CopiedPartition,
-                      pending: dict[tuple[str, int], CopiedPartition]) -> None:
+def _on_consume_error(error: KafkaError, offset: int, part: _Copied,
+                      pending: dict[tuple[str, int], _Copied]) -> None:
     """An end of partition is noted, a deleted partition no longer copied; other errors fail the task."""
     if error.code() == KafkaError._PARTITION_EOF:
         part.reached = max(part.reached, offset)
