@@ -107,6 +107,21 @@ def test_replay_of_a_synced_batch_counts_its_first_copy_as_duplicates() -> None:
     assert result.ok and (result.matched, result.duplicates) == (30, 10)
 
 
+def test_every_older_copy_of_a_record_counts_as_a_duplicate() -> None:
+    """Copies handed over again and again while their offset syncs could not be written: three copies
+    of the same records, the newest synced."""
+    source = _source(range(30))
+    replicator = _Replicator(source)
+    replicator.batch(range(10))
+    replicator.dark(range(10, 20))
+    replicator.dark(range(10, 20))
+    replicator.batch(range(10, 30))
+
+    result = _compare(source, replicator)
+
+    assert result.ok and (result.matched, result.duplicates, result.unexpected, result.missing) == (30, 20, 0, 0)
+
+
 def test_deleted_copy_is_missing_with_its_offsets() -> None:
     source = _source(range(10))
     replicator = _Replicator(source)
