@@ -109,15 +109,15 @@ class OffsetsTopic:
     at least as new as any record acknowledged before; later calls read only what came since.
     ``start_at`` is where reading begins in each partition of the topic: ``"beginning"``, ``"end"``
     (only what is written from now on), or the offsets a reader got to (:attr:`positions`).
-    ``on_record`` sees every progress record read, in order; ``on_raw`` the key and value of every
-    record read (the replicator's control records too). A topic that does not exist holds no
+    ``on_record`` sees every progress record read, in order; ``on_raw`` the key, value and offset of
+    every record read (the replicator's control records too). A topic that does not exist holds no
     progress. Not thread-safe.
     """
 
     def __init__(self, settings: Mapping[str, str], location: SyncsLocation, cluster: str,
                  connector: str = MIRROR_SOURCE_CONNECTOR, start_at: str | Mapping[int, int] = "beginning",
                  on_record: Callable[[Key, Progress], None] | None = None,
-                 on_raw: Callable[[bytes | None, bytes | None], None] | None = None) -> None:
+                 on_raw: Callable[[bytes | None, bytes | None, int], None] | None = None) -> None:
         self.location, self.cluster, self.connector = location, cluster, connector
         self._start_at, self._on_record, self._on_raw = start_at, on_record, on_raw
         self._consumer = Consumer({**settings, "group.id": "strait-progress", "enable.auto.commit": False,
@@ -214,7 +214,7 @@ class OffsetsTopic:
         self._positions[message.partition()] = message.offset() + 1  # type: ignore[attr-defined]
         key, value = message.key(), message.value()  # type: ignore[attr-defined]
         if self._on_raw is not None:
-            self._on_raw(key, value)
+            self._on_raw(key, value, message.offset())  # type: ignore[attr-defined]
         try:
             parsed_key = json.loads(key or b"null")
             parsed = None if value is None else json.loads(value)

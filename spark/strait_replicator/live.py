@@ -22,13 +22,14 @@ from __future__ import annotations
 
 import json
 import logging
+import os
 import time
 import uuid
 from collections.abc import Mapping, Sequence
 from dataclasses import asdict, dataclass, field
 from typing import Any
 
-from confluent_kafka import Consumer, TopicPartition
+from confluent_kafka import OFFSET_BEGINNING, Consumer, TopicPartition
 
 from strait.config.model import SyncsLocation
 from strait.progress import OffsetsTopic, Progress
@@ -37,6 +38,7 @@ log = logging.getLogger(__name__)
 
 Key = tuple[str, int]
 PROGRESS_READ_SECONDS = 10.0
+WATCH_FETCH_WAIT_MS = 100  # a copier reads its control records this often at least
 
 
 @dataclass(frozen=True)
@@ -138,42 +140,143 @@ def stop_record(flow: str, query: str) -> tuple[bytes, bytes]:
             json.dumps({"stop": query}, separators=(",", ":")).encode())
 
 
-class StopWatch:
-    """Watches the flow's progress topic, from where the epoch was planned, for a stop of this query.
+class ControlWatch:
+    """Reads a flow's control records in its progress topic from given positions on: the stop of a
+    query, the copiers' holds and releases (:class:`Hold`). One per copier; not thread-safe."""
 
-    One consumer per Python worker serves its tasks one after another (:func:`stop_watch`).
-    """
-
-    def __init__(self, settings: Mapping[str, str]) -> None:
+    def __init__(self, settings: Mapping[str, str], topic: str, positions: Mapping[int, int], flow: str) -> None:
         self._consumer = Consumer({**settings, "group.id": "strait-progress", "enable.auto.commit": False,
-                                   "enable.auto.offset.store": False, "logger": logging.getLogger("strait.librdkafka")})
-        self._key = b""
-        self._flow = self._query = ""
-        self.stopped = False
-
-    def watch(self, topic: str, positions: Mapping[int, int], flow: str, query: str) -> StopWatch:
-        """Watch for a stop of ``query`` written after ``positions``."""
+                                   "enable.auto.offset.store": False, "fetch.wait.max.ms": WATCH_FETCH_WAIT_MS,
+                                   "logger": logging.getLogger("strait.librdkafka")})
+        # Where nobody read the topic (it was not there yet), the watch reads all of it: partition 0
+        # holds the control records.
+        positions = dict(positions) or {0: OFFSET_BEGINNING}
         self._consumer.assign([TopicPartition(topic, p, offset) for p, offset in positions.items()])
-        self._key = stop_record(flow, query)[0]
-        self._flow, self._query = flow, query
-        self.stopped = False
-        return self
+        self.topic, self.flow = topic, flow
+        self.read_to = {p: max(0, offset) for p, offset in positions.items()}  # the next offset to read
+        self.stops: set[str] = set()  # queries of the flow asked to stop
+        self.holds: dict[str, Hold] = {}  # the newest hold of each copier of the flow not released
+        self.released: set[str] = set()
 
-    def requested(self) -> bool:
-        """True once the stop record of the watched query was read (what has arrived, no waiting)."""
-        while not self.stopped:
+    def poll(self) -> None:
+        """Read what has arrived (no waiting)."""
+        while True:
             messages = self._consumer.consume(1000, 0)
             if not messages:
-                break
+                return
             for message in messages:
-                if message.error() is None and message.key() == self._key:
-                    self.stopped = stop_named(message.key(), message.value()) == (self._flow, self._query) \
-                        or self.stopped
-        return self.stopped
+                if message.error() is None:
+                    self._note(message.key(), message.value(), message.partition(), message.offset())
+
+    def read_past(self, partition: int, offset: int) -> bool:
+        """Whether everything up to ``offset`` of ``partition`` was read (reading what has arrived)."""
+        self.poll()
+        if self.read_to.get(partition, 0) > offset:
+            return True
+        # past a transaction marker, which no message shows
+        position = self._consumer.position([TopicPartition(self.topic, partition)])[0].offset
+        return position > offset
+
+    def _note(self, key: bytes | None, value: bytes | None, partition: int, offset: int) -> None:
+        self.read_to[partition] = offset + 1
+        stop = stop_named(key, value)
+        if stop is not None:
+            if stop[0] == self.flow:
+                self.stops.add(stop[1])
+            return
+        held = hold_named(key, value, offset)
+        if held is None or held[0] != self.flow:
+            return
+        _flow, copier, hold = held
+        if hold is None:
+            self.holds.pop(copier, None)
+            self.released.add(copier)
+        else:
+            self.holds[copier] = hold
 
     def close(self) -> None:
         """Close the consumer."""
         self._consumer.close()
+
+
+@dataclass(frozen=True)
+class Hold:
+    """What a copier's hold record says: copier ``copier`` of ``flow`` copies ``partitions`` for
+    ``query``; it writes nothing after ``fence_at`` (wall clock: its lease's end plus its producer's
+    message timeout) unless it writes a newer hold. ``since`` is its claim's offset in the progress
+    topic: a newer claim (a higher one) on one of its partitions makes it stop and release them.
+    ``process`` names the process it runs in (:func:`process_identity`)."""
+
+    flow: str
+    copier: str
+    partitions: frozenset[Key]
+    query: str
+    since: int
+    fence_at: float
+    process: str = ""
+
+
+def hold_record(hold: Hold) -> tuple[bytes, bytes]:
+    """Key and value of a copier's hold record (a claim when ``since`` is -1: its own offset then)."""
+    return (_hold_key(hold.flow, hold.copier),
+            json.dumps({"hold": sorted([t, p] for t, p in hold.partitions), "query": hold.query, "since": hold.since,
+                        "fence_at": round(hold.fence_at, 3), "process": hold.process},
+                       separators=(",", ":")).encode())
+
+
+def release_record(flow: str, copier: str) -> tuple[bytes, None]:
+    """Key and value (a tombstone) of the record a copier writes once it copies no more."""
+    return _hold_key(flow, copier), None
+
+
+def _hold_key(flow: str, copier: str) -> bytes:
+    return json.dumps([CONTROL, {"flow": flow, "copier": copier}], separators=(",", ":")).encode()
+
+
+def hold_named(key: bytes | None, value: bytes | None, offset: int) -> tuple[str, str, Hold | None] | None:
+    """(flow, copier, its hold or None once released) of a hold or release record at ``offset``; None
+    for any other record."""
+    if not key or not key.startswith(_CONTROL_PREFIX):
+        return None
+    try:
+        where = json.loads(key)[1]
+        flow, copier = where["flow"], where["copier"]
+        if value is None:
+            return flow, copier, None
+        fields = json.loads(value)
+        since = int(fields["since"])
+        return flow, copier, Hold(flow, copier, frozenset((str(t), int(p)) for t, p in fields["hold"]),
+                                  str(fields["query"]), since if since >= 0 else offset,
+                                  float(fields["fence_at"]), str(fields.get("process", "")))
+    except (ValueError, TypeError, KeyError, IndexError):
+        return None
+
+
+def process_identity(pid: int | None = None) -> str:
+    """This machine's boot, PID namespace, a process's pid and start time: equal only for the same
+    living process ("" where /proc does not tell)."""
+    pid = os.getpid() if pid is None else pid
+    try:
+        with open("/proc/sys/kernel/random/boot_id", encoding="ascii") as boot:
+            machine = boot.read().strip()
+        namespace = os.readlink("/proc/self/ns/pid")
+        with open(f"/proc/{pid}/stat", encoding="ascii") as stat:
+            started = stat.read().rsplit(")", 1)[1].split()[19]
+    except OSError:
+        return ""
+    return f"{machine}/{namespace}/{pid}/{started}"
+
+
+def process_gone(identity: str) -> bool:
+    """True when ``identity`` names a process of this machine and PID namespace that no longer runs;
+    False when it runs, or when where it runs cannot be seen from here."""
+    mine = process_identity()
+    if not identity or not mine:
+        return False
+    machine, namespace, pid, _started = identity.split("/", 3)
+    if mine.split("/", 2)[:2] != [machine, namespace]:
+        return False
+    return process_identity(int(pid)) != identity
 
 
 def stop_named(key: bytes | None, value: bytes | None) -> tuple[str, str] | None:
@@ -187,12 +290,3 @@ def stop_named(key: bytes | None, value: bytes | None) -> tuple[str, str] | None
     return (flow, query) if isinstance(flow, str) and isinstance(query, str) else None
 
 
-_watches: dict[tuple[tuple[str, str], ...], StopWatch] = {}
-
-
-def stop_watch(settings: Mapping[str, str]) -> StopWatch:
-    """This worker's stop watch for a cluster's settings."""
-    key = tuple(sorted(settings.items()))
-    if key not in _watches:
-        _watches[key] = StopWatch(settings)
-    return _watches[key]

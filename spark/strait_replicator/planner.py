@@ -25,6 +25,7 @@ from pyspark.sql.datasource import InputPartition
 
 from strait.logs import setup_logging
 from strait.progress import keys_of
+from strait_replicator.live import Hold
 from strait_replicator.state import CheckpointFormatError, EpochOffsets, Offsets, TopicPartitionKey
 from strait_replicator.writer import CopyRange, EpochLimits, WriterSettings
 
@@ -79,6 +80,7 @@ class CopyTask(InputPartition):  # type: ignore[misc]
     limits: EpochLimits
     progress_from: tuple[tuple[int, int], ...] = ()  # where the driver had read the progress topic
     replayed: bool = False  # an epoch planned before this query started, run again
+    holds: tuple[Hold, ...] = ()  # the flow's copiers' holds read by then (strait_replicator.copier)
 
 
 class EpochSources(Protocol):
@@ -96,6 +98,9 @@ class EpochSources(Protocol):
 
     def progress_positions(self) -> tuple[tuple[int, int], ...]:
         """Where the progress topic was read to (the tasks watch it from there); () without one."""
+
+    def holds(self) -> tuple[Hold, ...]:
+        """The holds of the flow's copiers not released, as read up to :meth:`progress_positions`."""
 
 
 class EpochPlanner:
@@ -153,8 +158,8 @@ class EpochPlanner:
             # a stop read while planning comes before where the tasks watch from: they end at once
             ends_at=time.time() + (0.0 if self.sources.stop_requested(read=False) else seconds),
         )
-        read_to = self.sources.progress_positions()
-        return [CopyTask(epoch.epoch, tuple(group), limits, read_to, replayed) for group in groups]
+        read_to, holds = self.sources.progress_positions(), self.sources.holds()
+        return [CopyTask(epoch.epoch, tuple(group), limits, read_to, replayed, holds) for group in groups]
 
     def _log_moved(self, epoch: EpochOffsets, starts: Offsets) -> None:
         moved = sorted((key, at) for key, at in starts.items() if key in epoch.start and at != epoch.start[key])

@@ -21,22 +21,21 @@ from __future__ import annotations
 
 import itertools
 import logging
-from collections.abc import Callable, Iterator
+from collections.abc import Iterator
 from typing import Any
 
 from confluent_kafka import IsolationLevel, TopicPartition
-from pyspark import TaskContext
 from pyspark.sql.datasource import DataSource, DataSourceStreamReader
 
 from strait.config.model import SyncsLocation
 from strait.kafka.admin import RenewableAdmin, list_offsets_per_leader
-from strait.logs import setup_logging
 from strait.progress import OffsetsTopic, ResumeError
 from strait.retry import is_transient, retry_transient
-from strait_replicator.live import LiveRun, progress_since, stop_named, stop_watch
+from strait_replicator.copier import copy_task
+from strait_replicator.live import Hold, hold_named, stop_named
 from strait_replicator.planner import CopyTask, EpochPlanner, SourcePlan, logged_epoch
 from strait_replicator.state import Offsets
-from strait_replicator.writer import SUMMARY_SCHEMA, CopyRange, copy_ranges
+from strait_replicator.writer import SUMMARY_SCHEMA
 
 log = logging.getLogger(__name__)
 
@@ -84,9 +83,7 @@ class CopyStreamReader(DataSourceStreamReader):  # type: ignore[misc]
         return self.planner.tasks(logged_epoch(end, self.plan))
 
     def read(self, partition: CopyTask) -> Iterator[tuple[Any, ...]]:
-        ranges = resumed_ranges(partition, progress_since_planning(self.plan, partition), self.plan.writer.flow)
-        yield from copy_ranges(ranges, self.plan.writer, partition.limits, LiveRun(partition.epoch),
-                               stop=task_stop_watch(self.plan, partition))
+        yield from copy_task(self.plan, partition)
 
     def commit(self, end: dict[str, Any]) -> None:
         """Nothing to do: the progress lives on the target, beside the copies."""
@@ -123,8 +120,14 @@ class ClusterSources:
             settings, topic = self.plan.progress
             location = SyncsLocation(self.plan.writer.target_alias, topic)
             reader = _progress_readers[self.plan.progress] = OffsetsTopic(
-                dict(settings), location, self.plan.writer.source_alias, on_raw=_note_stop)
+                dict(settings), location, self.plan.writer.source_alias, on_raw=_note_control)
         return reader
+
+    def holds(self) -> tuple[Hold, ...]:
+        """The holds of the flow's copiers not released, as this process read them."""
+        if self.plan.progress is None:
+            return ()
+        return tuple(hold for hold in _holds_read.values() if hold.flow == self.plan.writer.flow)
 
     def progress(self) -> Offsets:
         """Each planned partition's progress on the target; none when it cannot be read now (the copy
@@ -181,45 +184,29 @@ class ClusterSources:
                                lambda: self.stop_requested(read=next(tries) > 0), on_failure=admin.renew)
 
 
-def progress_since_planning(plan: SourcePlan, task: CopyTask) -> Offsets:
-    """Where the copies of the task's partitions got to since its epoch was planned; read on the
-    worker, from the target, by a retried task (its earlier attempt may have copied on) and by a
-    replayed epoch's tasks (a copy of the query before may still be ending). The first attempt of
-    a task of an epoch planned just now starts where the planner read the progress moments
-    before: reading again would hold up every change of epochs for nothing."""
-    if plan.progress is None or not task.progress_from or (not task.replayed and _first_attempt()):
-        return {}
-    settings, topic = plan.progress
-    return progress_since(dict(settings), SyncsLocation(plan.writer.target_alias, topic),
-                          plan.writer.source_alias, dict(task.progress_from),
-                          [(r.topic, r.partition) for r in task.ranges])
-
-
-def task_stop_watch(plan: SourcePlan, task: CopyTask) -> Callable[[], bool] | None:
-    """What tells the task a stop was requested: the stop record in the progress topic."""
-    if plan.progress is None or not task.progress_from or not plan.query:
-        return None
-    settings, topic = plan.progress
-    return stop_watch(dict(settings)).watch(topic, dict(task.progress_from), plan.writer.flow, plan.query).requested
-
-
 _admins: dict[tuple[tuple[str, str], ...], RenewableAdmin] = {}
 # (flow, query) of every stop record the planner's progress readers read
 _stops_read: set[tuple[str, str]] = set()
 
 
-def _note_stop(key: bytes | None, value: bytes | None) -> None:
+# the newest hold of every copier not released, by copier
+_holds_read: dict[str, Hold] = {}
+
+
+def _note_control(key: bytes | None, value: bytes | None, offset: int) -> None:
     stop = stop_named(key, value)
     if stop is not None:
         _stops_read.add(stop)
+        return
+    held = hold_named(key, value, offset)
+    if held is not None:
+        _flow, copier, hold = held
+        if hold is None:
+            _holds_read.pop(copier, None)
+        else:
+            _holds_read[copier] = hold
 # One reader of a progress topic per driver-side process, read on from where it got to at each epoch.
 _progress_readers: dict[tuple[tuple[tuple[str, str], ...], str], OffsetsTopic] = {}
-
-
-def _first_attempt() -> bool:
-    """True in the first attempt of a task; False outside a task."""
-    context = TaskContext.get()
-    return context is not None and context.attemptNumber() == 0
 
 
 def cached_admin(config: tuple[tuple[str, str], ...]) -> RenewableAdmin:
@@ -228,17 +215,3 @@ def cached_admin(config: tuple[tuple[str, str], ...]) -> RenewableAdmin:
     if config not in _admins:
         _admins[config] = RenewableAdmin(dict(config))
     return _admins[config]
-
-
-def resumed_ranges(task: CopyTask, progress: Offsets, flow: str) -> list[CopyRange]:
-    """The task's ranges, each starting where the progress written since its epoch was planned says
-    the copies got to, when that is further."""
-    starts = {(r.topic, r.partition): r.start for r in task.ranges if r.start is not None}
-    points = {key: max(start, progress.get(key, start)) for key, start in starts.items()}
-    moved = {key: offset for key, offset in points.items() if offset != starts[key]}
-    if moved:
-        setup_logging()  # a Python worker's first task: its lines go to the worker's stderr
-        for (topic, partition), offset in sorted(moved.items()):
-            log.info("flow=%s epoch=%d topic=%s partition=%d resumes at offset %d: the progress on the target "
-                     "(planned at %d)", flow, task.epoch, topic, partition, offset, starts[(topic, partition)])
-    return [CopyRange(r.topic, r.partition, points.get((r.topic, r.partition), r.start)) for r in task.ranges]

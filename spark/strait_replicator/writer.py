@@ -13,6 +13,7 @@ the task, so Spark never commits a batch that is not fully on the target (at-lea
 from __future__ import annotations
 
 import logging
+import math
 import os
 import sys
 import time
@@ -53,7 +54,15 @@ PRODUCER_DEFAULTS = {
     "message.max.bytes": "104857600",  # let the target broker judge record sizes, not the client
     "queue.buffering.max.kbytes": "262144",
     "queue.buffering.max.messages": "1000000",  # the default 100,000 stalls the copy loop on BufferError
+    # A copier that lost its lease (its host frozen, cut off) writes nothing once this has passed
+    # too: the hand-off to another copier waits for it (strait_replicator.copier). Kafka's 300 s would
+    # hold the partitions that long; 30 s still outlasts a leader election on the target.
+    "message.timeout.ms": "30000",
 }
+# Offset syncs need no fence (translation ignores an older copy's syncs that arrive late), so they keep
+# Kafka's own delivery timeout: an outage of the syncs topic's leader only delays them, and the
+# progress waits for them.
+SYNCS_MESSAGE_TIMEOUT_MS = "300000"
 
 CONSUMER_DEFAULTS = {
     "fetch.max.bytes": "52428800",
@@ -198,6 +207,11 @@ def producer_settings(config: Mapping[str, str]) -> dict[str, str]:
     return settings
 
 
+def syncs_producer_settings(config: Mapping[str, str]) -> dict[str, str]:
+    """The offset syncs' producer settings: the copy's, with Kafka's delivery timeout unless the user's."""
+    return producer_settings({"message.timeout.ms": SYNCS_MESSAGE_TIMEOUT_MS, **config})
+
+
 def _producer(config: Mapping[str, str]) -> Producer:
     """One producer per configuration per Python worker, reused across tasks and batches."""
     key = tuple(sorted(producer_settings(config).items()))
@@ -206,12 +220,16 @@ def _producer(config: Mapping[str, str]) -> Producer:
     return _producers[key]
 
 
-def _consumer(settings: WriterSettings) -> Consumer:
-    """One source consumer per flow per Python worker: its connections outlive a task.
+def consumer_settings(settings: WriterSettings) -> dict[str, Any]:
+    """The copy's source consumer settings: strait's defaults under the user's, the copy loop's own
+    over them. It never joins a group nor commits: each copy assigns its partitions' offsets itself."""
+    return {**CONSUMER_DEFAULTS, **settings.source_consumer, **CONSUMER_FIXED, "group.id": SOURCE_GROUP,
+            "logger": logging.getLogger("strait.librdkafka")}
 
-    It never joins a group nor commits: each task assigns its partitions' start offsets itself.
-    """
-    config = {**CONSUMER_DEFAULTS, **settings.source_consumer, **CONSUMER_FIXED, "group.id": SOURCE_GROUP}
+
+def _consumer(settings: WriterSettings) -> Consumer:
+    """One source consumer per flow per Python worker: its connections outlive a task."""
+    config = {k: v for k, v in consumer_settings(settings).items() if k != "logger"}
     key = tuple(sorted(config.items()))
     if key not in _consumers:
         setup_logging()  # a Python worker's first task: its warnings go to the worker's stderr
@@ -233,12 +251,12 @@ def release_clients() -> None:
 EXACT_SYNC_HEADERS = [(EXACT_SYNC_HEADER, b"1")]
 
 
-class _SyncWriter:
+class SyncWriter:
     """Produces the offset syncs of a task to the flow's syncs topic."""
 
-    def __init__(self, settings: WriterSettings) -> None:
+    def __init__(self, settings: WriterSettings, producer: Producer | None = None) -> None:
         self.settings = settings
-        self.producer = _producer(settings.syncs_producer)
+        self.producer = producer or _producer(syncs_producer_settings(settings.syncs_producer))
         self.errors: list[KafkaError] = []
         self.sent = self.delivered = 0  # syncs of one partition are acknowledged in send order
 
@@ -265,6 +283,11 @@ class _SyncWriter:
         """Wait for every sync's acknowledgement (``timeout``, default the flush timeout); fail the task
         if one is missing."""
         remaining = self.producer.flush(self.settings.flush_timeout if timeout is None else timeout)
+        self.check(remaining)
+
+    def check(self, remaining: int = 0) -> None:
+        """Fail the task if a sync failed (or ``remaining`` are not acknowledged): the progress must
+        never pass a copied record whose sync is lost (the count of acknowledged syncs would)."""
         if self.errors or remaining:
             detail = self.errors[0].str() if self.errors else f"{remaining} not acknowledged"
             raise ReplicationWriteError(
@@ -273,7 +296,7 @@ class _SyncWriter:
             )
 
 
-class _ProgressWriter:
+class ProgressWriter:
     """Writes a partition's progress record (:mod:`strait.progress`) to the target whenever its report
     changed, with the run's live totals (:mod:`strait_replicator.live`).
 
@@ -312,7 +335,7 @@ class _ProgressWriter:
                 f"{self.settings.target_alias} failed: {self.errors[0].str()}")
 
 
-class _Copied:
+class CopiedPartition:
     """What one task copied of one source partition.
 
     Offsets and timestamps of sent records wait in lists until the target acknowledges them;
@@ -324,7 +347,7 @@ class _Copied:
 
     __slots__ = ("topic", "partition", "remote", "start", "offsets", "timestamps", "bytes", "acked",
                  "ack_times", "on_delivery", "lag", "records", "first", "last", "reached", "syncs", "counts",
-                 "latency_sum", "target_partition", "last_target")
+                 "latency_sum", "target_partition", "last_target", "first_since_mark")
 
     def __init__(self, copy: CopyRange, remote: str, errors: list[tuple[str, int, Any]]) -> None:
         self.topic, self.partition, self.remote, self.start = copy.topic, copy.partition, remote, copy.start
@@ -338,6 +361,7 @@ class _Copied:
         self.lag = -1  # records on the source past what was copied; -1: unknown
         self.records = self.syncs = 0
         self.first = self.last = self.reached = -1  # reached: an end of partition seen at this offset
+        self.first_since_mark = -1  # the first record settled since the last Copier.mark (-1: none)
         self.counts = np.zeros(len(LATENCY_BUCKETS) + 1, dtype=np.int64)
         self.latency_sum = 0.0
         acked, ack_times, now = self.acked.append, self.ack_times.append, time.time
@@ -350,7 +374,7 @@ class _Copied:
             ack_times(now())
         self.on_delivery = on_delivery
 
-    def settle(self, syncs: _SyncWriter) -> None:
+    def settle(self, syncs: SyncWriter) -> None:
         """Emit the offset syncs of the acknowledged records and count their latencies."""
         done = len(self.acked)
         if not done:
@@ -370,6 +394,7 @@ class _Copied:
         self.latency_sum += float(latencies.sum())
         self.records += done
         self.first = self.offsets[0] if self.first < 0 else self.first
+        self.first_since_mark = self.offsets[0] if self.first_since_mark < 0 else self.first_since_mark
         self.last = self.offsets[done - 1]
         del self.offsets[:done], self.timestamps[:done]
 
@@ -414,7 +439,7 @@ class _Copied:
                 -1 if self.start is None else self.start)
 
 
-class _Repartitioned(_Copied):
+class RepartitionedPartition(CopiedPartition):
     """A partition of a repartitioning flow: the producer's partitioner places each record by its key
     (Kafka's murmur2, keyless ones at random), so one source partition feeds several target partitions
     whose acknowledgements interleave. Each record's callback notes its own source offset, and only the
@@ -440,7 +465,7 @@ class _Repartitioned(_Copied):
         """A callback that knows which source record it acknowledges."""
         return partial(self._deliver, offset)
 
-    def settle(self, syncs: _SyncWriter) -> None:
+    def settle(self, syncs: SyncWriter) -> None:
         """Count the acknowledged records up to the first one still waiting."""
         offsets, ack_at = self.offsets, self.ack_at
         done = 0
@@ -477,21 +502,34 @@ def copy_ranges(ranges: list[CopyRange], settings: WriterSettings, limits: Epoch
     started = time.monotonic()
     install_lazy_zip_invalidation()  # a Python worker's: the driver copies nothing
     producer = _producer(settings.target_producer)
-    syncs = _SyncWriter(settings)
+    syncs = SyncWriter(settings)
     errors: list[tuple[str, int, Any]] = []
-    kind = _Repartitioned if settings.repartition else _Copied
+    kind = RepartitionedPartition if settings.repartition else CopiedPartition
     copied = {(r.topic, r.partition): kind(r, settings.remote_topic(r.topic), errors) for r in ranges}
     first_sent_at = 0.0
     flush_timeout = settings.flush_timeout
-    progress = _ProgressWriter(settings, producer, run)
+    progress = ProgressWriter(settings, producer, run)
     if copied:
-        loop = _CopyLoop(_consumer(settings), producer, syncs, copied, settings, limits, errors, progress)
+        loop = CopyLoop(_consumer(settings), producer, syncs, copied, settings, limits, errors, progress)
         loop.stop = stop
         loop.run()
         first_sent_at = loop.first_sent_at
         if loop.stop_requested:
             flush_timeout = min(flush_timeout, STOP_FLUSH_SECONDS)
     read = time.monotonic()
+    finish_copy(copied, producer, syncs, progress, errors, flush_timeout)
+    if log.isEnabledFor(logging.DEBUG):
+        log.debug("flow=%s ranges=%d records=%d read_s=%.3f flush_s=%.3f first_record_s=%.3f worker=%d",
+                  settings.flow, len(copied), sum(p.records for p in copied.values()), read - started,
+                  time.monotonic() - read, first_sent_at - started if first_sent_at else -1, os.getpid())
+    return [part.summary() for part in copied.values()]
+
+
+def finish_copy(copied: Mapping[tuple[str, int], CopiedPartition], producer: Producer, syncs: SyncWriter,
+                progress: ProgressWriter, errors: list[tuple[str, int, Any]], flush_timeout: float) -> None:
+    """Wait until every record sent, its offset syncs and the final progress are on the target;
+    a ReplicationWriteError when one is not."""
+    settings = progress.settings
     _flush(producer, settings, errors, flush_timeout)
     for part in copied.values():
         part.settle(syncs)
@@ -505,19 +543,14 @@ def copy_ranges(ranges: list[CopyRange], settings: WriterSettings, limits: Epoch
                        final=True)
         _flush(producer, settings, errors, flush_timeout)
         progress.check()
-    if log.isEnabledFor(logging.DEBUG):
-        log.debug("flow=%s ranges=%d records=%d read_s=%.3f flush_s=%.3f first_record_s=%.3f worker=%d",
-                  settings.flow, len(copied), sum(p.records for p in copied.values()), read - started,
-                  time.monotonic() - read, first_sent_at - started if first_sent_at else -1, os.getpid())
-    return [part.summary() for part in copied.values()]
 
 
-class _CopyLoop:
+class CopyLoop:
     """Consumes the ranges and produces each record as it comes, until the epoch or every range ends."""
 
-    def __init__(self, consumer: Consumer, producer: Producer, syncs: _SyncWriter,
-                 copied: dict[tuple[str, int], _Copied], settings: WriterSettings, limits: EpochLimits,
-                 errors: list[tuple[str, int, Any]], progress: _ProgressWriter | None = None) -> None:
+    def __init__(self, consumer: Consumer, producer: Producer, syncs: SyncWriter,
+                 copied: dict[tuple[str, int], CopiedPartition], settings: WriterSettings, limits: EpochLimits,
+                 errors: list[tuple[str, int, Any]], progress: ProgressWriter | None = None) -> None:
         self.consumer, self.producer, self.syncs, self.copied = consumer, producer, syncs, copied
         self.settings, self.limits, self.errors = settings, limits, errors
         self.progress = progress if progress is not None and settings.progress_topic else None
@@ -530,6 +563,17 @@ class _CopyLoop:
         self._acked = {key: (-1, -1) for key in copied}
         self.stop: Callable[[], bool] | None = None
         self.stop_requested = False  # the loop ended on a stop request
+        # Nothing is written after this (wall clock): a copier's lease (strait_replicator.copier). It is
+        # checked before every record, so a copier frozen mid-batch (its host stopped) sends no more of
+        # it once thawed; what was fetched and not sent is fetched again.
+        self.write_until = math.inf
+
+    def copy(self) -> None:
+        """Assign every range's start and copy until the loop ends; note each partition's lag."""
+        self.consumer.assign([TopicPartition(p.topic, p.partition, -2 if p.start is None else p.start)
+                              for p in self.copied.values()])
+        self._loop()
+        _note_lag(self.consumer, self.copied)
 
     def run(self) -> None:
         """Assign, copy until done, note each partition's lag; keep or drop the assignment."""
@@ -587,13 +631,28 @@ class _CopyLoop:
             now = time.monotonic()
             if messages:
                 self.first_sent_at = self.first_sent_at or now
-                self.sent += _send_messages(messages, self.producer, self.pending)
+                sent, handled = _send_messages(messages, self.producer, self.pending, self.write_until)
+                self.sent += sent
+                if handled < len(messages):
+                    self._rewind(messages[handled:])
             self.producer.poll(0)
+            if time.time() > self.write_until:
+                next_stop_check = now  # writes nothing more until the copier's lease is renewed there
+                continue
             if now >= next_settle or not messages:  # idle: syncs follow their records closely
                 self._settle()
                 if now >= next_settle:
                     self._report()
                 next_settle = now + SETTLE_SECONDS if now >= next_settle else next_settle
+
+    def _rewind(self, unsent: list[Any]) -> None:
+        """Fetch these messages again: the copier may not write them now."""
+        first: dict[tuple[str, int], int] = {}
+        for message in unsent:
+            if message.error() is None:
+                first.setdefault((message.topic(), message.partition()), message.offset())
+        for (topic, partition), offset in first.items():
+            self.consumer.seek(TopicPartition(topic, partition, offset))
 
     def _settle(self) -> None:
         """Turn acknowledged records into offset syncs and latency counts."""
@@ -609,6 +668,7 @@ class _CopyLoop:
             return
         if self.syncs.producer is not self.producer:
             self.syncs.producer.poll(0)
+        self.syncs.check()
         while self._settles and self._settles[0][0] <= self.syncs.delivered:
             self._acked = self._settles.pop(0)[1]
         _note_lag(self.consumer, self.copied)
@@ -617,7 +677,7 @@ class _CopyLoop:
         self.progress.check()
 
 
-def _note_lag(consumer: Consumer, copied: dict[tuple[str, int], _Copied]) -> None:
+def _note_lag(consumer: Consumer, copied: dict[tuple[str, int], CopiedPartition]) -> None:
     """Each partition's lag from the end offset the last fetch reported (no request to the broker)."""
     for part in copied.values():
         try:
@@ -630,11 +690,15 @@ def _note_lag(consumer: Consumer, copied: dict[tuple[str, int], _Copied]) -> Non
             part.lag = max(0, high - position)
 
 
-def _send_messages(messages: list[Any], producer: Producer, pending: dict[tuple[str, int], _Copied]) -> int:
-    """Produce the messages of partitions still copied (a deleted one is not); how many were sent."""
-    produce = producer.produce
+def _send_messages(messages: list[Any], producer: Producer, pending: dict[tuple[str, int], CopiedPartition],
+                   write_until: float = math.inf) -> tuple[int, int]:
+    """Produce the messages of partitions still copied (a deleted one is not), until ``write_until``
+    (wall clock) passes; how many were sent, and how many messages were handled."""
+    produce, clock = producer.produce, time.time
     sent = 0
-    for message in messages:
+    for handled, message in enumerate(messages):
+        if clock() > write_until:
+            return sent, handled
         part = pending.get((message.topic(), message.partition()))
         if part is None:  # its topic was deleted meanwhile
             continue
@@ -656,11 +720,11 @@ def _send_messages(messages: list[Any], producer: Producer, pending: dict[tuple[
         part.timestamps.append(timestamp)
         part.bytes += len(value or b"") + len(key or b"")
         sent += 1
-    return sent
+    return sent, len(messages)
 
 
-def _on_consume_error(error: KafkaError, offset: int, part: _Copied,
-                      pending: dict[tuple[str, int], _Copied]) -> None:
+def _on_consume_error(error: KafkaError, offset: int, part: CopiedPartition,
+                      pending: dict[tuple[str, int], CopiedPartition]) -> None:
     """An end of partition is noted, a deleted partition no longer copied; other errors fail the task."""
     if error.code() == KafkaError._PARTITION_EOF:
         part.reached = max(part.reached, offset)

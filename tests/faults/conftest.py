@@ -62,7 +62,8 @@ def _rig(lab_root: Path, machine: MachineShare) -> Iterator[Rig]:
         for cluster in clusters:
             cluster.wait_ready(180)
         redis.start()
-        rig = Rig(clusters[0], clusters[1], redis, workdir, f"drill-{uuid.uuid4().hex[:6]}")
+        rig = Rig(clusters[0], clusters[1], redis, workdir, f"drill-{uuid.uuid4().hex[:6]}",
+                  epoch_seconds=Mode.from_env().epoch_seconds)
         rig.topics = [rig.topic(name) for name in DRILL_TOPICS]
         for topic in rig.topics:
             rig.create_topic(topic)

@@ -57,7 +57,8 @@ PARTITIONS = 3
 BATCH_LEAD_SECONDS = 20.0
 # Every drill's topic exists before the replicator starts, so no drill waits for a topic refresh.
 DRILL_TOPICS = ("warm-up", "replicator-sigkill", "services-sigkill", "redis-sigkill", "source-broker-sigkill",
-                "target-broker-sigkill", "broker-sigstop", "config-change", "rolling-restart", "long-outage")
+                "target-broker-sigkill", "broker-sigstop", "config-change", "rolling-restart", "long-outage",
+                "epoch-boundaries")
 LEASE_TTL = 4.0
 REPORT_PATH = cache_dir() / "fault-report.json"
 librdkafka_log = logging.getLogger("strait.librdkafka")
@@ -78,6 +79,8 @@ class Mode:
     long_outage_seconds: float = 240.0  # the long single-broker outage
     # a rolling restart restarts every target broker, or (short) only the one leading the copy's partition 0
     restart_every_target_broker: bool = True
+    epoch_seconds: float = 10.0  # the replicator's epochs: every drill runs through their boundaries
+    boundaries: int = 3  # epoch boundaries the boundaries drill runs through
 
     @classmethod
     def from_env(cls) -> Mode:
@@ -86,7 +89,7 @@ class Mode:
             return cls("full", rate=2000, warmup_seconds=10, between_seconds=15, injections=3)
         return cls("short", rate=500, warmup_seconds=2, between_seconds=2, injections=1, restart_down_seconds=3,
                    restart_gap_seconds=3, outage_seconds=15, long_outage_seconds=40,
-                   restart_every_target_broker=False)
+                   restart_every_target_broker=False, epoch_seconds=5.0)
 
 
 @dataclass(frozen=True)
@@ -356,6 +359,7 @@ class Rig:
     config: dict[str, Any] = field(default_factory=dict)
     replicator: StraitProcess | None = None
     restarts: int = 0
+    epoch_seconds: float = 10.0
 
     @property
     def config_path(self) -> Path:
@@ -407,7 +411,8 @@ class Rig:
     def start_replicator(self) -> StraitProcess:
         """Start (or start again) the replicator, live from Redis, on the rig's state folder."""
         process = StraitProcess("replicator", ["--redis-url", self.redis.url, "--state-dir",
-                                               str(self.workdir / "state")],
+                                               str(self.workdir / "state"), "--epoch-seconds",
+                                               str(self.epoch_seconds)],
                                 self.workdir, env=self.durable_env, name=f"replicator-{self.restarts}")
         self.restarts += 1
         self.replicator = process

@@ -10,10 +10,13 @@ import threading
 import time
 
 import pytest
-from confluent_kafka import Producer, TopicPartition
+from confluent_kafka import Consumer, Producer, TopicPartition
+from confluent_kafka.admin import NewPartitions
 
 from strait.kafka.admin import list_offsets_per_leader
-from tests.faults.drill import PARTITIONS, Drill, Mode, Rig, leader_index, wait_copied
+from tests.faults.drill import FLOW, PARTITIONS, CopyWatch, Drill, KeyedLoad, Mode, Rig, leader_index, wait_copied
+from tests.support.kafka import NumberedLoad, count, numbered_copies
+from tests.support.waiting import wait_for
 
 pytestmark = [pytest.mark.faults, pytest.mark.slow]
 
@@ -128,3 +131,79 @@ def test_broker_sigstop_past_session_timeout(rig: Rig, mode: Mode) -> None:
         drill.finish(note=f"frozen {FREEZE_S:.0f}s")
     finally:
         drill.abort()
+
+
+def test_epoch_boundaries_do_not_pause_the_copy(rig: Rig, mode: Mode) -> None:
+    """Steady load through at least ``mode.boundaries`` epoch boundaries: the copy's longest stall is
+    no longer than the longest acknowledgement gap of a direct producer to the target in the same
+    run + 0.5 s (copiers outlive their epoch's task), and nothing is lost."""
+    drill = Drill.begin(rig, "epoch-boundaries", mode)
+    direct_topic = f"{drill.topic}-direct"
+    rig.create_topic(direct_topic, rig.target)
+    direct = KeyedLoad(rig.target, direct_topic, mode.rate).start()
+    watch = CopyWatch(rig.target, rig.remote(drill.topic)).start()
+    try:
+        assert rig.replicator is not None
+        replicator = rig.replicator
+
+        def epochs() -> float:
+            return replicator.sample("strait_replicator_batch_duration_seconds_count", flow=FLOW) or 0.0
+        first = epochs()
+        started = time.monotonic()
+        wait_for(lambda: epochs() >= first + mode.boundaries, mode.boundaries * mode.epoch_seconds * 4,
+                 f"{mode.boundaries} epochs ending")
+        ended = time.monotonic()
+        boundaries = int(epochs() - first)
+        handoffs = replicator.log_text().count(" hands partitions=")
+        stall = watch.longest_stall(drill.load, started, ended)
+        gap = direct.longest_ack_gap(started, ended)
+        note = (f"{boundaries} epoch boundaries in {ended - started:.0f} s: longest copy stall {stall:.2f} s, "
+                f"a direct producer's longest ack gap {gap:.2f} s; {handoffs} hand-offs between copiers since the "
+                f"replicator started")
+        print(f"epoch boundaries: {note}")
+    finally:
+        watch.stop()
+        direct.abort()
+    drill.finish(note=note)
+    assert stall <= gap + 0.5, note
+
+
+def test_new_topics_and_partitions_join_within_the_refresh_interval(rig: Rig, mode: Mode) -> None:
+    """A topic created on the source while the flow copies, then a partition added to it: the first
+    records of each are on the target within the topic refresh interval + 5 s of their creation, and
+    the copies are exact."""
+    refresh = rig.config["flows"][0]["refresh_topics"]["interval_seconds"]
+    topic = f"{rig.prefix}-late-join"
+    remote = rig.remote(topic)
+    created = time.monotonic()
+    rig.create_topic(topic)
+    load = NumberedLoad(rig.source, topic, PARTITIONS, rate=100)
+    try:
+        wait_for(lambda: count(rig.target, remote) > 0, 60, "the new topic's first records on the target", 0.1)
+        topic_took = time.monotonic() - created
+        sent = load.stop()
+        admin = rig.source.admin()  # must outlive its future
+        grown = time.monotonic()
+        admin.create_partitions([NewPartitions(topic, PARTITIONS + 1)])[topic].result(timeout=30)
+        load = NumberedLoad(rig.source, topic, PARTITIONS + 1, rate=100, first=sent)
+        wait_for(lambda: _has_partition(rig, remote, PARTITIONS), 60, "the new partition's first records", 0.1)
+        partition_took = time.monotonic() - grown
+    finally:
+        load.stop()
+    wait_for(lambda: numbered_copies(rig.target, remote) == numbered_copies(rig.source, topic), 60, "exact copies")
+    print(f"late join: a new topic's first records on the target {topic_took:.1f} s after its creation, a new "
+          f"partition's {partition_took:.1f} s (refresh {refresh} s)")
+    assert topic_took <= refresh + 5, f"the new topic's first records took {topic_took:.1f} s"
+    assert partition_took <= refresh + 5, f"the new partition's first records took {partition_took:.1f} s"
+
+
+def _has_partition(rig: Rig, remote: str, partition: int) -> bool:
+    consumer = Consumer({**rig.target.client_config(), "group.id": "strait-drill-probe"})
+    try:
+        metadata = consumer.list_topics(remote, timeout=10).topics.get(remote)
+        if metadata is None or partition not in metadata.partitions:
+            return False
+        _low, high = consumer.get_watermark_offsets(TopicPartition(remote, partition), timeout=10)
+        return high > 0
+    finally:
+        consumer.close()

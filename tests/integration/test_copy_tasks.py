@@ -10,24 +10,30 @@ and after a task with other partitions.
 
 from __future__ import annotations
 
+import contextlib
+import multiprocessing
+import os
+import signal
 import threading
 import time
 from collections.abc import Callable, Iterator
+from dataclasses import replace
 from pathlib import Path
+from typing import Any
 
 import pytest
 
 from strait_lab.clients import Record, create_topic, produce
 from strait_lab.kafka import KafkaCluster
 from strait.policy import DefaultReplicationPolicy
-from strait_replicator import writer
+from strait_replicator import copier, writer
 from strait.config.model import SyncsLocation
 from strait.progress import OffsetsTopic
-from strait_replicator.live import stop_record
+from strait_replicator.live import Hold, hold_named, stop_record
 from strait_replicator.source import CopyStreamReader, CopyTask, SourcePlan
 from strait_replicator.state import EpochOffsets
 from strait_replicator.writer import CopyRange, EpochLimits, WriterSettings, copy_ranges
-from tests.support.kafka import count, records_by_partition
+from tests.support.kafka import NumberedLoad, count, numbered_copies, records_by_partition
 from tests.support.waiting import wait_for
 
 NEXT_OFFSET = writer.SUMMARY_FIELDS.index("next_offset")
@@ -161,3 +167,143 @@ def test_a_stop_record_ends_the_running_task_and_the_planner_plans_no_epoch_afte
     copied = records_by_partition(target_cluster, remote)
     assert [[r.value for r in copied[p]] for p in (0, 1)] == [_values(sent, 0), _values(sent, 1)]
 
+
+
+# -- the hand-off between copiers in two Python workers --------------------------------------------
+
+def _copier_worker(plan: SourcePlan, task: CopyTask, rows: Any, stay_seconds: float, next_door: bool = True) -> None:
+    """A Python worker process: runs one epoch task, then stays (its copier goes on) as Spark's do.
+    Without ``next_door`` it takes no copier of another worker here for a neighbour (another host's)."""
+    copier.RENEW_NEXT_DOOR = next_door
+    rows.put(copier.copy_task(plan, task))
+    time.sleep(stay_seconds)
+
+
+def _plan(source: KafkaCluster, target: KafkaCluster, settings: WriterSettings, topic: str,
+          tmp_path: Path) -> SourcePlan:
+    progress = (tuple(sorted(target.client_config().items())), _progress_topic(topic))
+    return SourcePlan(((topic, 2),), tuple(sorted(source.client_config().items())), 1, str(tmp_path), settings,
+                      epoch_seconds=3.0, max_records_per_epoch=10**9, progress=progress, query="q-handoff")
+
+
+def _read_to(target: KafkaCluster, source: KafkaCluster, topic: str) -> tuple[tuple[int, int], ...]:
+    """Where the progress topic ends now (what a planner hands its tasks)."""
+    where = OffsetsTopic(target.client_config(), SyncsLocation(target.alias, _progress_topic(topic)), source.alias)
+    try:
+        where.read()
+        return tuple(sorted(where.positions.items()))
+    finally:
+        where.close()
+
+
+def _descents(sequence: list[int]) -> int:
+    return sum(1 for before, after in zip(sequence, sequence[1:]) if after <= before)
+
+
+@pytest.mark.parametrize("mode", ["next-door", "handed-over", "holder-frozen"])
+def test_a_copier_in_another_worker_takes_over_and_two_never_write_one_partition(
+        source_cluster: KafkaCluster, target_cluster: KafkaCluster, topics: tuple[str, str, str],
+        tmp_path: Path, mode: str) -> None:
+    """Worker A's copier copies a steady load; the next epoch's task lands in worker B. On the same
+    host (next-door), B renews A's copier through its door and gets its rows: the copy goes on in A,
+    no other copier ever holds the partitions. As if on another host, handed over, A stops, writes its
+    final progress and releases: B goes on from there, every record exactly once. Frozen (SIGSTOP)
+    with its copier mid-copy, A answers nothing: B waits until A's lease and its producer's message
+    timeout have passed, then copies; A, thawed, writes nothing more. Either way each partition's
+    copy is in order with at most one step back (records A sent as it froze, copied again by B): no
+    interleaving."""
+    freeze = mode == "holder-frozen"
+    topic, remote, syncs = topics
+    producer = {**target_cluster.client_config(), "message.timeout.ms": "3000"}
+    settings = replace(_settings(source_cluster, target_cluster, topic, remote, syncs), target_producer=producer)
+    plan = _plan(source_cluster, target_cluster, settings, topic, tmp_path)
+    context = multiprocessing.get_context("spawn")
+    rows_a, rows_b = context.Queue(), context.Queue()
+    load = NumberedLoad(source_cluster, topic, 2, rate=400)
+    read_to = _read_to(target_cluster, source_cluster, topic)
+    worker_a = context.Process(target=_copier_worker, args=(plan, _task(1, topic, {0: 0, 1: 0}, 3.0, read_to),
+                                                            rows_a, 60.0))
+    worker_b: Any = None
+    try:
+        worker_a.start()
+        rows_a.get(timeout=60)  # A's task ended; its copier goes on
+        wait_for(lambda: count(target_cluster, remote) > 1_000, 30, "A's copier copying after its task")
+        if freeze:
+            os.kill(worker_a.pid, signal.SIGSTOP)
+        frozen_at = time.monotonic()
+        task_b = replace(_task(2, topic, {0: 0, 1: 0}, 6.0, _read_to(target_cluster, source_cluster, topic)),
+                         holds=_holds(target_cluster, topic))
+        worker_b = context.Process(target=_copier_worker, args=(plan, task_b, rows_b, 30.0, mode == "next-door"))
+        worker_b.start()
+        copied_at_freeze = count(target_cluster, remote)
+        wait_for(lambda: count(target_cluster, remote) > copied_at_freeze + 400, 60, "B copying")
+        took_over = time.monotonic() - frozen_at
+        if freeze:
+            assert took_over >= copier.LEASE_SECONDS, \
+                f"B copied {took_over:.1f} s after A froze: it did not wait for A's lease"
+            os.kill(worker_a.pid, signal.SIGCONT)
+            time.sleep(4)  # A thaws: it must find its lease gone and B's claim
+        sent = load.stop()
+        wait_for(lambda: _copied_through(target_cluster, remote, sent), 60, "every record copied")
+        time.sleep(1)
+        _write_stop(target_cluster, topic, settings.flow, plan.query)
+        copied_by_b = sum(row[writer.SUMMARY_FIELDS.index("records")] for row in rows_b.get(timeout=30))
+    finally:
+        load.stop()
+        for worker in (worker_a, worker_b):
+            if worker is not None and worker.pid is not None:
+                with contextlib.suppress(ProcessLookupError):
+                    os.kill(worker.pid, signal.SIGCONT)
+                worker.kill()
+                worker.join(10)
+    copies = numbered_copies(target_cluster, remote)
+    for partition, sequence in copies.items():
+        assert set(sequence) == set(range(sent // 2 + (partition < sent % 2))), f"partition {partition} lost records"
+        assert _descents(sequence) <= (1 if freeze else 0), \
+            f"partition {partition}: copies interleave or repeat ({_descents(sequence)} steps back)"
+    holders = _holders(target_cluster, topic)
+    if mode == "next-door":
+        assert len(holders) == 1, f"B's task started a copier of its own beside A's: holders {holders}"
+        assert copied_by_b > 0, "B's task, renewing A's copier, reported nothing copied"
+    else:
+        assert len(holders) == 2, f"holders {holders}: B's task did not take over with a copier of its own"
+    print(f"{mode}: B copied {took_over:.1f} s after the hand-off began; B's rows {copied_by_b} records; "
+          f"duplicates {sum(len(s) - len(set(s)) for s in copies.values())}")
+
+
+def _copied_through(target: KafkaCluster, remote: str, sent: int) -> bool:
+    copies = numbered_copies(target, remote)
+    return sum(len(set(s)) for s in copies.values()) >= sent
+
+
+def _hold_records(target: KafkaCluster, topic: str) -> list[tuple[str, Hold | None]]:
+    """The copiers' holds and releases (None) in the progress topic, in order: (copier, hold)."""
+    records: list[tuple[str, Hold | None]] = []
+
+    def note(key: bytes | None, value: bytes | None, offset: int) -> None:
+        held = hold_named(key, value, offset)
+        if held is not None:
+            records.append((held[1], held[2]))
+    where = OffsetsTopic(target.client_config(), SyncsLocation(target.alias, _progress_topic(topic)), "none",
+                         on_raw=note)
+    try:
+        where.read()
+    finally:
+        where.close()
+    return records
+
+
+def _holders(target: KafkaCluster, topic: str) -> set[str]:
+    """Every copier that ever held one of the topic's partitions."""
+    return {holder for holder, hold in _hold_records(target, topic) if hold is not None}
+
+
+def _holds(target: KafkaCluster, topic: str) -> tuple[Hold, ...]:
+    """The copiers' holds in the progress topic, as the planner reads them."""
+    holds: dict[str, Hold] = {}
+    for holder, hold in _hold_records(target, topic):
+        if hold is None:
+            holds.pop(holder, None)
+        else:
+            holds[holder] = hold
+    return tuple(holds.values())

@@ -3,9 +3,7 @@
 from __future__ import annotations
 
 import time
-from dataclasses import replace
 from pathlib import Path
-from types import SimpleNamespace
 
 import pytest
 from hypothesis import given, settings
@@ -14,8 +12,10 @@ from hypothesis import strategies as st
 from strait.kafka.admin import ClusterUnreachableError, KafkaAdminError
 from strait.policy import DefaultReplicationPolicy
 from strait_replicator import source
+from strait_replicator.live import Hold
 from strait_replicator.planner import SMALL_BACKLOG, CopyTask, EpochPlanner, SourcePlan, assign_partitions, logged_epoch
-from strait_replicator.source import ClusterSources, progress_since_planning, resumed_ranges
+from strait_replicator.copier import resumed_ranges
+from strait_replicator.source import ClusterSources
 from strait_replicator.state import CheckpointFormatError, EpochOffsets, Offsets, epoch_of_log_text, is_local
 from strait_replicator.writer import MIN_TASK_SECONDS, CopyRange, EpochLimits, WriterSettings
 
@@ -71,6 +71,9 @@ class _Clusters:
     def progress_positions(self) -> tuple[tuple[int, int], ...]:
         return ()
 
+    def holds(self) -> tuple[Hold, ...]:
+        return ()
+
 
 def _planner(plan: SourcePlan, latest: Offsets, copied: Offsets | None = None) -> tuple[EpochPlanner, _Clusters]:
     clusters = _Clusters(latest, copied)
@@ -117,22 +120,6 @@ def test_a_replayed_epoch_goes_on_where_the_progress_says(tmp_path: Path) -> Non
     assert starts == {("t", 0): 6, ("t", 1): 0}
     assert {task.replayed for task in planner.tasks(epoch)} == {False}
     assert {task.replayed for task in replaying.tasks(epoch)} == {True}
-
-
-@pytest.mark.parametrize(("replayed", "attempt", "reads"), [
-    (False, 0, False),  # an epoch planned just now, first attempt: the planner read the progress moments ago
-    (False, 1, True),  # a retry: its first attempt may have copied on
-    (True, 0, True),  # a replayed epoch: a copy of the query before may still be ending
-    (False, None, True),  # outside a Spark task: as safe as can be
-])
-def test_only_a_retried_or_replayed_task_reads_the_progress_written_since_its_planning(
-        monkeypatch: pytest.MonkeyPatch, tmp_path: Path, replayed: bool, attempt: int | None, reads: bool) -> None:
-    plan = replace(_plan(tmp_path), progress=((("bootstrap.servers", "127.0.0.1:9"),), "progress"))
-    monkeypatch.setattr(source, "progress_since", lambda *_args: {("t", 0): 7})
-    context = None if attempt is None else SimpleNamespace(attemptNumber=lambda: attempt)
-    monkeypatch.setattr(source.TaskContext, "get", staticmethod(lambda: context))
-    task = CopyTask(1, (CopyRange("t", 0, 5),), EpochLimits(seconds=5.0, max_records=10), ((0, 3),), replayed)
-    assert progress_since_planning(plan, task) == ({("t", 0): 7} if reads else {})
 
 
 def test_no_epoch_starts_below_where_the_evidence_says_the_target_holds_every_record(tmp_path: Path) -> None:

@@ -1,0 +1,566 @@
+"""Copiers: a flow's partitions copied without a pause, by threads that outlive the Spark tasks.
+
+Spark's epochs decide which task copies which partitions, restart what dies and checkpoint; a
+copier does the copying (:class:`~strait_replicator.writer.CopyLoop`) in a thread of the Python
+worker. An epoch's task renews the copier of its partitions when it finds it in its worker (the
+usual case: the copy never stops at an epoch's end), and starts one otherwise. A copier whose task
+does not come back within LINGER_SECONDS of its epoch's end stops by itself, and so does every
+copier of a query asked to stop.
+
+A new copier first claims its partitions: a hold record in the flow's progress topic on the target
+(:class:`~strait_replicator.live.Hold`), which every copier of the flow watches. A copier holding
+one of the claimed partitions stops, waits until the target holds what it sent, writes its final
+progress and releases its hold; the new copier then starts where the progress says. A holder that
+does not answer (its host gone, frozen or cut off from the target) writes nothing once its lease
+has ended (LEASE_SECONDS after its newest hold that the target acknowledged and it read back) and
+its producer's ``message.timeout.ms`` has passed after that; the claimant waits for that moment
+(``Hold.fence_at``), unless the holder's process is seen gone on the same machine. So two copiers
+never write one partition at the same time, provided the hosts' clocks agree to well within the
+lease. (A request half-sent when its host froze is the exception only a transactional producer
+fences.)
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import hashlib
+import json
+import logging
+import math
+import os
+import socket
+import struct
+import sys
+import threading
+import time
+import uuid
+from collections.abc import Callable, Mapping
+from typing import Any
+
+import numpy as np
+from confluent_kafka import Consumer, KafkaError, Producer
+
+from strait.config.model import SyncsLocation
+from strait.errors import StraitError
+from strait.logs import setup_logging
+from strait_replicator.live import (ControlWatch, Hold, LiveRun, hold_record, process_gone, process_identity,
+                                    progress_since, release_record)
+from strait_replicator.planner import CopyTask, SourcePlan
+from strait_replicator.state import Offsets
+from strait_replicator.writer import (STOP_FLUSH_SECONDS, CopiedPartition, CopyLoop, CopyRange, EpochLimits,
+                                      ProgressWriter, RepartitionedPartition, SyncWriter, consumer_settings,
+                                      finish_copy, install_lazy_zip_invalidation, producer_settings,
+                                      syncs_producer_settings)
+
+log = logging.getLogger(__name__)
+
+Key = tuple[str, int]
+LEASE_SECONDS = 5.0  # a copier writes nothing once its newest hold read back is this old
+HOLD_SECONDS = 1.0  # how often a copier renews its hold
+LINGER_SECONDS = 20.0  # how long a copier goes on after its task's epoch ended, for the next task to renew it
+WAIT_SECONDS = 0.05  # how often a claim and a task look again
+RELEASE_SECONDS = 5.0
+# A task in another Python worker of the same host renews the copier through its door (an abstract
+# Unix socket); False makes such a task take over as one on another host does (tests of the hand-off).
+RENEW_NEXT_DOOR = True
+DOOR_ANSWER_SECONDS = 2.0  # a copier next door that does not answer a renewal this fast is taken for frozen
+DOOR_BEAT_SECONDS = 1.0  # how often a copier next door tells its task it is alive
+DOOR_SILENCE_SECONDS = 5.0  # a task whose copier next door stays silent this long copies itself
+
+
+class HandOffError(StraitError):
+    """A copier could not take its partitions over: its claim was not written to the target."""
+
+
+class NextDoorCopierError(StraitError):
+    """The copier a task renewed in another Python worker of its host failed (its message is the copier's)."""
+
+
+class Copier(threading.Thread):
+    """Copies one task group's partitions until no task renews it, a stop of its query, or a newer
+    claim on one of its partitions (see the module's text)."""
+
+    def __init__(self, plan: SourcePlan, task: CopyTask) -> None:
+        self.id = uuid.uuid4().hex[:12]
+        super().__init__(name=f"strait-copier-{self.id}", daemon=True)
+        if plan.progress is None:
+            raise HandOffError(f"flow {plan.writer.flow}: a copier needs the flow's progress topic")
+        self.plan, self.task, self.settings = plan, task, plan.writer
+        self.keys = frozenset((r.topic, r.partition) for r in task.ranges)
+        self.error: BaseException | None = None
+        self.ended = threading.Event()
+        self.copied: dict[Key, CopiedPartition] = {}
+        self.reason = ""  # why it stopped: stop, yield, linger, lapsed, done, error
+        self._lock = threading.Lock()
+        self._wanted_until = _wanted_until(task.limits)
+        self._run = LiveRun(task.epoch, self.id)
+        self._progress: ProgressWriter | None = None
+        settings = producer_settings(self.settings.target_producer)
+        self._message_timeout = float(settings["message.timeout.ms"]) / 1000.0
+        self.producer = Producer({**settings, "logger": logging.getLogger("strait.librdkafka")})
+        consumer_config, topic = plan.progress
+        self.watch = ControlWatch(dict(consumer_config), topic, dict(task.progress_from), self.settings.flow)
+        self._since = -1  # the offset of its claim
+        self._holds_acked: list[tuple[float, int]] = []  # (sent at, offset) of holds the target acknowledged
+        self._hold_errors: list[KafkaError] = []
+        self._valid_until = 0.0  # its lease: it writes no record after this (wall clock)
+        self._next_hold = 0.0
+        self._process = process_identity()
+        self._released = False
+        self._loop: CopyLoop | None = None
+        self._contended = False  # another copier held one of its partitions since the epoch was planned
+        self.door = _Door(self)
+
+    # -- what the task calls ------------------------------------------------------------------------
+
+    def renew(self, epoch: int, limits: EpochLimits) -> bool:
+        """Keep copying for an epoch's task of the same partitions; False if it is stopping."""
+        with self._lock:
+            if self.reason or self.ended.is_set():
+                return False
+            self._wanted_until = _wanted_until(limits)
+            self._run = LiveRun(epoch, self.id)
+            if self._progress is not None:
+                self._progress.run = self._run
+            return True
+
+    def retire(self) -> None:
+        """Stop at its next check, as if no task renewed it."""
+        with self._lock:
+            self._wanted_until = 0.0
+
+    def mark(self) -> dict[Key, tuple[Any, ...]]:
+        """Where each partition's copy stands now: the base of :meth:`rows_since`."""
+        marked = {}
+        for key, part in list(self.copied.items()):
+            part.first_since_mark = -1
+            marked[key] = (part.records, part.bytes, part.syncs, part.counts.copy(), part.latency_sum,
+                           part.next_offset())
+        return marked
+
+    def records_since(self, mark: Mapping[Key, tuple[Any, ...]]) -> int:
+        """Records copied since ``mark``."""
+        return sum(part.records - (mark[key][0] if key in mark else 0) for key, part in list(self.copied.items()))
+
+    def rows_since(self, mark: Mapping[Key, tuple[Any, ...]]) -> list[tuple[Any, ...]]:
+        """One summary row per partition (``writer.SUMMARY_FIELDS``) of what was copied since ``mark``."""
+        rows = []
+        for key, part in list(self.copied.items()):
+            records, size, syncs, counts, latency, start = mark.get(
+                key, (0, 0, 0, np.zeros_like(part.counts), 0.0, -1 if part.start is None else part.start))
+            copied = part.records - records
+            first = part.first_since_mark if copied and part.first_since_mark >= 0 else None
+            rows.append((part.topic, part.partition, part.remote, copied, part.bytes - size, first,
+                         part.last if copied else None, part.next_offset(), part.syncs - syncs,
+                         [int(c) for c in part.counts - counts], part.latency_sum - latency, part.lag, start))
+        return rows
+
+    # -- the thread ----------------------------------------------------------------------------------
+
+    def run(self) -> None:
+        setup_logging()  # its lines go to the worker's stderr
+        self.door.open()
+        try:
+            self._claim()
+            if not self.reason:
+                self._copy(self._starting_ranges())
+        except BaseException as exc:  # noqa: BLE001 - the task that supervises it raises it
+            self.error, self.reason = exc, "error"
+            log.warning("flow=%s copier=%s partitions=%d failed: %s", self.settings.flow, self.id, len(self.keys), exc)
+        finally:
+            self.door.close()
+            with _registry_lock:
+                _copiers.pop(self.id, None)
+            if not self._released and self._since >= 0 and self.producer.flush(STOP_FLUSH_SECONDS) == 0:
+                self._release()  # nothing of its own is left to arrive: the next copier need not wait
+            self.watch.close()
+            self.ended.set()
+
+    def _claim(self) -> None:
+        """Write the claim, then wait until every older holder of one of its partitions released it or
+        can write no more."""
+        self._since = self._send_hold(time.time(), wait=True)
+        known = {hold.copier: hold for hold in self.task.holds if hold.flow == self.settings.flow}
+        logged = False
+        while True:
+            now = time.time()
+            self.watch.poll()
+            self.reason = self._stop_reason(now, claiming=True)
+            if self.reason:
+                self.door.close()
+                return
+            if now >= self._next_hold:
+                self._send_hold(now)
+            holders = {**known, **self.watch.holds}
+            self._contended = self._contended or any(
+                hold.partitions & self.keys for copier, hold in holders.items() if copier != self.id)
+            waiting = [hold for copier, hold in holders.items()
+                       if copier != self.id and copier not in self.watch.released and hold.partitions & self.keys
+                       and hold.since < self._since and now <= hold.fence_at and not process_gone(hold.process)]
+            if not waiting and self.watch.read_past(0, self._since):
+                self._extend_lease()
+                return
+            if waiting and not logged:
+                logged = True
+                log.info("flow=%s copier=%s waits for copier=%s to release partitions=%s (or until %.1f s from now)",
+                         self.settings.flow, self.id, waiting[0].copier, _named(waiting[0].partitions & self.keys),
+                         max(hold.fence_at for hold in waiting) - now)
+            self.producer.poll(WAIT_SECONDS)
+
+    def _starting_ranges(self) -> list[CopyRange]:
+        """The task's ranges, each from where the progress on the target now says (a released
+        holder's final progress included). With no other copier of its partitions known since the
+        epoch was planned, where the planner read the progress then."""
+        if not self._contended:
+            return list(self.task.ranges)
+        assert self.plan.progress is not None
+        settings, topic = self.plan.progress
+        progress = progress_since(dict(settings), SyncsLocation(self.settings.target_alias, topic),
+                                  self.settings.source_alias, dict(self.task.progress_from), sorted(self.keys))
+        return resumed_ranges(self.task, progress, self.settings.flow)
+
+    def _copy(self, ranges: list[CopyRange]) -> None:
+        settings = self.settings
+        errors: list[tuple[str, int, Any]] = []
+        kind = RepartitionedPartition if settings.repartition else CopiedPartition
+        self.copied = {(r.topic, r.partition): kind(r, settings.remote_topic(r.topic), errors) for r in ranges}
+        syncs_producer = Producer({**syncs_producer_settings(settings.syncs_producer),
+                                   "logger": logging.getLogger("strait.librdkafka")})
+        syncs = SyncWriter(settings, syncs_producer)
+        with self._lock:
+            self._progress = ProgressWriter(settings, self.producer, self._run)
+        consumer = Consumer(consumer_settings(settings))
+        limits = EpochLimits(seconds=math.inf, max_records=sys.maxsize,
+                             records_per_second=self.task.limits.records_per_second)
+        loop = CopyLoop(consumer, self.producer, syncs, self.copied, settings, limits, errors, self._progress)
+        loop.stop = self._check
+        loop.write_until = self._valid_until
+        self._loop = loop
+        try:
+            loop.copy()
+            self.reason = self.reason or "done"  # every partition's topic was deleted
+            if self.reason == "lapsed" or time.time() > self._valid_until:
+                return  # it may no longer write: another copier may be copying
+            flush = settings.flush_timeout if self.reason == "linger" else STOP_FLUSH_SECONDS
+            finish_copy(self.copied, self.producer, syncs, self._progress, errors, flush)
+        finally:
+            consumer.close()
+            syncs_producer.flush(1.0)
+
+    def _check(self) -> bool:
+        """Called by the copy loop about every 0.1 s: renew the hold, read the control records; True
+        when the copy should stop. While the lease has lapsed (the target does not acknowledge the
+        holds) it does not return: the copy waits."""
+        while True:
+            now = time.time()
+            if now >= self._next_hold:
+                self._send_hold(now)
+                self.door.open()  # when an older copier of its partitions in this host held the name
+            self.watch.poll()
+            self.reason = self._stop_reason(now)
+            if self.reason:  # judged before the lease is extended: a newer claim read with the hold wins
+                self.door.close()
+                return True
+            self._extend_lease()
+            if now <= self._valid_until:
+                return False
+            self.producer.poll(WAIT_SECONDS)
+
+    def _stop_reason(self, now: float, claiming: bool = False) -> str:
+        """Why it should stop now ("" if it should not)."""
+        if self._hold_errors:
+            raise HandOffError(f"flow {self.settings.flow}: writing the copier's hold to topic "
+                               f"{self.settings.progress_topic} on cluster {self.settings.target_alias} failed: "
+                               f"{self._hold_errors[0].str()}")
+        if self.plan.query in self.watch.stops:
+            return "stop"
+        newer = [hold for copier, hold in self.watch.holds.items()
+                 if copier != self.id and hold.since > self._since and hold.partitions & self.keys]
+        if newer:
+            log.info("flow=%s copier=%s hands partitions=%s over to copier=%s", self.settings.flow, self.id,
+                     _named(newer[0].partitions & self.keys), newer[0].copier)
+            return "yield"
+        with self._lock:
+            if not claiming and now > self._wanted_until:
+                self.reason = "linger"  # renew() sees it under the lock
+                log.info("flow=%s copier=%s no task renewed it: stops", self.settings.flow, self.id)
+                return "linger"
+        return ""
+
+    def _extend_lease(self) -> None:
+        """The lease runs LEASE_SECONDS from the sending of the newest hold acknowledged and read
+        back: a newer claim written before that hold has been seen by then."""
+        while self._holds_acked and self.watch.read_to.get(0, 0) > self._holds_acked[0][1]:
+            sent_at, _offset = self._holds_acked.pop(0)
+            self._valid_until = max(self._valid_until, sent_at + LEASE_SECONDS)
+        if self._loop is not None:
+            self._loop.write_until = self._valid_until
+
+    def _send_hold(self, now: float, wait: bool = False) -> int:
+        """Write its hold; with ``wait``, its offset once acknowledged (else -1)."""
+        self._next_hold = now + HOLD_SECONDS
+        hold = Hold(self.settings.flow, self.id, self.keys, self.plan.query, self._since,
+                    now + LEASE_SECONDS + self._message_timeout, self._process)
+        key, value = hold_record(hold)
+        acked: list[int] = []
+
+        def delivered(err: KafkaError | None, msg: Any) -> None:
+            if err is not None:
+                self._hold_errors.append(err)
+            else:
+                acked.append(msg.offset())
+                self._holds_acked.append((now, msg.offset()))
+        self.producer.produce(self.settings.progress_topic, key=key, value=value, partition=0, on_delivery=delivered)
+        if not wait:
+            return -1
+        self.producer.flush(self._message_timeout)
+        if not acked:
+            raise HandOffError(f"flow {self.settings.flow}: the claim on partitions {_named(self.keys)} was not "
+                               f"written to topic {self.settings.progress_topic} on cluster "
+                               f"{self.settings.target_alias}: {self._hold_errors[0].str() if self._hold_errors else 'timed out'}")
+        return acked[0]
+
+    def _release(self) -> None:
+        self._released = True
+        key, value = release_record(self.settings.flow, self.id)
+        self.producer.produce(self.settings.progress_topic, key=key, value=value, partition=0)
+        if self.producer.flush(RELEASE_SECONDS):
+            log.warning("flow=%s copier=%s release not written: the next copier waits for its lease to end",
+                        self.settings.flow, self.id)
+
+
+_copiers: dict[str, Copier] = {}  # this worker's running copiers
+_registry_lock = threading.Lock()
+
+
+def copy_task(plan: SourcePlan, task: CopyTask) -> list[tuple[Any, ...]]:
+    """An epoch's task: renew the copier of its partitions (in this Python worker, else in another
+    of this host) or start one; watch it until the epoch ends (or its record cap, or a stop); one
+    summary row per partition of what it copied meanwhile."""
+    install_lazy_zip_invalidation()  # a Python worker's: the driver copies nothing
+    setup_logging()
+    copier = _renewed(plan, task)
+    if copier is None:
+        rows = _renewed_next_door(plan, task)
+        if rows is not None:
+            return rows
+        copier = _started(plan, task)
+    return _watched(copier, task.limits)
+
+
+def _watched(copier: Copier, limits: EpochLimits, beat: Callable[[], None] | None = None) -> list[tuple[Any, ...]]:
+    """Watch a renewed or new copier until the epoch ends, its record cap or its end (``beat`` is
+    called about every DOOR_BEAT_SECONDS meanwhile); the epoch's rows, or the copier's error."""
+    mark = copier.mark()  # {} while a new copier claims: its rows then count from its start
+    now = time.monotonic()
+    deadline, next_beat = now + limits.task_seconds(), now + DOOR_BEAT_SECONDS
+    while not copier.ended.wait(WAIT_SECONDS):
+        now = time.monotonic()
+        if now >= deadline or copier.records_since(mark) >= limits.max_records:
+            break
+        if beat is not None and now >= next_beat:
+            beat()
+            next_beat = now + DOOR_BEAT_SECONDS
+    if copier.error is not None:
+        raise copier.error
+    return copier.rows_since(mark)
+
+
+def _renewed(plan: SourcePlan, task: CopyTask) -> Copier | None:
+    keys = frozenset((r.topic, r.partition) for r in task.ranges)
+    with _registry_lock:
+        found = [c for c in _copiers.values()
+                 if c.settings.flow == plan.writer.flow and c.plan.query == plan.query and c.keys == keys]
+    return next((copier for copier in found if copier.renew(task.epoch, task.limits)), None)
+
+
+def _started(plan: SourcePlan, task: CopyTask) -> Copier:
+    copier = Copier(plan, task)
+    with _registry_lock:
+        _copiers[copier.id] = copier
+    copier.start()
+    return copier
+
+
+def stop_copiers(timeout: float = 10.0) -> None:
+    """Ask this process's copiers to stop as if no task renewed them, and wait for them (tests)."""
+    with _registry_lock:
+        running = list(_copiers.values())
+    for copier in running:
+        copier.retire()
+    for copier in running:
+        copier.ended.wait(timeout)
+
+
+def _wanted_until(limits: EpochLimits) -> float:
+    return time.time() + limits.task_seconds() + LINGER_SECONDS
+
+
+def _named(keys: frozenset[Key]) -> str:
+    return ",".join(f"{topic}[{partition}]" for topic, partition in sorted(keys))
+
+
+def resumed_ranges(task: CopyTask, progress: Offsets, flow: str) -> list[CopyRange]:
+    """The task's ranges, each starting where the progress written since its epoch was planned says
+    the copies got to, when that is further."""
+    starts = {(r.topic, r.partition): r.start for r in task.ranges if r.start is not None}
+    points = {key: max(start, progress.get(key, start)) for key, start in starts.items()}
+    for (topic, partition), offset in sorted(points.items()):
+        if offset != starts[(topic, partition)]:
+            log.info("flow=%s epoch=%d topic=%s partition=%d resumes at offset %d: the progress on the target "
+                     "(planned at %d)", flow, task.epoch, topic, partition, offset, starts[(topic, partition)])
+    return [CopyRange(r.topic, r.partition, points.get((r.topic, r.partition), r.start)) for r in task.ranges]
+
+
+# -- the door: renewal by a task in another Python worker of the same host -------------------------
+#
+# Spark hands a task to whichever of the executor's idle Python workers comes first, so an epoch's
+# task often lands beside, not in, the worker whose copier holds its partitions. Through the door it
+# renews that copier and receives its rows, and the copy goes on: no hand-off within a host. The door
+# is an abstract Unix socket (no file; private to the host's network namespace, so a task on
+# another host never finds it) named after the flow, the query and the partitions; only processes
+# of the copier's user are answered.
+
+
+def _door_name(flow: str, query: str, keys: frozenset[Key]) -> bytes:
+    digest = hashlib.sha256(json.dumps([flow, query, sorted(keys)]).encode()).hexdigest()[:40]
+    return b"\0strait-copier-" + digest.encode()
+
+
+class _Door:
+    """A copier's door (see above): listening while the copier may be renewed."""
+
+    def __init__(self, copier: Copier) -> None:
+        self.copier = copier
+        self.name = _door_name(copier.settings.flow, copier.plan.query, copier.keys)
+        self._socket: socket.socket | None = None
+        self._closed = False
+        self._lock = threading.Lock()
+
+    def open(self) -> None:
+        """Listen, unless it is closed or an older copier of the same partitions here still listens
+        (it is tried again at the next hold)."""
+        with self._lock:
+            if self._socket is not None or self._closed:
+                return
+            listening = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+            try:
+                listening.bind(self.name)
+                listening.listen(8)
+            except OSError:
+                listening.close()
+                return
+            listening.settimeout(0.5)
+            self._socket = listening
+        threading.Thread(target=self._accept, args=(listening,), name=f"{self.copier.name}-door", daemon=True).start()
+
+    def close(self) -> None:
+        """Stop listening for good (the copier is stopping: the next copier may take the name)."""
+        with self._lock:
+            self._closed = True
+            listening, self._socket = self._socket, None
+        if listening is not None:
+            listening.close()
+
+    def _accept(self, listening: socket.socket) -> None:
+        while not self._closed:
+            try:
+                conn, _address = listening.accept()
+            except TimeoutError:
+                continue
+            except OSError:
+                return  # closed
+            threading.Thread(target=self._serve, args=(conn,), name=f"{self.copier.name}-renewal",
+                             daemon=True).start()
+
+    def _serve(self, conn: socket.socket) -> None:
+        """One task's renewal: acknowledge, beat while the epoch runs, then send its rows."""
+        with conn:
+            try:
+                if not _same_user(conn):
+                    return
+                conn.settimeout(DOOR_ANSWER_SECONDS)
+                request = _LineReader(conn).next()
+                limits = EpochLimits(**request["limits"])
+                renewed = self.copier.renew(int(request["epoch"]), limits)
+                _send(conn, {"renewed": renewed})
+                if not renewed:
+                    return
+                try:
+                    rows = _watched(self.copier, limits, beat=lambda: _send(conn, {"alive": True}))
+                except Exception as exc:  # noqa: BLE001 - the renewing task fails with it
+                    _send(conn, {"error": f"{type(exc).__name__}: {exc}"})
+                    return
+                _send(conn, {"rows": rows})
+            except (OSError, ValueError, KeyError, TypeError) as exc:
+                log.info("flow=%s copier=%s renewal from next door ended: %s", self.copier.settings.flow,
+                         self.copier.id, exc)
+
+
+def _renewed_next_door(plan: SourcePlan, task: CopyTask) -> list[tuple[Any, ...]] | None:
+    """The epoch's rows of the copier of the task's partitions in another Python worker of this host,
+    renewed for the epoch; None when there is none, it does not answer or goes silent (the task then
+    copies itself: its copier's claim fences the silent one)."""
+    if not RENEW_NEXT_DOOR:
+        return None
+    keys = frozenset((r.topic, r.partition) for r in task.ranges)
+    flow = plan.writer.flow
+    with socket.socket(socket.AF_UNIX, socket.SOCK_STREAM) as conn:
+        conn.settimeout(DOOR_ANSWER_SECONDS)
+        lines = _LineReader(conn)
+        try:
+            conn.connect(_door_name(flow, plan.query, keys))
+            _send(conn, {"epoch": task.epoch, "limits": dataclasses.asdict(task.limits)})
+            if not lines.next().get("renewed"):
+                return None
+        except (OSError, ValueError):
+            return None  # no copier of these partitions here, or it is stopping or frozen
+        log.info("flow=%s epoch=%d partitions=%s renewed the copier in another Python worker of this host", flow,
+                 task.epoch, _named(keys))
+        conn.settimeout(DOOR_SILENCE_SECONDS)
+        try:
+            while True:
+                answer = lines.next()
+                if "error" in answer:
+                    raise NextDoorCopierError(f"flow {flow}: the copier of partitions {_named(keys)} failed: "
+                                              f"{answer['error']}")
+                if "rows" in answer:
+                    return [tuple(row) for row in answer["rows"]]
+        except (OSError, ValueError) as exc:
+            log.warning("flow=%s epoch=%d partitions=%s the copier next door went silent (%s): this task copies",
+                        flow, task.epoch, _named(keys), exc)
+            return None
+
+
+def _same_user(conn: socket.socket) -> bool:
+    credentials = conn.getsockopt(socket.SOL_SOCKET, socket.SO_PEERCRED, struct.calcsize("3i"))
+    _pid, uid, _gid = struct.unpack("3i", credentials)
+    return bool(uid == os.getuid())
+
+
+def _send(conn: socket.socket, message: Mapping[str, Any]) -> None:
+    conn.sendall(json.dumps(message, default=_plain).encode() + b"\n")
+
+
+def _plain(value: Any) -> Any:
+    """numpy's scalars as Python's."""
+    return value.item()
+
+
+class _LineReader:
+    """JSON messages, one a line, from a socket (its timeout applies to each read)."""
+
+    def __init__(self, conn: socket.socket) -> None:
+        self._conn, self._buffer = conn, b""
+
+    def next(self) -> dict[str, Any]:
+        while b"\n" not in self._buffer:
+            chunk = self._conn.recv(65536)
+            if not chunk:
+                raise ConnectionError("closed")
+            self._buffer += chunk
+        line, self._buffer = self._buffer.split(b"\n", 1)
+        message = json.loads(line)
+        if not isinstance(message, dict):
+            raise ValueError(f"not a message: {line[:80]!r}")
+        return message
