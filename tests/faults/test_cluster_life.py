@@ -204,7 +204,7 @@ class CheckpointWatch(TopicTail):
 def test_long_single_broker_outage(rig: Rig, mode: Mode, replicas: Callable[..., list[StraitProcess]]) -> None:
     """One source broker SIGKILLed for minutes under load with a group committing: copy and checkpoints go on.
 
-    The short form keeps the broker down 40 s. It once fell 7.5 s behind: every epoch's listing of
+    The short form keeps the broker down 30 s. It once fell 7.5 s behind: every epoch's listing of
     the source's ends waited 10 s for the dead leader; now only that leader's partitions wait.
     """
     replicas("checkpoint")
