@@ -200,7 +200,8 @@ class FlowRunner:
 
     def _plan_unless_stopped(self, config: StraitConfig, flow: FlowConfig,
                              stop: Callable[[], bool] | None) -> FlowPlan | None:
-        """:meth:`make_plan`, in a thread of its own when ``stop`` is given; None once ``stop`` is set.
+        """:meth:`make_plan`, in a thread of its own when ``stop`` is given; None once ``stop()`` is
+        true (a stop request, or a new configuration to plan from instead).
 
         Discovery against a cluster that does not answer waits out admin timeouts of up to 30 s
         each; the control loop must still see a stop request at once. A plan given up on is left to

@@ -21,6 +21,7 @@ from __future__ import annotations
 
 import itertools
 import logging
+import time
 from collections.abc import Iterator
 from typing import Any
 
@@ -124,10 +125,14 @@ class ClusterSources:
         return reader
 
     def holds(self) -> tuple[Hold, ...]:
-        """The holds of the flow's copiers not released, as this process read them."""
+        """The holds of the flow's copiers not released nor past their fence, as this process read
+        them (a copier that crashed leaves its hold: a new copier need not wait for it, nor read the
+        progress again on its account)."""
         if self.plan.progress is None:
             return ()
-        return tuple(hold for hold in _holds_read.values() if hold.flow == self.plan.writer.flow)
+        now = time.time()
+        return tuple(hold for hold in _holds_read.values()
+                     if hold.flow == self.plan.writer.flow and hold.fence_at > now)
 
     def progress(self) -> Offsets:
         """Each planned partition's progress on the target; none when it cannot be read now (the copy
