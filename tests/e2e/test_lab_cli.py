@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import random
@@ -31,6 +32,23 @@ def _free_base_port() -> int:
         if all(port_is_free(base + offset) for offset in LAB_PORT_OFFSETS):
             return base
     raise RuntimeError("no free block of lab ports")
+
+
+@contextlib.contextmanager
+def _listening_on_a_lab_port(offset: int) -> Iterator[int]:
+    """A base port whose lab port ``base + offset`` this test listens on (another worker may take a
+    free-looking port between the look and the bind: then another block is tried)."""
+    for _ in range(20):
+        base = _free_base_port()
+        with socket.socket() as blocker:
+            try:
+                blocker.bind(("127.0.0.1", base + offset))
+            except OSError:
+                continue
+            blocker.listen()
+            yield base
+            return
+    raise RuntimeError("no lab port could be bound")
 
 
 @pytest.fixture
@@ -104,12 +122,11 @@ def test_ctrl_c_on_a_foreground_lab_leaves_nothing(lab_env: dict[str, str]) -> N
 
 
 def test_taken_port_gives_one_clear_line(lab_env: dict[str, str]) -> None:
-    taken = int(lab_env["STRAIT_LAB_BASE_PORT"]) + 90
-    with socket.socket() as blocker:
-        blocker.bind(("127.0.0.1", taken))
-        blocker.listen()
-        result = subprocess.run([STRAIT, "lab", "up", "--detach"], env=lab_env, capture_output=True,
-                                text=True, timeout=240)
+    with _listening_on_a_lab_port(90) as base:
+        taken = base + 90
+        env = {**lab_env, "STRAIT_LAB_BASE_PORT": str(base)}
+        result = subprocess.run([STRAIT, "lab", "up", "--detach"], env=env, capture_output=True, text=True,
+                                timeout=240)
     assert result.returncode == 1
     lines = result.stderr.strip().splitlines()
     assert lines == [f"strait: error: port {taken} for Prometheus is already in use by another process: "
