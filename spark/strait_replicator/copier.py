@@ -86,7 +86,7 @@ class Copier(threading.Thread):
         if plan.progress is None:
             raise HandOffError(f"flow {plan.writer.flow}: a copier needs the flow's progress topic")
         self.plan, self.task, self.settings = plan, task, plan.writer
-        self.keys = frozenset((r.topic, r.partition) for r in task.ranges)
+        self.keys = _partitions_of(task)
         self.error: BaseException | None = None
         self.ended = threading.Event()
         self.copied: dict[Key, CopiedPartition] = {}
@@ -367,7 +367,7 @@ def _watched(copier: Copier, limits: EpochLimits, beat: Callable[[], None] | Non
 
 
 def _renewed(plan: SourcePlan, task: CopyTask) -> Copier | None:
-    keys = frozenset((r.topic, r.partition) for r in task.ranges)
+    keys = _partitions_of(task)
     with _registry_lock:
         found = [c for c in _copiers.values()
                  if c.settings.flow == plan.writer.flow and c.plan.query == plan.query and c.keys == keys]
@@ -390,6 +390,11 @@ def stop_copiers(timeout: float = 10.0) -> None:
         copier.retire()
     for copier in running:
         copier.ended.wait(timeout)
+
+
+def _partitions_of(task: CopyTask) -> frozenset[Key]:
+    """The (topic, partition) keys a task copies: what names its copier, here and through its door."""
+    return frozenset((r.topic, r.partition) for r in task.ranges)
 
 
 def _wanted_until(limits: EpochLimits) -> float:
@@ -503,7 +508,7 @@ def _renewed_next_door(plan: SourcePlan, task: CopyTask) -> list[tuple[Any, ...]
     copies itself: its copier's claim fences the silent one)."""
     if not RENEW_NEXT_DOOR:
         return None
-    keys = frozenset((r.topic, r.partition) for r in task.ranges)
+    keys = _partitions_of(task)
     flow = plan.writer.flow
     with socket.socket(socket.AF_UNIX, socket.SOCK_STREAM) as conn:
         conn.settimeout(DOOR_ANSWER_SECONDS)
