@@ -6,7 +6,9 @@ next. Replication must stall no longer than the clusters make a plain producer w
 writing to the target through the same restarts) plus 3 s. In the long outage one source broker
 stays SIGKILLed for minutes while a consumer group commits on the source: the copy must never fall
 more than 5 s behind what a plain consumer of the source can read, and the group's checkpoints on
-the target must keep coming (never 30 s without a new one).
+the target must keep coming: the longest time without a new checkpoint may exceed the group's own
+longest time without a commit by 15 s at most. (The group's own pauses are Kafka's: its commits wait
+while the dead broker is still in the ISR of its offsets partition, 8-37 s in these runs.)
 """
 
 from __future__ import annotations
@@ -37,7 +39,7 @@ pytestmark = [pytest.mark.faults, pytest.mark.slow]
 
 STALL_MARGIN_SECONDS = 3.0
 MOST_BEHIND_SECONDS = 5.0
-CHECKPOINT_GAP_SECONDS = 30.0
+CHECKPOINT_DELAY_SECONDS = 15.0  # what the checkpoint service may add to the group's own pause
 
 
 def _restart_brokers(drill: Drill, cluster: KafkaCluster, mode: Mode, nodes: list[int]) -> None:
@@ -203,10 +205,8 @@ class CheckpointWatch(TopicTail):
 
 def _leader_not_coordinating(cluster: KafkaCluster, topic: str, group: str) -> int:
     """The broker id leading the first of the topic's partitions whose leader is not the group's
-    coordinator. With the coordinator gone the group itself commits nothing for a while, and the
-    checkpoint service (its lease renewals held up by requests to the dead broker) took about 40 s
-    to checkpoint again: a weakness of that service, not this drill's subject (see the closing note
-    of 2026-11-27)."""
+    coordinator: the copy of that partition must fail over, while the group keeps its coordinator
+    (killing it would only lengthen the group's own pause, which the drill subtracts anyway)."""
     admin = cluster.admin()
     coordinator = admin.describe_consumer_groups([group])[group].result(timeout=30).coordinator.id
     partitions = admin.list_topics(topic, timeout=30).topics[topic].partitions
@@ -246,9 +246,12 @@ def test_long_single_broker_outage(rig: Rig, mode: Mode, replicas: Callable[...,
               f"between commits {commit_gap:.1f}s)")
         assert _query_failures(rig) == failures, "the streaming query failed during the outage"
         rig.source.restart_node(victim, timeout=180)
-        drill.finish(note=f"behind at most {behind:.1f}s; checkpoint gap {gap:.1f}s")
+        drill.finish(note=f"behind at most {behind:.1f}s; checkpoint gap {gap:.1f}s, the group's own commit gap "
+                          f"{commit_gap:.1f}s")
         assert behind <= MOST_BEHIND_SECONDS, f"the copy fell {behind:.1f}s behind during the outage"
-        assert gap <= CHECKPOINT_GAP_SECONDS, f"no new checkpoint of {group.group} for {gap:.1f}s"
+        assert gap <= commit_gap + CHECKPOINT_DELAY_SECONDS, (
+            f"no new checkpoint of {group.group} for {gap:.1f}s: {gap - commit_gap:.1f}s longer than the group "
+            f"itself went without committing ({commit_gap:.1f}s)")
     finally:
         watch.stop()
         readable.stop()
