@@ -88,7 +88,7 @@ class Mode:
         if os.environ.get("STRAIT_FAULTS", "").lower() == "full":
             return cls("full", rate=2000, warmup_seconds=10, between_seconds=15, injections=3)
         return cls("short", rate=500, warmup_seconds=2, between_seconds=2, injections=1, restart_down_seconds=3,
-                   restart_gap_seconds=3, outage_seconds=15, long_outage_seconds=30,
+                   restart_gap_seconds=1, outage_seconds=15, long_outage_seconds=30,
                    restart_every_target_broker=False, epoch_seconds=5.0)
 
 
