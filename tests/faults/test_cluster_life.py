@@ -7,8 +7,8 @@ writing to the target through the same restarts) plus 3 s. In the long outage on
 stays SIGKILLed for minutes while a consumer group commits on the source: the copy must never fall
 more than 5 s behind what a plain consumer of the source can read, and the group's checkpoints on
 the target must keep coming: the longest time without a new checkpoint may exceed the group's own
-longest time without a commit by 15 s at most. (The group's own pauses are Kafka's: its commits wait
-while the dead broker is still in the ISR of its offsets partition, 8-37 s in these runs.)
+longest time without a commit by 15 s at most. (The group's own pauses, 8-37 s in these runs with
+its coordinator alive, are Kafka's and the machine's, not strait's.)
 """
 
 from __future__ import annotations
