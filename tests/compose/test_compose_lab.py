@@ -129,7 +129,7 @@ def test_the_replicator_moves_onto_the_spark_cluster_profile_and_copies_through_
         busy = len(alive) == 2 and all(w["coresused"] == 1 for w in alive)
         return state if busy and len(state["activeapps"]) == 1 else None
     state = wait_for(executors_on_both_workers, 240, "the replicator's executors on both Spark workers",
-                     interval=5)
+                     interval=2)
     app = state["activeapps"][0]
     print(f"Spark application {app['name']} ({app['id']}) on {app['cores']} cores: "
           + ", ".join(f"{w['host']} {w['coresused']}/{w['cores']} cores" for w in state["workers"]))
@@ -141,13 +141,13 @@ def test_the_replicator_moves_onto_the_spark_cluster_profile_and_copies_through_
             if applications else None
         working = [e for e in executors or [] if e["id"] != "driver" and e["activeTasks"] + e["completedTasks"] > 0]
         return working if len({e["hostPort"].rsplit(":", 1)[0] for e in working}) == 2 else None
-    working = wait_for(tasks_on_both, 240, "copy tasks run by the executors of both workers", interval=5)
+    working = wait_for(tasks_on_both, 240, "copy tasks run by the executors of both workers", interval=2)
     print("tasks per executor (active, completed): "
           + ", ".join(f"{e['hostPort']} {e['activeTasks']}, {e['completedTasks']}" for e in working))
 
     copied = _replicated_total(compose_lab)
     wait_for(lambda: _replicated_total(compose_lab) > copied + 500, 180,
-             "records copied by the tasks on the workers", interval=5)
+             "records copied by the tasks on the workers", interval=2)
     report = _stop_load_and_verify(compose_lab, "strait verify of A.orders after the move onto the cluster")
     print(f"copied twice across the move: {sum(p['duplicates'] for p in report['partitions'])}")
 
@@ -174,7 +174,7 @@ def _stop_load_and_verify(lab: ComposeLab, what: str) -> dict[str, Any]:
     def verified() -> dict[str, Any] | None:
         done = lab.exec("configsync", "strait", "verify", "--flow", FLOW, "--topic", "orders", "--json", timeout=300)
         return json.loads(done.stdout) if done.returncode == 0 else None
-    report = wait_for(verified, 240, what, interval=10)
+    report = wait_for(verified, 240, what, interval=3)
     print(json.dumps(report)[:1000])
     return report
 
