@@ -36,12 +36,9 @@ from strait_lab.services import StraitProcess
 from strait.records import Checkpoint, Heartbeat, OffsetSync, RecordFormatError
 from tests.support.config import write_config
 from tests.support.kafka import commit_offsets
-from tests.support.machine import MachineShare
 from tests.support.waiting import wait_for
 
-# Starting the replicas and waiting for their first work runs beside other tests; from the first
-# timed check on (one emitter at a time, take-overs within a lease TTL) each test runs alone.
-pytestmark = [pytest.mark.slow]
+pytestmark = [pytest.mark.slow, pytest.mark.usefixtures("alone_in_module")]  # take-overs within a lease TTL
 
 LEASE_TTL = 4.0
 ALIASES = ("A1", "A2", "A3")
@@ -124,7 +121,6 @@ def _take_over_time(client: redis.Redis, service: str, replicas: list[StraitProc
 def test_three_replicas_spread_flows_fence_heartbeats_and_take_over(
     source_cluster: KafkaCluster, target_cluster: KafkaCluster, redis_url: str,
     services: Callable[..., StraitProcess], unique_name: Callable[[str], str], tmp_path: Path,
-    machine: MachineShare,
 ) -> None:
     prefix = unique_name("rep")
     for alias in ALIASES:
@@ -145,59 +141,53 @@ def test_three_replicas_spread_flows_fence_heartbeats_and_take_over(
         wait_for(lambda a=alias: _checkpoints(target_cluster, prefix, a) == {0: (4, 4), 1: (7, 7)}, 60,
                  f"checkpoints of flow {alias}->B")
     wait_for(lambda: all(_emitted(beaters[beating[f]], f) >= 3 for f in FLOWS), 30, "heartbeats of every flow")
-    with machine.alone():  # one emitter at a time, take-overs within a lease TTL
-        # Read again: a lease may have moved while the machine was shared.
-        spread = wait_for(lambda: _one_each(client, "checkpoint", checkpointers), 30,
-                          "one checkpoint flow per replica", interval=0.5)
-        beating = wait_for(lambda: _one_each(client, "heartbeat", beaters), 30, "one heartbeat flow per replica",
-                           interval=0.5)
-        # One emitter per flow at a time (the first replica held every flow until the others joined).
-        counts = {flow: [_emitted(b, flow) for b in beaters] for flow in FLOWS}
-        time.sleep(4)
-        for flow in FLOWS:
-            grew = [i for i, b in enumerate(beaters) if _emitted(b, flow) > counts[flow][i]]
-            assert grew == [beating[flow]], f"{flow}: replicas {grew} emitted, holder is {beating[flow]}"
+    # One emitter per flow at a time (the first replica held every flow until the others joined).
+    counts = {flow: [_emitted(b, flow) for b in beaters] for flow in FLOWS}
+    time.sleep(4)
+    for flow in FLOWS:
+        grew = [i for i, b in enumerate(beaters) if _emitted(b, flow) > counts[flow][i]]
+        assert grew == [beating[flow]], f"{flow}: replicas {grew} emitted, holder is {beating[flow]}"
 
-        # SIGKILL the replicas holding A2->B: both services hand the flow over within one lease TTL.
-        moved = "A2->B"
-        new_checkpointer, checkpoint_took = _take_over_time(client, "checkpoint", checkpointers, moved, spread[moved])
-        new_beater, heartbeat_took = _take_over_time(client, "heartbeat", beaters, moved, beating[moved])
-        print(f"hand-over after SIGKILL: checkpoint {checkpoint_took:.1f}s, heartbeat {heartbeat_took:.1f}s "
-              f"(lease TTL {LEASE_TTL:.0f}s)")
-        assert checkpoint_took <= LEASE_TTL + 1.5 and heartbeat_took <= LEASE_TTL + 1.5
-        # the group moves on (and back on partition 1)
-        commit_offsets(source_cluster, f"{prefix}-A2-g", [TopicPartition(f"{prefix}-A2-t", p, o)
-                                                          for p, o in enumerate((9, 2))])
-        wait_for(lambda: _checkpoints(target_cluster, prefix, "A2") == {0: (9, 9), 1: (2, 2)}, 30,
-                 "checkpoints of the moved flow from its new holder")
-        before = _emitted(beaters[new_beater], moved)
-        wait_for(lambda: _emitted(beaters[new_beater], moved) >= before + 3, 20, "heartbeats of the moved flow")
-        for service, replicas in (("checkpoint", checkpointers), ("heartbeat", beaters)):  # 3 flows over 2 replicas
-            wait_for(lambda s=service, r=replicas: sorted(Counter(_holders(client, s, r).values()).values()) == [1, 2]
-                     and None not in _holders(client, s, r).values(), 2 * LEASE_TTL,
-                     f"every {service} flow held by one of the two survivors", interval=0.5)
+    # SIGKILL the replicas holding A2->B: both services hand the flow over within one lease TTL.
+    moved = "A2->B"
+    new_checkpointer, checkpoint_took = _take_over_time(client, "checkpoint", checkpointers, moved, spread[moved])
+    new_beater, heartbeat_took = _take_over_time(client, "heartbeat", beaters, moved, beating[moved])
+    print(f"hand-over after SIGKILL: checkpoint {checkpoint_took:.1f}s, heartbeat {heartbeat_took:.1f}s "
+          f"(lease TTL {LEASE_TTL:.0f}s)")
+    assert checkpoint_took <= LEASE_TTL + 1.5 and heartbeat_took <= LEASE_TTL + 1.5
+    # the group moves on (and back on partition 1)
+    commit_offsets(source_cluster, f"{prefix}-A2-g", [TopicPartition(f"{prefix}-A2-t", p, o)
+                                                      for p, o in enumerate((9, 2))])
+    wait_for(lambda: _checkpoints(target_cluster, prefix, "A2") == {0: (9, 9), 1: (2, 2)}, 30,
+             "checkpoints of the moved flow from its new holder")
+    before = _emitted(beaters[new_beater], moved)
+    wait_for(lambda: _emitted(beaters[new_beater], moved) >= before + 3, 20, "heartbeats of the moved flow")
+    for service, replicas in (("checkpoint", checkpointers), ("heartbeat", beaters)):  # 3 flows over 2 replicas
+        wait_for(lambda s=service, r=replicas: sorted(Counter(_holders(client, s, r).values()).values()) == [1, 2]
+                 and None not in _holders(client, s, r).values(), 2 * LEASE_TTL,
+                 f"every {service} flow held by one of the two survivors", interval=0.5)
 
-        # Freeze the heartbeat holder of A3->B past its lease; once it runs again, only one emitter.
-        frozen_flow = "A3->B"
-        frozen = _holders(client, "heartbeat", beaters)[frozen_flow]
-        assert frozen is not None
-        pid = beaters[frozen].process.pid
-        assert pid is not None
-        os.kill(pid, signal.SIGSTOP)
-        try:
-            wait_for(lambda: _holders(client, "heartbeat", beaters)[frozen_flow] not in (None, frozen), 3 * LEASE_TTL,
-                     "the frozen replica's flow taken over", interval=0.2)
-        finally:
-            os.kill(pid, signal.SIGCONT)
-        resumed = time.time()
-        # Whichever thread runs first after SIGCONT notices: the keeper (renewal refused or local deadline
-        # passed) or the worker (its fenced write or deadline check raises LeaseLostError).
-        noticed = (f"lease lost name=heartbeat:{frozen_flow}", f"service=heartbeat flow={frozen_flow} lease lost")
-        wait_for(lambda: any(line in beaters[frozen].log_text() for line in noticed), 2 * LEASE_TTL,
-                 "the resumed replica noticing its lease is gone", interval=0.5)
-        time.sleep(6)
-        window = [t for t in _heartbeat_times(source_cluster, "A3") if resumed * 1000 <= t <= resumed * 1000 + 6000]
-        assert 3 <= len(window) <= 8, f"{len(window)} heartbeats of {frozen_flow} in 6 s at one per second"
+    # Freeze the heartbeat holder of A3->B past its lease; once it runs again, only one emitter.
+    frozen_flow = "A3->B"
+    frozen = _holders(client, "heartbeat", beaters)[frozen_flow]
+    assert frozen is not None
+    pid = beaters[frozen].process.pid
+    assert pid is not None
+    os.kill(pid, signal.SIGSTOP)
+    try:
+        wait_for(lambda: _holders(client, "heartbeat", beaters)[frozen_flow] not in (None, frozen), 3 * LEASE_TTL,
+                 "the frozen replica's flow taken over", interval=0.2)
+    finally:
+        os.kill(pid, signal.SIGCONT)
+    resumed = time.time()
+    # Whichever thread runs first after SIGCONT notices: the keeper (renewal refused or local deadline
+    # passed) or the worker (its fenced write or deadline check raises LeaseLostError).
+    noticed = (f"lease lost name=heartbeat:{frozen_flow}", f"service=heartbeat flow={frozen_flow} lease lost")
+    wait_for(lambda: any(line in beaters[frozen].log_text() for line in noticed), 2 * LEASE_TTL,
+             "the resumed replica noticing its lease is gone", interval=0.5)
+    time.sleep(6)
+    window = [t for t in _heartbeat_times(source_cluster, "A3") if resumed * 1000 <= t <= resumed * 1000 + 6000]
+    assert 3 <= len(window) <= 8, f"{len(window)} heartbeats of {frozen_flow} in 6 s at one per second"
 
 
 SHARDS = 6
@@ -248,7 +238,6 @@ def _tracked(replica: StraitProcess, flow: str) -> float | None:
 def test_groups_of_one_flow_spread_over_replicas_by_shard_and_move_when_one_dies(
     source_cluster: KafkaCluster, target_cluster: KafkaCluster, redis_url: str,
     services: Callable[..., StraitProcess], unique_name: Callable[[str], str], tmp_path: Path,
-    machine: MachineShare,
 ) -> None:
     prefix, flow = unique_name("shard"), "S->B"
     _replicated(source_cluster, target_cluster, prefix, "S")
@@ -279,24 +268,22 @@ def test_groups_of_one_flow_spread_over_replicas_by_shard_and_move_when_one_dies
              f"each replica checkpointing only its shards' groups {mine}")
     assert all(count >= 2 * 2 for count in mine.values()) and sum(mine.values()) == len(groups)
 
-    with machine.alone():  # the take-over within a lease TTL
-        held = wait_for(two_shards_each, 30, "two shards per replica", interval=0.5)  # again: leases may have moved
-        victim = 1
-        replicas[victim].kill()
-        killed = time.monotonic()
-        survivors_hold_all = wait_for(
-            lambda: (h := _shard_holders(client, flow, replicas)) and None not in h.values()
-            and victim not in h.values() and h, 3 * LEASE_TTL, "the killed replica's shards taken over", interval=0.2)
-        took = time.monotonic() - killed
-        print(f"shard hand-over after SIGKILL: {took:.1f}s (lease TTL {LEASE_TTL:.0f}s)")
-        assert took <= LEASE_TTL + 1.5
-        assert sorted(Counter(survivors_hold_all.values()).values()) == [3, 3]
-        for shard, holder in held.items():  # the survivors kept the shards they held
-            if holder != victim:
-                assert survivors_hold_all[shard] == holder, f"{shard.name} moved from survivor {holder}"
-        for group in groups:  # every group moves on, the killed replica's among them
-            commit_offsets(source_cluster, group, [TopicPartition(topic, 0, 9), TopicPartition(topic, 1, 2)])
-        moved_on = {group: {0: (9, 9), 1: (2, 2)} for group in groups}
-        wait_for(lambda: _all_checkpoints(target_cluster, "S", prefix) == moved_on, 60, "checkpoints of every group after the kill")
-        wait_for(lambda: sum(_tracked(replicas[i], flow) or 0 for i in (0, 2)) == len(groups), 20,
-                 "the survivors checkpointing every group")
+    victim = 1
+    replicas[victim].kill()
+    killed = time.monotonic()
+    survivors_hold_all = wait_for(
+        lambda: (h := _shard_holders(client, flow, replicas)) and None not in h.values()
+        and victim not in h.values() and h, 3 * LEASE_TTL, "the killed replica's shards taken over", interval=0.2)
+    took = time.monotonic() - killed
+    print(f"shard hand-over after SIGKILL: {took:.1f}s (lease TTL {LEASE_TTL:.0f}s)")
+    assert took <= LEASE_TTL + 1.5
+    assert sorted(Counter(survivors_hold_all.values()).values()) == [3, 3]
+    for shard, holder in held.items():  # the survivors kept the shards they held
+        if holder != victim:
+            assert survivors_hold_all[shard] == holder, f"{shard.name} moved from survivor {holder}"
+    for group in groups:  # every group moves on, the killed replica's among them
+        commit_offsets(source_cluster, group, [TopicPartition(topic, 0, 9), TopicPartition(topic, 1, 2)])
+    moved_on = {group: {0: (9, 9), 1: (2, 2)} for group in groups}
+    wait_for(lambda: _all_checkpoints(target_cluster, "S", prefix) == moved_on, 60, "checkpoints of every group after the kill")
+    wait_for(lambda: sum(_tracked(replicas[i], flow) or 0 for i in (0, 2)) == len(groups), 20,
+             "the survivors checkpointing every group")

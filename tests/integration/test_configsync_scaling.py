@@ -8,6 +8,7 @@ import time
 from collections.abc import Callable
 from pathlib import Path
 
+import pytest
 import redis
 
 from strait.coord.leases import Leases
@@ -15,8 +16,9 @@ from strait_lab.clients import create_topic
 from strait_lab.kafka import KafkaCluster
 from tests.integration.test_configsync_support import ConfigSyncProcess, partitions, sync_flow
 from tests.support.config import cluster_entry, strait_config, write_config
-from tests.support.machine import MachineShare
 from tests.support.waiting import wait_for
+
+pytestmark = pytest.mark.usefixtures("alone_in_module")  # hand-over within a lease TTL
 
 LEASE_TTL = 4.0
 ALIASES = ("A1", "A2", "A3")
@@ -48,9 +50,8 @@ def _lease_ports(client: redis.Redis) -> dict[str, str | None]:
 
 def test_three_replicas_share_flows_and_take_over_a_killed_one(
     source_cluster: KafkaCluster, target_cluster: KafkaCluster, configsync: Callable[..., ConfigSyncProcess],
-    unique_name: Callable[[str], str], redis_url: str, tmp_path: Path, machine: MachineShare,
+    unique_name: Callable[[str], str], redis_url: str, tmp_path: Path,
 ) -> None:
-    """Starting the replicas runs beside other tests; the hand-over, timed, runs alone."""
     prefix = unique_name("scale")
     clusters = {alias: cluster_entry(source_cluster) for alias in ALIASES} | {"B": cluster_entry(target_cluster)}
     flows = [sync_flow(alias, "B", [f"{prefix}-{alias}-.*"]) for alias in ALIASES]
@@ -72,24 +73,21 @@ def test_three_replicas_share_flows_and_take_over_a_killed_one(
     for alias in ALIASES:
         wait_for(lambda a=alias: partitions(target_cluster, f"{a}.{prefix}-{a}-t0") == 1, 20, f"{alias} synced")
 
-    with machine.alone():  # the hand-over within a lease TTL
-        wait_for(one_each, 30, "one flow per replica", interval=0.5)  # again: leases may have moved
-        held = _holders(replicas)
-        victim_flow = "A2->B"
-        victim = held[victim_flow][0]
-        survivors_before = {flow: held[flow] for flow in FLOWS if flow != victim_flow}
-        replicas[victim].kill()
-        killed = time.monotonic()
-        new_holder = wait_for(lambda: (h := _holders(replicas)[victim_flow]) and h[0] != victim and h, 3 * LEASE_TTL,
-                              "the killed replica's flow taken over", interval=0.2)
-        moved_after = time.monotonic() - killed
-        # one TTL for the lease and the membership to expire, plus one control tick and one scrape
-        assert moved_after <= LEASE_TTL + 1.5, f"hand-over took {moved_after:.1f}s"
-        assert len(new_holder) == 1
-        # A starved replica may drop a renewal for a moment under load; what matters is where flows settle.
-        wait_for(lambda: {flow: _holders(replicas)[flow] for flow in survivors_before} == survivors_before,
-                 2 * LEASE_TTL, "the surviving replicas keeping their flows", interval=0.5)
-        assert _lease_ports(client)[victim_flow] == str(replicas[new_holder[0]].metrics_port)
+    victim_flow = "A2->B"
+    victim = held[victim_flow][0]
+    survivors_before = {flow: held[flow] for flow in FLOWS if flow != victim_flow}
+    replicas[victim].kill()
+    killed = time.monotonic()
+    new_holder = wait_for(lambda: (h := _holders(replicas)[victim_flow]) and h[0] != victim and h, 3 * LEASE_TTL,
+                          "the killed replica's flow taken over", interval=0.2)
+    moved_after = time.monotonic() - killed
+    # one TTL for the lease and the membership to expire, plus one control tick and one scrape
+    assert moved_after <= LEASE_TTL + 1.5, f"hand-over took {moved_after:.1f}s"
+    assert len(new_holder) == 1
+    # A starved replica may drop a renewal for a moment under load; what matters is where flows settle.
+    wait_for(lambda: {flow: _holders(replicas)[flow] for flow in survivors_before} == survivors_before,
+             2 * LEASE_TTL, "the surviving replicas keeping their flows", interval=0.5)
+    assert _lease_ports(client)[victim_flow] == str(replicas[new_holder[0]].metrics_port)
 
-        create_topic(source_cluster.admin(), f"{prefix}-A2-t1", partitions=2)
-        wait_for(lambda: partitions(target_cluster, f"A2.{prefix}-A2-t1") == 2, 15, "the moved flow keeps syncing")
+    create_topic(source_cluster.admin(), f"{prefix}-A2-t1", partitions=2)
+    wait_for(lambda: partitions(target_cluster, f"A2.{prefix}-A2-t1") == 2, 15, "the moved flow keeps syncing")
