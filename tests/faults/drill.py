@@ -221,6 +221,13 @@ def longest_gap(times: list[float], start: float, end: float) -> float:
     return max(b - a for a, b in zip(inside, inside[1:], strict=False))
 
 
+def end_of_longest_gap(times: list[float], start: float, end: float) -> float | None:
+    """When that longest stretch ended (the first of ``times`` after it); None when it lasted until ``end``."""
+    inside = [start, *sorted(t for t in times if start < t < end), end]
+    _gap, ended_at = max((b - a, b) for a, b in zip(inside, inside[1:], strict=False))
+    return None if ended_at == end else ended_at
+
+
 class TopicTail:
     """A consumer in a thread of its own, tailing topic partitions on a cluster until stopped;
     subclasses take each batch of records (:meth:`take`)."""

@@ -29,8 +29,8 @@ from strait.records import Checkpoint
 from strait_bench.options import BenchOptions
 from strait_bench.systems import start_mm2
 from tests.faults.drill import (
-    FLOW, CopyWatch, Drill, DrillResult, KeyedLoad, Mode, Rig, TopicTail, leader_index, librdkafka_log, longest_gap,
-    record, wait_copied,
+    FLOW, CopyWatch, Drill, DrillResult, KeyedLoad, Mode, Rig, TopicTail, end_of_longest_gap, leader_index,
+    librdkafka_log, longest_gap, record, wait_copied,
 )
 from tests.support.kafka import count
 from tests.support.waiting import wait_for
@@ -249,6 +249,11 @@ def test_long_single_broker_outage(rig: Rig, mode: Mode, replicas: Callable[...,
         drill.finish(note=f"behind at most {behind:.1f}s; checkpoint gap {gap:.1f}s, the group's own commit gap "
                           f"{commit_gap:.1f}s")
         assert behind <= MOST_BEHIND_SECONDS, f"the copy fell {behind:.1f}s behind during the outage"
+        # The difference alone would excuse a dead service while the group pauses: once the group
+        # commits again, a checkpoint must follow.
+        resumed = end_of_longest_gap(list(group.committed_at), killed, ended)
+        assert resumed is None or any(t >= resumed for t in checkpoints.arrivals), \
+            f"no checkpoint of {group.group} since its commits resumed"
         assert gap <= commit_gap + CHECKPOINT_DELAY_SECONDS, (
             f"no new checkpoint of {group.group} for {gap:.1f}s: {gap - commit_gap:.1f}s longer than the group "
             f"itself went without committing ({commit_gap:.1f}s)")
