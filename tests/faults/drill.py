@@ -215,17 +215,17 @@ def _clock(epoch_seconds: float) -> str:
     return time.strftime("%H:%M:%S", time.localtime(epoch_seconds)) + f".{int(epoch_seconds % 1 * 1000):03d}"
 
 
+def longest_stretch(times: list[float], start: float, end: float) -> tuple[float, float | None]:
+    """The longest time between ``start`` and ``end`` (monotonic) with none of ``times`` in it, and
+    when it ended (the first of ``times`` after it; None when it lasted until ``end``)."""
+    inside = [start, *sorted(t for t in times if start < t < end), end]
+    gap, ended_at = max((b - a, b) for a, b in zip(inside, inside[1:], strict=False))
+    return gap, None if ended_at == end else ended_at
+
+
 def longest_gap(times: list[float], start: float, end: float) -> float:
     """The longest time between ``start`` and ``end`` (monotonic) with none of ``times`` in it."""
-    inside = [start, *(t for t in times if start < t < end), end]
-    return max(b - a for a, b in zip(inside, inside[1:], strict=False))
-
-
-def end_of_longest_gap(times: list[float], start: float, end: float) -> float | None:
-    """When that longest stretch ended (the first of ``times`` after it); None when it lasted until ``end``."""
-    inside = [start, *sorted(t for t in times if start < t < end), end]
-    _gap, ended_at = max((b - a, b) for a, b in zip(inside, inside[1:], strict=False))
-    return None if ended_at == end else ended_at
+    return longest_stretch(times, start, end)[0]
 
 
 class TopicTail:

@@ -29,8 +29,8 @@ from strait.records import Checkpoint
 from strait_bench.options import BenchOptions
 from strait_bench.systems import start_mm2
 from tests.faults.drill import (
-    FLOW, CopyWatch, Drill, DrillResult, KeyedLoad, Mode, Rig, TopicTail, end_of_longest_gap, leader_index,
-    librdkafka_log, longest_gap, record, wait_copied,
+    FLOW, CopyWatch, Drill, DrillResult, KeyedLoad, Mode, Rig, TopicTail, leader_index, librdkafka_log,
+    longest_gap, longest_stretch, record, wait_copied,
 )
 from tests.support.kafka import count
 from tests.support.waiting import wait_for
@@ -239,7 +239,7 @@ def test_long_single_broker_outage(rig: Rig, mode: Mode, replicas: Callable[...,
         behind = watch.most_behind(readable, killed, ended)
         stall = watch.longest_stall(drill.load, killed, ended)
         gap = checkpoints.longest_gap(killed, ended)
-        commit_gap = longest_gap(list(group.committed_at), killed, ended)
+        commit_gap, commits_resumed = longest_stretch(list(group.committed_at), killed, ended)
         print(f"{mode.long_outage_seconds:.0f}s without broker {victim + 1} of {rig.source.alias}: copy at most "
               f"{behind:.1f}s behind (longest stall {stall:.1f}s), longest gap between checkpoints of "
               f"{group.group} {gap:.1f}s ({len(checkpoints.arrivals)} checkpoints; the group's own longest gap "
@@ -251,8 +251,7 @@ def test_long_single_broker_outage(rig: Rig, mode: Mode, replicas: Callable[...,
         assert behind <= MOST_BEHIND_SECONDS, f"the copy fell {behind:.1f}s behind during the outage"
         # The difference alone would excuse a dead service while the group pauses: once the group
         # commits again, a checkpoint must follow.
-        resumed = end_of_longest_gap(list(group.committed_at), killed, ended)
-        assert resumed is None or any(t >= resumed for t in checkpoints.arrivals), \
+        assert commits_resumed is None or any(t >= commits_resumed for t in checkpoints.arrivals), \
             f"no checkpoint of {group.group} since its commits resumed"
         assert gap <= commit_gap + CHECKPOINT_DELAY_SECONDS, (
             f"no new checkpoint of {group.group} for {gap:.1f}s: {gap - commit_gap:.1f}s longer than the group "
