@@ -9,7 +9,7 @@ from __future__ import annotations
 from strait.config.model import StraitConfig
 from strait.coord.assignment import ShardItem
 from strait.coord.leases import LeaseKeeper
-from strait.replicas import FlowSupervisor, SupervisorOptions, run_supervised
+from strait.replicas import WORKER_STOP_SECONDS, FlowSupervisor, SupervisorOptions, run_supervised
 from strait.settings import Settings
 from strait_checkpoint import metrics
 from strait_checkpoint.worker import Checkpointers, ShardWorker
@@ -30,4 +30,8 @@ def main(settings: Settings) -> int:
     def make_worker(_supervisor: FlowSupervisor, keeper: LeaseKeeper, config: StraitConfig, item: str) -> ShardWorker:
         return ShardWorker(checkpointers, keeper, config, item)
 
-    return run_supervised(settings, SupervisorOptions.of(metrics.SERVICE, settings), checkpoint_items, make_worker)
+    try:
+        return run_supervised(settings, SupervisorOptions.of(metrics.SERVICE, settings), checkpoint_items,
+                              make_worker)
+    finally:
+        checkpointers.close(WORKER_STOP_SECONDS)

@@ -36,16 +36,23 @@ class HeldShards:
         self._held: Held = {}  # checkpoints loaded: served
         self._joining: Held = {}  # attached, checkpoints not loaded yet
         self._leaving: dict[str, threading.Event] = {}  # detached, set once no step uses the shard
-        self._lock = threading.Lock()  # guards _joining and _leaving
+        self._attached: set[str] = set()  # attached and not detached since, whatever their loading's state
+        self._lock = threading.Lock()  # guards _joining, _leaving and _attached
         self.step_lock = threading.Lock()  # held through a step: a detached shard is never used after
 
     def __len__(self) -> int:
         return len(self._held)
 
+    def attached(self) -> int:
+        """How many shards are attached and not detached since (loaded or not)."""
+        with self._lock:
+            return len(self._attached)
+
     def attach(self, shard: ShardItem, keeper: LeaseKeeper) -> None:
         """Serve ``shard`` (its lease held by ``keeper``) from the next step on."""
         with self._lock:
             self._joining[shard.name] = (shard, keeper)
+            self._attached.add(shard.name)
         self._wake.set()
 
     def detach(self, shard: ShardItem) -> int:
@@ -59,13 +66,13 @@ class HeldShards:
         with self._lock:
             self._joining.pop(shard.name, None)
             self._leaving[shard.name] = released
+            self._attached.discard(shard.name)
         self._wake.set()
         while not released.wait(DETACH_POLL_SECONDS):
             if not self._thread_alive():  # the thread ended: no step runs any more
                 with self.step_lock:
                     self.drop_leaving()
-        with self._lock:
-            return len(self._joining) + len(self._held)
+        return self.attached()
 
     def drop_leaving(self) -> None:
         """Stop serving the shards detached since the last call (between steps) and release their detach."""

@@ -68,6 +68,8 @@ POLL_BUDGET = 0.2
 GROUP_LIST_TIMEOUT = 3.0
 GROUP_READ_TIMEOUT = 5.0
 CORRUPT_RECORD = "corrupt_record"  # strait_errors_total kind of a skipped undecodable record
+# How long a flow's checkpointer outlives its last shard here: several lease TTLs.
+IDLE_LINGER_SECONDS = 30.0
 
 @dataclass
 class _Clients:
@@ -365,30 +367,66 @@ class FlowCheckpointer:
 
 
 class Checkpointers:
-    """This process's flow checkpointers: one per flow while it holds a shard of the flow."""
+    """This process's flow checkpointers: one per flow while it holds a shard of the flow.
+
+    A flow's checkpointer outlives its last shard by :data:`IDLE_LINGER_SECONDS`, idle: a process
+    that froze past its leases and membership (a paused VM, a long stop of the world) drops every
+    shard and takes them back a moment later, and a fresh checkpointer would first re-read the whole
+    offset-syncs topic, often while a cluster is in trouble (the very moment such freezes come). A
+    ``strait flow restart`` still gets a fresh one: a checkpointer serves only shards taken under
+    the restart mark it started with.
+    """
 
     def __init__(self) -> None:
         self._lock = threading.Lock()
-        self._flows: dict[str, FlowCheckpointer] = {}
+        self._flows: dict[str, tuple[FlowCheckpointer, str]] = {}  # flow -> its checkpointer, restart mark
 
-    def attach(self, shard: ShardItem, keeper: LeaseKeeper, config: StraitConfig) -> FlowCheckpointer:
-        """Serve ``shard`` from its flow's checkpointer, started when it is the flow's first shard here."""
+    def attach(self, shard: ShardItem, keeper: LeaseKeeper, config: StraitConfig, mark: str) -> FlowCheckpointer:
+        """Serve ``shard`` (taken under restart ``mark``) from its flow's checkpointer, started if needed."""
         with self._lock:
-            checkpointer = self._flows.get(shard.flow)
-            if checkpointer is None or not checkpointer.alive:
-                checkpointer = self._flows[shard.flow] = FlowCheckpointer(config, shard.flow).start()
+            checkpointer, started_under = self._flows.get(shard.flow, (None, ""))
+            if checkpointer is not None and checkpointer.alive and started_under == mark:
+                checkpointer.update(config)
+            else:
+                if checkpointer is not None:
+                    self._end(shard.flow)
+                checkpointer = FlowCheckpointer(config, shard.flow).start()
+                self._flows[shard.flow] = (checkpointer, mark)
             checkpointer.attach(shard, keeper)
             return checkpointer
 
-    def detach(self, shard: ShardItem) -> None:
-        """Stop serving ``shard``; the flow's checkpointer ends (and is waited for) with its last shard."""
+    def detach(self, shard: ShardItem, checkpointer: FlowCheckpointer) -> None:
+        """Stop serving ``shard``; the flow's checkpointer ends once no shard came back for a while."""
         with self._lock:
-            checkpointer = self._flows.get(shard.flow)
-            if checkpointer is None or checkpointer.detach(shard) > 0:
+            if checkpointer.detach(shard) > 0 or self._flows.get(shard.flow, (None, ""))[0] is not checkpointer:
                 return
-            del self._flows[shard.flow]
+        log.info("flow=%s no shard held here: the checkpointer idles for %.0fs before it ends", shard.flow,
+                 IDLE_LINGER_SECONDS)
+        timer = threading.Timer(IDLE_LINGER_SECONDS, self._end_if_idle, (shard.flow, checkpointer))
+        timer.daemon = True
+        timer.start()
+
+    def close(self, timeout: float) -> None:
+        """End every checkpointer (the process stops), waiting at most ``timeout`` in all."""
+        with self._lock:
+            ending = [checkpointer for checkpointer, _mark in self._flows.values()]
+            self._flows.clear()
+        for checkpointer in ending:
             checkpointer.stop()
-            checkpointer.join(timeout=60)
+        deadline = time.monotonic() + timeout
+        for checkpointer in ending:
+            checkpointer.join(timeout=max(0.0, deadline - time.monotonic()))
+
+    def _end_if_idle(self, flow: str, checkpointer: FlowCheckpointer) -> None:
+        with self._lock:
+            if self._flows.get(flow, (None, ""))[0] is checkpointer and checkpointer.shards.attached() == 0:
+                self._end(flow)
+
+    def _end(self, flow: str) -> None:
+        """End the flow's checkpointer and wait for it (the caller holds the lock)."""
+        checkpointer, _mark = self._flows.pop(flow)
+        checkpointer.stop()
+        checkpointer.join(timeout=60)
 
 
 class ShardWorker(FlowWorker):
@@ -400,7 +438,7 @@ class ShardWorker(FlowWorker):
         self._checkpointers = checkpointers
 
     def work(self) -> None:
-        checkpointer = self._checkpointers.attach(self.shard, self.keeper, self.config)
+        checkpointer = self._checkpointers.attach(self.shard, self.keeper, self.config, self.restart_mark)
         try:
             while self.running and checkpointer.alive:
                 config = self.take_update()
@@ -409,4 +447,4 @@ class ShardWorker(FlowWorker):
                 self.wake.wait(0.5)
                 self.wake.clear()
         finally:
-            self._checkpointers.detach(self.shard)
+            self._checkpointers.detach(self.shard, checkpointer)

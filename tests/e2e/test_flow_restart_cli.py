@@ -67,6 +67,8 @@ def test_flow_restart_restarts_every_service_on_the_flow_and_loses_nothing(
 
     for name, process in supervised.items():
         assert "restart requested: ending the work, it is taken again" in process.log_text(), name
+    # a restart is a fresh start: the checkpoint service reads the offset syncs again from their beginning
+    assert supervised["checkpoint"].log_text().count("syncs_topic=") == 2
     log_text = replicator.log_text()
     marker = "flow=A->B restart requested: stopping its query, starting it again"
     assert marker in log_text

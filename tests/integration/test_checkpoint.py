@@ -12,7 +12,9 @@ write exact checkpoints and must follow a source group reset.
 
 from __future__ import annotations
 
+import os
 import random
+import signal
 import time
 from collections.abc import Callable
 from pathlib import Path
@@ -36,6 +38,7 @@ from tests.support.waiting import wait_for
 pytestmark = pytest.mark.slow
 
 PARTITIONS = 2
+LEASE_TTL = 3.0
 Snapshot = dict[tuple[str, int], list[Record]]
 
 
@@ -154,6 +157,17 @@ def _assert_exact(source: Snapshot, target: Snapshot, topic: str, partition: int
                              f"{len(expected)} records unread on the source, {len(got)} from there on the target")
 
 
+def _freeze(process: StraitProcess, seconds: float) -> None:
+    """SIGSTOP ``process`` for ``seconds``, then let it run again."""
+    pid = process.process.pid
+    assert pid is not None
+    os.kill(pid, signal.SIGSTOP)
+    try:
+        time.sleep(seconds)
+    finally:
+        os.kill(pid, signal.SIGCONT)
+
+
 def _covers(checkpoints: dict[tuple[str, int], Checkpoint], committed: dict) -> bool:
     return all((f"A.{t}", p) in checkpoints and checkpoints[(f"A.{t}", p)].upstream_offset == o
                for (t, p), (o, _m) in committed.items())
@@ -181,7 +195,7 @@ def test_consumers_resume_on_the_target_exactly(
     config["clusters"]["A"]["consumer"] = {"isolation.level": "read_committed"}
     path = write_config(tmp_path / "strait.yaml", config)
     services("replicator", "--config", str(path))
-    checkpointer = services("checkpoint", "--config", str(path), "--lease-ttl", "3")
+    checkpointer = services("checkpoint", "--config", str(path), "--lease-ttl", str(LEASE_TTL))
     wait_for(lambda: _replicated(target_cluster, source), 240, "every committed record on the target")
     remotes = [f"A.{t}" for t in topics]
     target = _snapshot(target_cluster, remotes)
@@ -222,7 +236,7 @@ def test_consumers_resume_on_the_target_exactly(
     checkpointer.stop()
     reset = {k: 0 if i % 2 == 0 else o for i, (k, (o, _m)) in enumerate(sorted(groups[arbitrary].items()))}
     commit_offsets(source_cluster, arbitrary, _with_metadata(reset))
-    restarted = services("checkpoint", "--config", str(path), "--lease-ttl", "3")
+    restarted = services("checkpoint", "--config", str(path), "--lease-ttl", str(LEASE_TTL))
     groups[arbitrary] = _committed(source_cluster, arbitrary, topics)
     wait_for(lambda: _covers(_latest(_checkpoint_records(target_cluster, {arbitrary}), arbitrary), groups[arbitrary]),
              60, "checkpoints after the reset")
@@ -236,3 +250,17 @@ def test_consumers_resume_on_the_target_exactly(
     time.sleep(3)
     assert {k: o for k, (o, _m) in _committed(target_cluster, consuming, remotes).items()}[ahead_key] == ahead[ahead_key]
     assert restarted.sample("strait_offset_syncs_caught_up", flow="A->B") == 1
+
+    # Frozen past its lease (a paused VM): it takes the lease again and checkpoints at once, with the
+    # checkpointer it had (no second read of the syncs topic), and the group moving meanwhile is followed.
+    _freeze(restarted, LEASE_TTL + 1.5)
+    wait_for(lambda: "lease lost" in restarted.log_text(), 3 * LEASE_TTL, "the lease loss noticed", interval=0.5)
+    moved = {k: o for k, (o, _m) in groups[arbitrary].items()}
+    moved[next(k for k, o in sorted(moved.items()) if o != 0)] = 0
+    commit_offsets(source_cluster, arbitrary, _with_metadata(moved))
+    thawed = time.monotonic()
+    wait_for(lambda: _covers(_latest(_checkpoint_records(target_cluster, {arbitrary}), arbitrary),
+                             _committed(source_cluster, arbitrary, topics)), 30, "checkpoints after the freeze")
+    print(f"checkpoint {time.monotonic() - thawed:.1f}s after a commit following a freeze past the lease")
+    log = restarted.log_text()
+    assert log.count("syncs_topic=") == 1 and "checkpointer stopped" not in log, "the checkpointer was rebuilt"
