@@ -19,6 +19,11 @@ log = logging.getLogger(__name__)
 EXECUTORS_WAIT_SECONDS = 60.0
 LOCAL_CHECKPOINT_FILES = "org.apache.spark.sql.execution.streaming.FileSystemBasedCheckpointFileManager"
 EXECUTORS_SETTLE_SECONDS = 2.0  # the other workers' executors register within moments of the first
+# The JVMs of the replicator plan, schedule and relay small summaries; the records never enter them.
+# Serial GC keeps such a JVM near its small live set (G1 let the driver grow from 360 to 620 MB PSS in
+# 80 s of copying; serial: 410-450 MB) and C1 alone starts it about 1 s sooner. STRAIT_SPARK_JAVA_OPTIONS
+# replaces them (an empty value leaves the JVMs' own defaults).
+JAVA_OPTIONS = "-XX:+UseSerialGC -XX:TieredStopAtLevel=1"
 
 
 def launched_by_spark_submit() -> bool:
@@ -42,6 +47,10 @@ def build_session(master: str | None = None, app_name: str = "strait-replicator"
         master = master or os.environ.get("STRAIT_SPARK_MASTER", "local[*]")
         builder = (builder.master(master).config("spark.jars", ",".join(jars))
                    .config("spark.driver.memory", driver_memory))
+        java_options = os.environ.get("STRAIT_SPARK_JAVA_OPTIONS", JAVA_OPTIONS)
+        if java_options:
+            builder = (builder.config("spark.driver.extraJavaOptions", java_options)
+                       .config("spark.executor.extraJavaOptions", java_options))
     else:
         master = ""
     builder = (
