@@ -539,6 +539,14 @@ class Drill:
         log.info("drill=%s injecting fault mark=%s", self.name, self._mark)
         action()
 
+    def source_recovery(self) -> float | None:
+        """Seconds from the fault until the source acknowledged the fault point's record on every
+        partition (the load's own recovery); None while one is not acknowledged yet."""
+        times = [self.load.acked_at(p, s) for p, s in self._mark.items() if s >= 0]
+        if any(t is None for t in times):
+            return None
+        return max([t for t in times if t is not None], default=self._injected_at) - self._injected_at
+
     def wait_caught_up(self) -> float:
         """Wait until the target caught up with the fault point; returns when (monotonic)."""
         return wait_copied(self.rig, self.topic, self._mark)
