@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import logging
 import threading
+import time
 from collections.abc import Callable
 from typing import TypeVar
 
@@ -37,7 +38,9 @@ class HeldShards:
         self._joining: Held = {}  # attached, checkpoints not loaded yet
         self._leaving: dict[str, threading.Event] = {}  # detached, set once no step uses the shard
         self._attached: set[str] = set()  # attached and not detached since, whatever their loading's state
-        self._lock = threading.Lock()  # guards _joining, _leaving and _attached
+        self._idle_since: float | None = None  # when the last attached shard was detached (monotonic)
+        self._closed = False  # no shard attaches any more: the checkpointer ends
+        self._lock = threading.Lock()  # guards _joining, _leaving, _attached, _idle_since and _closed
         self.step_lock = threading.Lock()  # held through a step: a detached shard is never used after
 
     def __len__(self) -> int:
@@ -48,12 +51,23 @@ class HeldShards:
         with self._lock:
             return len(self._attached)
 
-    def attach(self, shard: ShardItem, keeper: LeaseKeeper) -> None:
-        """Serve ``shard`` (its lease held by ``keeper``) from the next step on."""
+    def attach(self, shard: ShardItem, keeper: LeaseKeeper) -> bool:
+        """Serve ``shard`` (its lease held by ``keeper``) from the next step on; False once closed."""
         with self._lock:
+            if self._closed:
+                return False
             self._joining[shard.name] = (shard, keeper)
             self._attached.add(shard.name)
+            self._idle_since = None
         self._wake.set()
+        return True
+
+    def close_if_idle(self, seconds: float) -> bool:
+        """Accept no shard any more if none was attached for ``seconds``; whether closed."""
+        with self._lock:
+            if not self._closed and self._idle_since is not None and time.monotonic() - self._idle_since >= seconds:
+                self._closed = True
+            return self._closed
 
     def detach(self, shard: ShardItem) -> int:
         """Stop serving ``shard``; returns once no step uses its lease any more. Returns the shards left.
@@ -67,6 +81,8 @@ class HeldShards:
             self._joining.pop(shard.name, None)
             self._leaving[shard.name] = released
             self._attached.discard(shard.name)
+            if not self._attached:
+                self._idle_since = time.monotonic()
         self._wake.set()
         while not released.wait(DETACH_POLL_SECONDS):
             if not self._thread_alive():  # the thread ended: no step runs any more

@@ -68,8 +68,11 @@ POLL_BUDGET = 0.2
 GROUP_LIST_TIMEOUT = 3.0
 GROUP_READ_TIMEOUT = 5.0
 CORRUPT_RECORD = "corrupt_record"  # strait_errors_total kind of a skipped undecodable record
-# How long a flow's checkpointer outlives its last shard here: several lease TTLs.
+# How long a flow's checkpointer outlives its last shard here (idle, reading nothing): several lease TTLs.
 IDLE_LINGER_SECONDS = 30.0
+IDLE_TICK_SECONDS = 0.5
+# A checkpointer replaced by a restart ends within a step; one waiting on a dead cluster is left behind.
+REPLACED_JOIN_SECONDS = 15.0
 
 @dataclass
 class _Clients:
@@ -99,6 +102,7 @@ class FlowCheckpointer:
         self._trouble = FlowTrouble(metrics.SERVICE, flow_name, "checkpoint step")
         self._corrupt_syncs = 0  # corrupt records of the syncs topic already counted
         self._next_setup = self._next_pass = self._next_sync = 0.0
+        self._is_idle = False
 
     @property
     def flow(self) -> FlowConfig:
@@ -130,9 +134,9 @@ class FlowCheckpointer:
             self._pending = config
         self.wake.set()
 
-    def attach(self, shard: ShardItem, keeper: LeaseKeeper) -> None:
-        """Serve ``shard`` (its lease held by ``keeper``) from the next step on."""
-        self.shards.attach(shard, keeper)
+    def attach(self, shard: ShardItem, keeper: LeaseKeeper) -> bool:
+        """Serve ``shard`` (its lease held by ``keeper``) from the next step on; False once it is ending."""
+        return self.shards.attach(shard, keeper)
 
     def detach(self, shard: ShardItem) -> int:
         """Stop serving ``shard``; returns once no step uses its lease any more, with the shards left."""
@@ -142,10 +146,10 @@ class FlowCheckpointer:
 
     def _run(self) -> None:
         try:
-            while not self.stopping.is_set():
+            while not self.stopping.is_set() and not self.shards.close_if_idle(IDLE_LINGER_SECONDS):
                 with self.shards.step_lock:
                     self.shards.drop_leaving()
-                    pause = self._step()
+                    pause = self._step() if self.shards.attached() else self._idle()
                     self.shards.drop_leaving()
                 if pause > 0:
                     self.wake.wait(pause)
@@ -157,6 +161,16 @@ class FlowCheckpointer:
             self._close()
             log.info("flow=%s checkpointer stopped", self.name)
 
+    def _idle(self) -> float:
+        """No shard held here: the flow is not served (its series say so) until one is attached again."""
+        if not self._is_idle:
+            self._is_idle = True
+            log.info("flow=%s no shard held here: the checkpointer idles up to %.0fs for one to come back",
+                     self.name, IDLE_LINGER_SECONDS)
+            metrics.forget_flow(self.name, list(self._current_at))
+            set_flow_state(metrics.SERVICE, self.name, "stopped")
+        return IDLE_TICK_SECONDS
+
     def _step(self) -> float:
         """One round: set up, admit shards, read syncs, and a pass when due; returns how long to pause."""
         with self._lock:
@@ -164,6 +178,10 @@ class FlowCheckpointer:
         if config is not None:
             self.config = config
             self._next_pass = self._next_sync = 0.0
+        if self._is_idle:
+            self._is_idle = False
+            ready = self._clients is not None and self._clients.follower.ready
+            set_flow_state(metrics.SERVICE, self.name, "running" if ready else "starting")
         now = time.monotonic()
         try:
             if self._clients is None:
@@ -373,8 +391,8 @@ class Checkpointers:
     that froze past its leases and membership (a paused VM, a long stop of the world) drops every
     shard and takes them back a moment later, and a fresh checkpointer would first re-read the whole
     offset-syncs topic, often while a cluster is in trouble (the very moment such freezes come). A
-    ``strait flow restart`` still gets a fresh one: a checkpointer serves only shards taken under
-    the restart mark it started with.
+    ``strait flow restart`` still gets a fresh one: a shard taken under a new restart mark ends the
+    flow's checkpointer and starts another (the old one's shards end with it and are taken again).
     """
 
     def __init__(self) -> None:
@@ -382,29 +400,24 @@ class Checkpointers:
         self._flows: dict[str, tuple[FlowCheckpointer, str]] = {}  # flow -> its checkpointer, restart mark
 
     def attach(self, shard: ShardItem, keeper: LeaseKeeper, config: StraitConfig, mark: str) -> FlowCheckpointer:
-        """Serve ``shard`` (taken under restart ``mark``) from its flow's checkpointer, started if needed."""
-        with self._lock:
-            checkpointer, started_under = self._flows.get(shard.flow, (None, ""))
-            if checkpointer is not None and checkpointer.alive and started_under == mark:
-                checkpointer.update(config)
-            else:
-                if checkpointer is not None:
-                    self._end(shard.flow)
-                checkpointer = FlowCheckpointer(config, shard.flow).start()
-                self._flows[shard.flow] = (checkpointer, mark)
-            checkpointer.attach(shard, keeper)
-            return checkpointer
+        """Serve ``shard`` (taken under restart ``mark``) from its flow's checkpointer, started if needed.
 
-    def detach(self, shard: ShardItem, checkpointer: FlowCheckpointer) -> None:
-        """Stop serving ``shard``; the flow's checkpointer ends once no shard came back for a while."""
+        A replaced checkpointer (a restart) is ended first, so that its last series do not overwrite
+        the new one's; its shards' workers end with it.
+        """
         with self._lock:
-            if checkpointer.detach(shard) > 0 or self._flows.get(shard.flow, (None, ""))[0] is not checkpointer:
-                return
-        log.info("flow=%s no shard held here: the checkpointer idles for %.0fs before it ends", shard.flow,
-                 IDLE_LINGER_SECONDS)
-        timer = threading.Timer(IDLE_LINGER_SECONDS, self._end_if_idle, (shard.flow, checkpointer))
-        timer.daemon = True
-        timer.start()
+            current, started_under = self._flows.get(shard.flow, (None, ""))
+            if current is not None and current.alive and not (mark and mark != started_under) \
+                    and current.attach(shard, keeper):
+                current.update(config)
+                return current
+            if current is not None:
+                current.stop()
+                current.join(timeout=REPLACED_JOIN_SECONDS)
+            checkpointer = FlowCheckpointer(config, shard.flow)
+            checkpointer.attach(shard, keeper)
+            self._flows[shard.flow] = (checkpointer.start(), mark or started_under)
+            return checkpointer
 
     def close(self, timeout: float) -> None:
         """End every checkpointer (the process stops), waiting at most ``timeout`` in all."""
@@ -416,17 +429,6 @@ class Checkpointers:
         deadline = time.monotonic() + timeout
         for checkpointer in ending:
             checkpointer.join(timeout=max(0.0, deadline - time.monotonic()))
-
-    def _end_if_idle(self, flow: str, checkpointer: FlowCheckpointer) -> None:
-        with self._lock:
-            if self._flows.get(flow, (None, ""))[0] is checkpointer and checkpointer.shards.attached() == 0:
-                self._end(flow)
-
-    def _end(self, flow: str) -> None:
-        """End the flow's checkpointer and wait for it (the caller holds the lock)."""
-        checkpointer, _mark = self._flows.pop(flow)
-        checkpointer.stop()
-        checkpointer.join(timeout=60)
 
 
 class ShardWorker(FlowWorker):
@@ -447,4 +449,4 @@ class ShardWorker(FlowWorker):
                 self.wake.wait(0.5)
                 self.wake.clear()
         finally:
-            self._checkpointers.detach(self.shard, checkpointer)
+            checkpointer.detach(self.shard)  # it ends by itself once no shard came back for a while

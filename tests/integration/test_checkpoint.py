@@ -263,4 +263,5 @@ def test_consumers_resume_on_the_target_exactly(
                              _committed(source_cluster, arbitrary, topics)), 30, "checkpoints after the freeze")
     print(f"checkpoint {time.monotonic() - thawed:.1f}s after a commit following a freeze past the lease")
     log = restarted.log_text()
+    assert "the checkpointer idles" in log, "the freeze did not cost the shards"
     assert log.count("syncs_topic=") == 1 and "checkpointer stopped" not in log, "the checkpointer was rebuilt"
