@@ -69,8 +69,8 @@ class HeldShards:
                 self._closed = True
             return self._closed
 
-    def detach(self, shard: ShardItem) -> int:
-        """Stop serving ``shard``; returns once no step uses its lease any more. Returns the shards left.
+    def detach(self, shard: ShardItem) -> None:
+        """Stop serving ``shard``; returns once no step uses its lease any more.
 
         The thread drops the shard between two steps, with every other shard detached meanwhile: a
         process stopping detaches all its shards at once, and each waits for one step at most
@@ -88,7 +88,6 @@ class HeldShards:
             if not self._thread_alive():  # the thread ended: no step runs any more
                 with self.step_lock:
                     self.drop_leaving()
-        return self.attached()
 
     def drop_leaving(self) -> None:
         """Stop serving the shards detached since the last call (between steps) and release their detach."""

@@ -138,9 +138,9 @@ class FlowCheckpointer:
         """Serve ``shard`` (its lease held by ``keeper``) from the next step on; False once it is ending."""
         return self.shards.attach(shard, keeper)
 
-    def detach(self, shard: ShardItem) -> int:
-        """Stop serving ``shard``; returns once no step uses its lease any more, with the shards left."""
-        return self.shards.detach(shard)
+    def detach(self, shard: ShardItem) -> None:
+        """Stop serving ``shard``; returns once no step uses its lease any more."""
+        self.shards.detach(shard)
 
     # -- loop ------------------------------------------------------------------------------------
 

@@ -12,7 +12,6 @@ write exact checkpoints and must follow a source group reset.
 
 from __future__ import annotations
 
-import os
 import random
 import signal
 import time
@@ -159,13 +158,11 @@ def _assert_exact(source: Snapshot, target: Snapshot, topic: str, partition: int
 
 def _freeze(process: StraitProcess, seconds: float) -> None:
     """SIGSTOP ``process`` for ``seconds``, then let it run again."""
-    pid = process.process.pid
-    assert pid is not None
-    os.kill(pid, signal.SIGSTOP)
+    process.process.signal(signal.SIGSTOP)
     try:
         time.sleep(seconds)
     finally:
-        os.kill(pid, signal.SIGCONT)
+        process.process.signal(signal.SIGCONT)
 
 
 def _covers(checkpoints: dict[tuple[str, int], Checkpoint], committed: dict) -> bool:
