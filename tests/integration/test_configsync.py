@@ -192,7 +192,9 @@ def test_use_defaults_from_source_sets_the_source_defaults_on_the_remote_topic(
     config = strait_config({"S": cluster_entry(source), "T": cluster_entry(target)}, flows, redis_url)
     configsync("--config", str(write_config(tmp_path / "strait.yaml", config)), "--lease-ttl", "5")
 
-    wait_for(lambda: "segment.bytes" in overrides(target, f"S.{plain}"), 30, "the source's defaults on S." + plain)
+    for remote in (f"S.{plain}", f"S.{tuned}"):  # created one after the other: wait for each
+        wait_for(lambda r=remote: r in target.admin().list_topics(timeout=10).topics
+                 and "segment.bytes" in overrides(target, r), 30, f"the source's defaults on {remote}")
     described = topic_config(source, plain)
     for remote in (f"S.{plain}", f"S.{tuned}"):
         pinned = overrides(target, remote)

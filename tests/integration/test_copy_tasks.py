@@ -243,11 +243,13 @@ def test_a_copier_in_another_worker_takes_over_and_two_never_write_one_partition
                 f"B copied {took_over:.1f} s after A froze: it did not wait for A's lease"
             os.kill(worker_a.pid, signal.SIGCONT)
             time.sleep(4)  # A thaws: it must find its lease gone and B's claim
+        # B's task reports when its epoch ends; the load runs until then, so that a slow start of B's
+        # process (spawned: seconds on a loaded machine) cannot leave it nothing to copy
+        copied_by_b = sum(row[writer.SUMMARY_FIELDS.index("records")] for row in rows_b.get(timeout=60))
         sent = load.stop()
         wait_for(lambda: _copied_through(target_cluster, remote, sent), 60, "every record copied")
         time.sleep(1)
         _write_stop(target_cluster, topic, settings.flow, plan.query)
-        copied_by_b = sum(row[writer.SUMMARY_FIELDS.index("records")] for row in rows_b.get(timeout=30))
     finally:
         load.stop()
         for worker in (worker_a, worker_b):
