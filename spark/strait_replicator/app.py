@@ -24,7 +24,7 @@ from strait.service import ConfigFeed, follow_config, run_service, stop_time_lef
 from strait.settings import Settings
 from strait_replicator import metrics
 from strait_replicator.flow import FlowRunner
-from strait_replicator.session import build_session, task_slots, wait_for_executors
+from strait_replicator.session import SessionStarter, SparkStartError
 from strait_replicator.state import flow_checkpoint, is_local, state_location
 
 log = logging.getLogger(__name__)
@@ -38,6 +38,7 @@ class ReplicatorOptions:
     trigger_seconds: float = 0.25
     epoch_seconds: float = 60.0
     start: str | None = None  # overrides every flow's start (strait.progress)
+    head_start: bool = True  # copy from the driver while a query starts (strait_replicator.headstart)
 
 
 class Replicator:
@@ -46,8 +47,8 @@ class Replicator:
     def __init__(self, settings: Settings, options: ReplicatorOptions) -> None:
         self.settings, self.options = settings, options
         self.state = state_location(settings.state_dir, cache_dir() / "replicator")
-        self.spark = build_session(options.master, local_checkpoints=is_local(self.state))
-        wait_for_executors(self.spark)
+        # The flows plan and their head starts copy while the JVM comes up.
+        self.session = SessionStarter(options.master, local_checkpoints=is_local(self.state))
         self.runners: dict[str, FlowRunner] = {}
         self.feed = ConfigFeed()
         self.client: Any = None  # the coordination Redis (None: run from a file)
@@ -76,21 +77,24 @@ class Replicator:
         for name, flow in wanted.items():
             runner = self.runners.get(name)
             if runner is None:
-                runner = self.runners[name] = FlowRunner(self.spark, name, flow_checkpoint(self.state, name),
+                runner = self.runners[name] = FlowRunner(self.session.get, name, flow_checkpoint(self.state, name),
                                                          self.options.trigger_seconds, self.options.epoch_seconds,
                                                          publish=self._publish_resume, start=self.options.start,
-                                                         restart_mark=flow.restarted_at or "")
+                                                         restart_mark=flow.restarted_at or "",
+                                                         head_start=self.options.head_start)
                 if self._marks is not None:
                     self._marks.soon()  # say at once which restart it serves, once it runs
             # An epoch's tasks hold their task slots for the whole epoch: flows share the slots. A
             # change (a worker lost or added) changes the plan: the next refresh restarts the query.
-            runner.tasks = max(1, task_slots(self.spark) // len(wanted))
+            runner.tasks = max(1, self.session.slots() // len(wanted))
             try:
                 # A new configuration (a flow disabled by a failover, say) is not kept waiting by a
                 # discovery that waits on a cluster that does not answer.
                 runner.reconcile(config, flow, force=force,
                                  stop=lambda: (stop is not None and stop.is_set()) or self.feed.changed.is_set())
                 runner.observe()
+            except SparkStartError:
+                raise
             except Exception:  # the control loop must outlive any one flow's trouble
                 log.exception("flow=%s control step failed", name)
                 metrics.ERRORS.labels(service=metrics.SERVICE, flow=name, kind="control").inc()
@@ -117,6 +121,8 @@ class Replicator:
         watcher = follow_config(self.feed, self.settings, client, metrics.SERVICE)
         try:
             while not stop.is_set():
+                if self.session.failed():
+                    self.session.get()  # its error ends the process: nothing copies without Spark
                 self.step(stop)
                 for _ in range(10):  # a second, or less when a new configuration or the stop comes
                     if self.feed.changed.wait(0.1) or stop.is_set():
@@ -129,7 +135,7 @@ class Replicator:
             if watcher is not None:
                 watcher.stop()
             if all(ended):
-                self.spark.stop()
+                self.session.stop()
             else:
                 log.warning("stopping with an epoch still running: Spark is left to the process exit")
 

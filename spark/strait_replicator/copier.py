@@ -81,7 +81,7 @@ class Copier(threading.Thread):
     """Copies one task group's partitions until no task renews it, a stop of its query, or a newer
     claim on one of its partitions (see the module's text)."""
 
-    def __init__(self, plan: SourcePlan, task: CopyTask) -> None:
+    def __init__(self, plan: SourcePlan, task: CopyTask, door: bool = True) -> None:
         self.id = uuid.uuid4().hex[:12]
         super().__init__(name=f"strait-copier-{self.id}", daemon=True)
         if plan.progress is None:
@@ -90,6 +90,7 @@ class Copier(threading.Thread):
         self.keys = _partitions_of(task)
         self.error: BaseException | None = None
         self.ended = threading.Event()
+        self.claimed = threading.Event()  # its claim is on the target: any later one is newer
         self.copied: dict[Key, CopiedPartition] = {}
         self.reason = ""  # why it stopped: stop, yield, linger, lapsed, done, error
         self._lock = threading.Lock()
@@ -111,6 +112,8 @@ class Copier(threading.Thread):
         self._loop: CopyLoop | None = None
         self._contended = False  # another copier held one of its partitions since the epoch was planned
         self.door = _Door(self)
+        if not door:  # no task renews it through one: closed for good
+            self.door.close()
 
     # -- what the task calls ------------------------------------------------------------------------
 
@@ -181,6 +184,7 @@ class Copier(threading.Thread):
         """Write the claim, then wait until every older holder of one of its partitions released it or
         can write no more."""
         self._since = self._send_hold(time.time(), wait=True)
+        self.claimed.set()
         known = {hold.copier: hold for hold in self.task.holds if hold.flow == self.settings.flow}
         logged = False
         while True:
@@ -282,7 +286,9 @@ class Copier(threading.Thread):
                      _named(newer[0].partitions & self.keys), newer[0].copier)
             return "yield"
         with self._lock:
-            if not claiming and now > self._wanted_until:
+            # a claim may take longer than its task is wanted (an old holder's fence): only a retired one
+            # gives up on it
+            if now > self._wanted_until and (not claiming or not self._wanted_until):
                 self.reason = "linger"  # renew() sees it under the lock
                 log.info("flow=%s copier=%s no task renewed it: stops", self.settings.flow, self.id)
                 return "linger"

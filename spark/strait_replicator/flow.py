@@ -39,8 +39,8 @@ from strait.retry import FlowTrouble, retry_transient
 from strait.remote_topics import RemoteTopic, reconcile_remote_topics, replicated_topics
 from strait_replicator import metrics
 from strait_replicator.live import PartitionReport, RunReport, run_report, stop_record
+from strait_replicator.headstart import END_SECONDS, HeadStart
 from strait_replicator.planner import SourcePlan
-from strait_replicator.session import task_slots
 from strait_replicator.source import FORMAT, LIST_TIMEOUT, PLAN_OPTION, CopySource, cached_admin
 from strait_replicator.state import CheckpointLog, CheckpointReadError, EpochOffsets, Offsets, TopicPartitionKey
 from strait_replicator.writer import ReplicationReadError, WriterSettings
@@ -79,16 +79,17 @@ class FlowRunner:
     """Runs one flow's streaming query.
 
     Args:
-        spark: the session.
+        session: gives the session, waiting for it while it starts (the head start copies meanwhile).
         checkpoint: this flow's Spark checkpoint (a folder or a Hadoop-compatible URI: strait_replicator.state).
         trigger_seconds: shortest time between the starts of two epochs.
         epoch_seconds: how long an epoch's tasks copy before Spark commits their progress.
     """
 
-    def __init__(self, spark: SparkSession, flow_name: str, checkpoint: str, trigger_seconds: float,
+    def __init__(self, session: Callable[[], SparkSession], flow_name: str, checkpoint: str, trigger_seconds: float,
                  epoch_seconds: float, publish: Callable[[str, dict[str, Any]], None] | None = None,
-                 start: str | None = None, restart_mark: str = "") -> None:
-        self.spark = spark
+                 start: str | None = None, restart_mark: str = "", head_start: bool = True) -> None:
+        self.session = session
+        self.use_head_start = head_start
         self.restart_mark = restart_mark  # the flow's restarted_at this runner started under ("" for none)
         self.publish = publish  # where the resume report goes for `strait status` (Redis), if anywhere
         self.start = start  # the command line's start, over the flow's
@@ -96,9 +97,10 @@ class FlowRunner:
         self.checkpoint = checkpoint
         self.trigger_seconds = trigger_seconds
         self.epoch_seconds = epoch_seconds
-        self.tasks = task_slots(spark) or 1  # task slots this flow's epochs may hold
+        self.tasks = 1  # task slots this flow's epochs may hold (the replicator sets them)
         self.plan: FlowPlan | None = None
         self.query: StreamingQuery | None = None
+        self.head_start: HeadStart | None = None
         self.last_error: str | None = None
         self._trouble = FlowTrouble(metrics.SERVICE, flow_name, "replication", level=logging.ERROR)
         self._records_at_fail = 0
@@ -269,12 +271,20 @@ class FlowRunner:
             return
         if self._trouble.kind == "resume":
             self._recovered()
+        checkpoint = CheckpointLog(self.checkpoint, self.session)
+        self.live.follow(dict(plan.resume.target_consumer), plan.resume.progress, plan.writer.source_alias)
         try:
-            self.query = self._start_query(plan, resume)
+            source = self._source_plan(plan, resume, checkpoint)
+            self.head_start = self._begin_head_start(source)
+            self.query = self._start_query(plan, source, checkpoint)
         except CheckpointReadError as exc:
+            self._end_head_start()
             self.plan = None
             self._fail("checkpoint", str(exc), exc)
             return
+        except BaseException:
+            self._end_head_start()
+            raise
         if self._trouble.kind != "query":  # after a failed query: running once the new one copies (observe)
             set_flow_state(metrics.SERVICE, self.flow_name, "running")
         log.info("flow=%s query started topics=%d epoch_seconds=%s records_per_second=%s", self.flow_name,
@@ -321,12 +331,11 @@ class FlowRunner:
             log.warning("flow=%s stop record not written to %s: tasks on other hosts end their epoch at its deadline",
                         self.flow_name, self.plan.writer.progress_topic)
 
-    def _start_query(self, plan: FlowPlan, resume: dict[TopicPartitionKey, Resume]) -> StreamingQuery:
-        checkpoint = CheckpointLog(self.spark, self.checkpoint)
+    def _source_plan(self, plan: FlowPlan, resume: dict[TopicPartitionKey, Resume],
+                     checkpoint: CheckpointLog) -> SourcePlan:
+        """What the new query's source (and its head start) copies, under a new query id."""
         self._query_id = uuid.uuid4().hex[:12]
-        self.live.follow(dict(plan.resume.target_consumer), plan.resume.progress, plan.writer.source_alias)
-        check = epoch_check(self.flow_name, plan, checkpoint)
-        source = SourcePlan(
+        return SourcePlan(
             partitions=tuple((t.source, t.partitions) for t in plan.topics), source_admin=plan.source_admin,
             tasks=plan.tasks, checkpoint=self.checkpoint, writer=plan.writer,
             epoch_seconds=self.epoch_seconds, max_records_per_epoch=MAX_RECORDS_PER_EPOCH,
@@ -336,9 +345,29 @@ class FlowRunner:
                                    if at.evidence in COPY_EVIDENCE)),
             progress=(plan.resume.target_consumer, plan.resume.progress.topic),
             query=self._query_id, last_epoch=checkpoint.newest_epoch())
-        self.spark.dataSource.register(CopySource)
+
+    def _begin_head_start(self, source: SourcePlan) -> HeadStart | None:
+        """Copy from the driver until the query's tasks run (:mod:`strait_replicator.headstart`)."""
+        if not self.use_head_start:
+            return None
+        try:
+            return HeadStart.begin(source)
+        except Exception as exc:  # noqa: BLE001 - the query's tasks copy all the same
+            log.warning("flow=%s no head start, the query's tasks copy from their start: %s: %s", self.flow_name,
+                        type(exc).__name__, exc)
+            return None
+
+    def _end_head_start(self, timeout: float = END_SECONDS) -> None:
+        if self.head_start is not None:
+            self.head_start.end(timeout)
+            self.head_start = None
+
+    def _start_query(self, plan: FlowPlan, source: SourcePlan, checkpoint: CheckpointLog) -> StreamingQuery:
+        check = epoch_check(self.flow_name, plan, checkpoint)
+        spark = self.session()
+        spark.dataSource.register(CopySource)
         self._stopping = threading.Event()
-        return (self.spark.readStream.format(FORMAT).option(PLAN_OPTION, source.encode()).load().writeStream
+        return (spark.readStream.format(FORMAT).option(PLAN_OPTION, source.encode()).load().writeStream
                 .queryName(f"strait {self.flow_name}")
                 .foreachBatch(partial(_write_batch, flow=self.flow_name, check=check))
                 .option("checkpointLocation", self.checkpoint)
@@ -348,6 +377,7 @@ class FlowRunner:
     def _on_query_ended(self) -> None:
         error = self.query.exception() if self.query is not None else None
         self.query = None
+        self._end_head_start()  # copying goes on under the next query, from its own start
         if error is not None and not self._stopping.is_set():
             self._fail("query", _first_task_error(str(error)), error)
 
@@ -396,6 +426,8 @@ class FlowRunner:
                 log.warning("flow=%s stopping its query failed: %s", self.flow_name, str(exc).splitlines()[0])
             finally:
                 self.query = None
+        left = END_SECONDS if deadline is None else max(0.0, min(END_SECONDS, deadline - time.monotonic()))
+        self._end_head_start(left)
         self.plan = None if state else self.plan
         self._forget_resume()  # a restarted or replacing runner reports its own start
         if state:
@@ -413,8 +445,14 @@ class FlowRunner:
         return True
 
     def observe(self) -> None:
-        """Export the running epoch's live progress as metrics; notice a failed query."""
+        """Export the running epoch's live progress as metrics; notice a failed query and a head
+        start handed over."""
         self.live.poll()
+        if self.head_start is not None and not self.head_start.running:
+            copier = self.head_start.copier
+            log.log(logging.WARNING if copier.error else logging.INFO, "flow=%s head start copier=%s ended reason=%s%s",
+                    self.flow_name, copier.id, copier.reason, f": {copier.error}" if copier.error else "")
+            self.head_start = None
         if self.query is None:
             return
         if not self.query.isActive:

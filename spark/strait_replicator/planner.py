@@ -15,7 +15,9 @@ from __future__ import annotations
 
 import base64
 import logging
+import math
 import pickle
+import sys
 import time
 from collections.abc import Sequence
 from dataclasses import dataclass
@@ -136,6 +138,16 @@ class EpochPlanner:
         self._last = EpochOffsets(last.epoch + 1, start, until)
         self._planned, self._planned_starts = self._last.epoch, start
         return self._last
+
+    def head_start(self) -> CopyTask:
+        """One task of every partition, starting where the query's first epoch will (see
+        :class:`~strait_replicator.headstart.HeadStart`): it copies until that epoch's tasks claim them."""
+        last = self._last or self.initial()
+        start = self._starting_points({**dict(self.plan.resume), **last.start})
+        ranges = tuple(CopyRange(topic, p, start[(topic, p)]) for topic, p in self.plan.keys() if (topic, p) in start)
+        limits = EpochLimits(seconds=math.inf, max_records=sys.maxsize,
+                             records_per_second=self.plan.records_per_second)
+        return CopyTask(last.epoch + 1, ranges, limits, self.sources.progress_positions(), False, self.sources.holds())
 
     def tasks(self, epoch: EpochOffsets) -> list[CopyTask]:
         """The tasks of ``epoch``: its partitions in groups, each starting where the copies got to."""

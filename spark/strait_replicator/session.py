@@ -8,11 +8,15 @@ from __future__ import annotations
 
 import logging
 import os
+import re
 import sys
+import threading
 import time
 from collections.abc import Sequence
 
 from pyspark.sql import SparkSession
+
+from strait.errors import StraitError
 
 log = logging.getLogger(__name__)
 
@@ -24,6 +28,35 @@ EXECUTORS_SETTLE_SECONDS = 2.0  # the other workers' executors register within m
 # 80 s of copying; serial: 410-450 MB) and C1 alone starts it about 1 s sooner. They go first, before a
 # user's extraJavaOptions; STRAIT_SPARK_JAVA_OPTIONS replaces them (empty: the JVMs' own defaults).
 JAVA_OPTIONS = "-XX:+UseSerialGC -XX:TieredStopAtLevel=1"
+_LOCAL = re.compile(r"^local(?:\[(\*|\d+)(?:,\d+)?\])?$")
+
+
+class SparkStartError(StraitError):
+    """Spark's session could not be started (no Java, a master that does not answer, a bad setting)."""
+
+
+def spark_master(given: str | None) -> str | None:
+    """The master the replicator's session runs on: the one given, else ``STRAIT_SPARK_MASTER``, else
+    every core of this host; ``local[*]`` made explicit, so the task slots are known before the JVM
+    is up (:func:`local_slots`). None when spark-submit started the process (it owns the master)."""
+    if not given and launched_by_spark_submit():
+        return None
+    master = given or os.environ.get("STRAIT_SPARK_MASTER", "local[*]")
+    match = _LOCAL.match(master)
+    if match and match.group(1) == "*":
+        return master.replace("[*", f"[{os.cpu_count() or 1}", 1)
+    return master
+
+
+def local_slots(master: str | None) -> int | None:
+    """The task slots of a local master (``local`` is 1, ``local[N]`` N); None for any other."""
+    match = _LOCAL.match(master or "")
+    if match is None:
+        return None
+    count = match.group(1)
+    if count is None:
+        return 1
+    return (os.cpu_count() or 1) if count == "*" else int(count)
 
 
 def launched_by_spark_submit() -> bool:
@@ -43,8 +76,8 @@ def build_session(master: str | None = None, app_name: str = "strait-replicator"
     """
     os.environ.setdefault("PYSPARK_PYTHON", sys.executable)  # executors run strait's interpreter
     builder = SparkSession.builder.appName(app_name)
-    if master or not launched_by_spark_submit():
-        master = master or os.environ.get("STRAIT_SPARK_MASTER", "local[*]")
+    master = spark_master(master)
+    if master is not None:
         builder = (builder.master(master).config("spark.jars", ",".join(jars))
                    .config("spark.driver.memory", driver_memory))
         java_options = os.environ.get("STRAIT_SPARK_JAVA_OPTIONS", JAVA_OPTIONS)
@@ -105,3 +138,47 @@ def wait_for_executors(session: SparkSession, timeout: float = EXECUTORS_WAIT_SE
     else:
         log.info("executors offer task_slots=%d master=%s", slots, session.sparkContext.master)
     return slots
+
+
+class SessionStarter:
+    """Starts the session in a thread of its own, so the replicator plans and copies while the JVM
+    comes up (the JVM and its session take seconds); :meth:`get` waits for it."""
+
+    def __init__(self, master: str | None, local_checkpoints: bool) -> None:
+        self.master = spark_master(master)
+        self._local_checkpoints = local_checkpoints
+        self._session: SparkSession | None = None
+        self._error: BaseException | None = None
+        self._ready = threading.Event()
+        threading.Thread(target=self._start, name="spark-session", daemon=True).start()
+
+    def _start(self) -> None:
+        try:
+            self._session = build_session(self.master, local_checkpoints=self._local_checkpoints)
+            wait_for_executors(self._session)
+        except BaseException as exc:  # noqa: BLE001 - raised to whoever waits for the session
+            self._error = exc
+        finally:
+            self._ready.set()
+
+    def get(self) -> SparkSession:
+        """The session, once started; SparkStartError when it could not be."""
+        self._ready.wait()
+        if self._session is None:
+            raise SparkStartError(f"Spark's session did not start (master {self.master or 'of spark-submit'}): "
+                                  f"{type(self._error).__name__}: {self._error}. Check that Java 17 or newer is "
+                                  f"installed and the master answers") from self._error
+        return self._session
+
+    def failed(self) -> bool:
+        """True once the session's start failed."""
+        return self._ready.is_set() and self._session is None
+
+    def slots(self) -> int:
+        """The task slots: a local master's without waiting for the JVM, a cluster's once it is up."""
+        return local_slots(self.master) or task_slots(self.get())
+
+    def stop(self) -> None:
+        """Stop the session if it started."""
+        if self._session is not None:
+            self._session.stop()

@@ -8,8 +8,8 @@
   log holds each epoch's entry (:class:`EpochOffsets`: where each partition started, the source's
   end offsets when it was planned), its commits log the epochs that ended. The state location is a
   local folder of the driver or any Hadoop-compatible URI (``hdfs://``, ``s3a://``, ``file:``); only
-  the driver reads it, through Hadoop's file system API in the driver's JVM
-  (:class:`CheckpointLog`). Workers never touch it.
+  the driver reads it (:class:`CheckpointLog`: a local folder directly, any other through Hadoop's
+  file system API in the driver's JVM). Workers never touch it.
 
 Nothing else is kept: no file beside the checkpoint, nothing on a worker's disk.
 """
@@ -19,10 +19,11 @@ from __future__ import annotations
 import json
 import logging
 import re
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
+from urllib.parse import urlparse
 
 from strait.errors import StraitError
 
@@ -97,14 +98,16 @@ def epoch_of_log_text(text: str) -> EpochOffsets | None:
 
 
 class CheckpointLog:
-    """Reads a query's Spark checkpoint where it lives, through Hadoop's file system in the driver's JVM.
+    """Reads a query's Spark checkpoint where it lives: a local one from this host's disk, any other
+    through Hadoop's file system in the driver's JVM (``session`` gives the session, waiting for it).
 
-    Call it on the driver (the control loop or a foreachBatch callback): it needs the session's JVM.
+    Call it on the driver (the control loop or a foreachBatch callback).
     """
 
-    def __init__(self, spark: Any, location: str) -> None:
+    def __init__(self, location: str, session: Callable[[], Any]) -> None:
         self.location = location
-        self._spark = spark
+        self._session = session
+        self._local = _local_path(location) if is_local(location) else None
 
     def newest_epoch(self) -> EpochOffsets | None:
         """The newest epoch in the offsets log (the one a resumed query goes on from), or None."""
@@ -127,21 +130,29 @@ class CheckpointLog:
     def batch_ids(self, log_name: str) -> set[int]:
         """The batch ids of one of the checkpoint's logs (``offsets`` or ``commits``)."""
         try:
-            fs, path = self._file_system(log_name)
-            if not fs.exists(path):
-                return set()
-            return {int(name) for name in (s.getPath().getName() for s in fs.listStatus(path)) if name.isdigit()}
+            names = self._names(log_name)
         except Exception as exc:  # noqa: BLE001 - py4j wraps the JVM's IOException
             raise CheckpointReadError(f"checkpoint {self.location}: listing {log_name} failed: {_cause(exc)}") from exc
+        return {int(name) for name in names if name.isdigit()}
+
+    def _names(self, folder: str) -> list[str]:
+        if self._local is not None:
+            path = self._local / folder
+            return [child.name for child in path.iterdir()] if path.is_dir() else []
+        fs, path = self._file_system(folder)
+        return [str(s.getPath().getName()) for s in fs.listStatus(path)] if fs.exists(path) else []
 
     def _read(self, relative: str) -> str | None:
         try:
+            if self._local is not None:
+                path = self._local / relative
+                return path.read_text(encoding="utf-8") if path.is_file() else None
             fs, path = self._file_system(relative)
             if not fs.exists(path):
                 return None
             stream = fs.open(path)
             try:
-                jvm = self._spark.sparkContext._jvm
+                jvm = self._session().sparkContext._jvm
                 return str(jvm.org.apache.commons.io.IOUtils.toString(stream, "UTF-8"))
             finally:
                 stream.close()
@@ -149,9 +160,14 @@ class CheckpointLog:
             raise CheckpointReadError(f"checkpoint {self.location}: reading {relative} failed: {_cause(exc)}") from exc
 
     def _file_system(self, relative: str) -> tuple[Any, Any]:
-        context = self._spark.sparkContext
+        context = self._session().sparkContext
         path = context._jvm.org.apache.hadoop.fs.Path(f"{self.location}/{relative}")
         return path.getFileSystem(context._jsc.hadoopConfiguration()), path
+
+
+def _local_path(location: str) -> Path:
+    """The folder of a local state location (a path, or a ``file:`` URI)."""
+    return Path(urlparse(location).path) if location.lower().startswith("file:") else Path(location)
 
 
 def _cause(exc: Exception) -> str:

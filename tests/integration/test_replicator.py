@@ -73,6 +73,13 @@ def test_fidelity_of_mixed_records_byte_for_byte(
     wait_for(lambda: process.sample("strait_replicated_records_total", flow="A->B", topic=topic) == 50_000, 60,
              "the records counted")
     _check_offset_syncs_translate_exactly(source_cluster, topic, source_records, target_records)
+    # The driver copied while Spark started the query, then handed the partitions to the first tasks:
+    # the exact copies above span that hand-off.
+    wait_for(lambda: "head start copier=" in process.log_text() and " ended reason=" in process.log_text(), 60,
+             "the head start handed over")
+    text = process.log_text()
+    assert text.index("head start copier=") < text.index("query started"), "the head start began after the query"
+    assert "ended reason=yield" in text, "the head start did not hand its partitions to the query's tasks"
 
 
 def _check_offset_syncs_translate_exactly(source: KafkaCluster, topic: str, source_records: dict, target_records: dict) -> None:

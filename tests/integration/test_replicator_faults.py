@@ -132,10 +132,17 @@ def test_sigkill_under_load_loses_nothing_and_bounds_duplicates(
 
 
 def _resume_points(processes: list[StraitProcess], topic: str) -> list[tuple[int, int]]:
-    """(partition, offset) of every 'resumes at offset' line the replicator runs logged for ``topic``."""
+    """(partition, offset) of every 'resumes at offset' line the replicator runs logged for ``topic``,
+    and of where each run's head start began it."""
     pattern = re.compile(rf"topic={re.escape(topic)} partition=(\d+) resumes at offset (\d+)")
-    return [(int(m[1]), int(m[2])) for process in processes
-            for m in pattern.finditer(process.process.log_path.read_text(errors="replace"))]
+    head_starts = re.compile(rf"head start copier=\S+ topic={re.escape(topic)} from=(\S+)")
+    points = []
+    for process in processes:
+        text = process.process.log_path.read_text(errors="replace")
+        points += [(int(m[1]), int(m[2])) for m in pattern.finditer(text)]
+        points += [(int(partition), int(offset)) for m in head_starts.finditer(text)
+                   for partition, offset in (start.split(":") for start in m[1].split(","))]
+    return points
 
 
 def _assert_replays_start_at_an_epoch(sequence: list[int], starts: set[int], partition: int) -> None:

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import time
 from pathlib import Path
 
@@ -16,7 +17,7 @@ from strait_replicator.live import Hold
 from strait_replicator.planner import SMALL_BACKLOG, CopyTask, EpochPlanner, SourcePlan, assign_partitions, logged_epoch
 from strait_replicator.copier import resumed_ranges
 from strait_replicator.source import ClusterSources
-from strait_replicator.state import CheckpointFormatError, EpochOffsets, Offsets, epoch_of_log_text, is_local
+from strait_replicator.state import CheckpointFormatError, CheckpointLog, EpochOffsets, Offsets, epoch_of_log_text, is_local
 from strait_replicator.writer import MIN_TASK_SECONDS, CopyRange, EpochLimits, WriterSettings
 
 keys = st.tuples(st.sampled_from(["a", "b", "c"]), st.integers(0, 5))
@@ -105,6 +106,36 @@ def test_each_epoch_starts_where_the_progress_on_the_target_says_else_where_the_
     clusters.copied = {}  # the progress cannot be read: where the last epoch started, never further
     third = _planned(planner)
     assert third.epoch == 2 and third.start == second.start
+
+
+_planned_keys = [("a", 0), ("a", 1), ("a", 2), ("b", 0), ("b", 1)]
+_some_offsets = st.dictionaries(st.sampled_from(_planned_keys), st.integers(0, 10_000))
+
+
+@given(resume=st.fixed_dictionaries({key: st.integers(0, 10_000) for key in _planned_keys}),
+       logged=st.none() | st.tuples(st.integers(0, 50), _some_offsets), copied=_some_offsets,
+       on_target=_some_offsets, replayed=st.booleans(), rate=st.sampled_from([0.0, 300.0]))
+@settings(max_examples=300, deadline=None)
+def test_a_head_start_starts_every_partition_where_the_querys_first_epoch_does(
+        tmp_path_factory: pytest.TempPathFactory, resume: Offsets, logged: tuple[int, Offsets] | None,
+        copied: Offsets, on_target: Offsets, replayed: bool, rate: float) -> None:
+    """The driver's head start copies until the first epoch's tasks take over: it must start each
+    partition exactly where they would have (lower copies again, higher skips records)."""
+    latest = {key: 20_000 for key in _planned_keys}
+    last = None if logged is None else EpochOffsets(logged[0], logged[1], {key: 20_000 for key in logged[1]})
+    plan = _plan(tmp_path_factory.getbasetemp(), partitions=(("a", 3), ("b", 2)), rate=rate, resume=resume,
+                 last_epoch=last, on_target=on_target)
+    head = _planner(plan, latest, copied)[0].head_start()
+    assert head.epoch == (0 if last is None else last.epoch + 1)
+    assert head.limits.task_seconds() == float("inf") and head.limits.records_per_second == rate
+    head_starts = {(r.topic, r.partition): r.start for r in head.ranges}
+    assert sorted(head_starts) == _planned_keys
+    planner = _planner(plan, latest, copied)[0]
+    # a query resumed from its checkpoint runs its newest epoch again when it was not committed
+    first = last if replayed and last is not None else planner.next_epoch()
+    starts = {(r.topic, r.partition): r.start for task in planner.tasks(first) for r in task.ranges}
+    assert starts == {key: head_starts[key] for key in starts}
+    assert first is last or sorted(starts) == _planned_keys
 
 
 def test_a_replayed_epoch_goes_on_where_the_progress_says(tmp_path: Path) -> None:
@@ -267,3 +298,24 @@ def test_the_quick_listing_gives_up_on_a_transient_error_and_raises_any_other(
 def test_a_state_location_is_local_unless_it_names_another_file_system() -> None:
     assert is_local("/var/lib/strait") and is_local("relative/state") and is_local("file:///var/lib/strait")
     assert not is_local("hdfs://namenode/strait") and not is_local("s3a://bucket/strait")
+
+
+@pytest.mark.parametrize("as_uri", [False, True])
+def test_a_local_checkpoint_is_read_without_sparks_jvm(tmp_path: Path, as_uri: bool) -> None:
+    """The head start needs the checkpoint's newest epoch before the JVM is up: a local one is read
+    from the disk (Spark's offsets-log layout: a version line, the batch metadata, the offset)."""
+    offsets, commits = tmp_path / "offsets", tmp_path / "commits"
+    offsets.mkdir()
+    commits.mkdir()
+    for batch in (3, 4):
+        entry = EpochOffsets(batch, {("t", 0): batch * 10}, {("t", 0): batch * 10 + 5})
+        (offsets / str(batch)).write_text(f'v1\n{{"batchWatermarkMs":0}}\n{json.dumps(entry.to_json())}')
+    (offsets / ".5.tmp").write_text("half written")
+    (commits / "3").write_text('v1\n{"nextBatchWatermarkMs":0}')
+
+    def no_session() -> None:
+        raise AssertionError("the JVM was asked")
+    log = CheckpointLog(tmp_path.as_uri() if as_uri else str(tmp_path), no_session)
+    assert log.newest_epoch() == EpochOffsets(4, {("t", 0): 40}, {("t", 0): 45})
+    assert log.uncommitted_batch() == 4
+    assert CheckpointLog(str(tmp_path / "none"), no_session).newest_epoch() is None

@@ -19,8 +19,7 @@ def test_a_new_configuration_gives_up_a_plan_waiting_on_a_cluster_that_does_not_
         monkeypatch: pytest.MonkeyPatch) -> None:
     """Discovery against a dead source waits out admin timeouts; a failover's new configuration (the
     flow disabled) must reach the control loop at once, not after them."""
-    spark = SimpleNamespace(sparkContext=SimpleNamespace(master="local[2]", defaultParallelism=2))
-    runner = FlowRunner(spark, "A->B", "unused", trigger_seconds=1.0, epoch_seconds=5.0)  # type: ignore[arg-type]
+    runner = FlowRunner(lambda: None, "A->B", "unused", trigger_seconds=1.0, epoch_seconds=5.0)  # type: ignore[arg-type]
     answered = threading.Event()
 
     def plan_against_a_dead_cluster(config: StraitConfig, flow: FlowConfig) -> Any:

@@ -49,6 +49,7 @@ class BenchOptions:
     jvm_heap: str = "2g"
     tuning: ProducerTuning = ProducerTuning()
     timeout_seconds: float = 1800.0
+    head_start: bool = True  # strait copies from its driver while its query starts
 
     @property
     def megabytes(self) -> float:
@@ -90,6 +91,8 @@ def parse_args(argv: Sequence[str] | None = None) -> BenchOptions:
     parser.add_argument("--broker-heap", help="heap of each Kafka broker (1g)")
     parser.add_argument("--jvm-heap", help="heap of MM2's JVM and of Spark's driver (2g)")
     parser.add_argument("--out", type=Path, help="report folder (.cache/bench/<timestamp>/)")
+    parser.add_argument("--no-head-start", dest="head_start", action="store_false",
+                        help="strait copies only in Spark's tasks (its --no-head-start)")
     args = parser.parse_args(argv)
     return options_from(args)
 
@@ -101,7 +104,7 @@ def options_from(args: argparse.Namespace) -> BenchOptions:
         "partitions", "records", "record_size", "repeats", "latency_seconds", "epoch_seconds", "cores",
         "scaling_partitions",
         "broker_heap", "jvm_heap", "out") if getattr(args, name) is not None}
-    options = replace(options, **given)
+    options = replace(options, **given, head_start=args.head_start)
     if args.rates:
         options = replace(options, rates=tuple(int(r) for r in args.rates.split(",") if r.strip()))
     if args.systems:

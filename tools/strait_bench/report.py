@@ -119,6 +119,7 @@ def _rows(rates: Sequence[int]) -> list[tuple[str, str]]:
     rows = [("records_per_s", "records/s"), ("mb_per_s", "MB/s"), ("cpu_s_per_gb", "CPU-s per GB"),
             ("peak_rss_mb", "peak RSS (MB)"), ("peak_pss_mb", "peak PSS (MB)"),
             ("startup_s", "start-up to first record (s)"),
+            ("all_copied_s", "launch to every record copied (s)"),
             ("ingest_records_per_s", "limit: target ingest (records/s)"),
             ("read_records_per_s", "limit: source read (records/s)")]
     for rate in rates:
