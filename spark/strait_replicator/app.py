@@ -91,7 +91,8 @@ class Replicator:
                 # A new configuration (a flow disabled by a failover, say) is not kept waiting by a
                 # discovery that waits on a cluster that does not answer.
                 runner.reconcile(config, flow, force=force,
-                                 stop=lambda: (stop is not None and stop.is_set()) or self.feed.changed.is_set())
+                                 stop=lambda: (stop is not None and stop.is_set()) or self.feed.changed.is_set()
+                                 or self.session.failed())
                 runner.observe()
             except SparkStartError:
                 raise

@@ -91,6 +91,7 @@ class Copier(threading.Thread):
         self.error: BaseException | None = None
         self.ended = threading.Event()
         self.claimed = threading.Event()  # its claim is on the target: any later one is newer
+        self._stop_requested = threading.Event()
         self.copied: dict[Key, CopiedPartition] = {}
         self.reason = ""  # why it stopped: stop, yield, linger, lapsed, done, error
         self._lock = threading.Lock()
@@ -132,6 +133,10 @@ class Copier(threading.Thread):
         """Stop at its next check, as if no task renewed it."""
         with self._lock:
             self._wanted_until = 0.0
+
+    def stop(self) -> None:
+        """Stop at its next check, as a stop of its query would (a claim still being waited for is given up)."""
+        self._stop_requested.set()
 
     def mark(self) -> dict[Key, tuple[Any, ...]]:
         """Where each partition's copy stands now: the base of :meth:`rows_since`."""
@@ -277,7 +282,7 @@ class Copier(threading.Thread):
             raise HandOffError(f"flow {self.settings.flow}: writing the copier's hold to topic "
                                f"{self.settings.progress_topic} on cluster {self.settings.target_alias} failed: "
                                f"{self._hold_errors[0].str()}")
-        if self.plan.query in self.watch.stops:
+        if self.plan.query in self.watch.stops or self._stop_requested.is_set():
             return "stop"
         newer = [hold for copier, hold in self.watch.holds.items()
                  if copier != self.id and hold.since > self._since and hold.partitions & self.keys]

@@ -351,11 +351,14 @@ class FlowRunner:
         if not self.use_head_start:
             return None
         try:
-            return HeadStart.begin(source)
+            head_start = HeadStart.begin(source)
         except Exception as exc:  # noqa: BLE001 - the query's tasks copy all the same
             log.warning("flow=%s no head start, the query's tasks copy from their start: %s: %s", self.flow_name,
                         type(exc).__name__, exc)
             return None
+        if head_start is not None:
+            self.live.not_a_task(head_start.copier.id)
+        return head_start
 
     def _end_head_start(self, timeout: float = END_SECONDS) -> None:
         if self.head_start is not None:
@@ -383,7 +386,7 @@ class FlowRunner:
 
     def _fail(self, kind: str, message: str, error: BaseException) -> None:
         delay = self._trouble.failed(error, kind=kind, message=message)
-        self._records_at_fail = self.live.records
+        self._records_at_fail = self.live.task_records
         # the next try comes after the pause, not after the topic refresh interval
         self._retry_at = self._next_refresh = time.monotonic() + delay
         self.last_error = message
@@ -448,18 +451,23 @@ class FlowRunner:
         """Export the running epoch's live progress as metrics; notice a failed query and a head
         start handed over."""
         self.live.poll()
+        handed_over = False
         if self.head_start is not None and not self.head_start.running:
             copier = self.head_start.copier
             log.log(logging.WARNING if copier.error else logging.INFO, "flow=%s head start copier=%s ended reason=%s%s",
                     self.flow_name, copier.id, copier.reason, f": {copier.error}" if copier.error else "")
             self.head_start = None
+            handed_over = copier.reason == "yield"  # the query's tasks claimed its partitions: they run
         if self.query is None:
             return
         if not self.query.isActive:
             self._on_query_ended()
             return
-        if self._trouble.kind == "query" and (self.query.lastProgress or self.live.records > self._records_at_fail):
-            self._recovered()  # the restarted query copied records or committed an epoch
+        # The tasks' doing, not a head start's: it copies from the driver after every restart, whether
+        # the tasks can run or not.
+        if self._trouble.kind == "query" and (self.query.lastProgress or handed_over
+                                              or self.live.task_records > self._records_at_fail):
+            self._recovered()  # the restarted query's tasks run: they took over, copied or committed an epoch
         progress = self.query.lastProgress
         if progress and log.isEnabledFor(logging.DEBUG) and progress.get("batchId") != self._logged_batch:
             self._logged_batch = progress.get("batchId")
@@ -623,6 +631,8 @@ class LiveMetrics:
         self._epoch = -1  # the newest epoch a run reported
         self._lag_at: dict[TopicPartitionKey, float] = {}
         self.records = 0  # records counted since the process started
+        self.task_records = 0  # of those, the ones the queries' tasks copied (not a head start)
+        self._not_tasks: set[str] = set()
 
     def follow(self, settings: dict[str, str], location: SyncsLocation, source_alias: str) -> None:
         """Tail this progress topic from now on (a new query; the same topic goes on being read)."""
@@ -639,6 +649,11 @@ class LiveMetrics:
         with self._lock:
             if self._reader is not None:
                 self._read()
+
+    def not_a_task(self, copier: str) -> None:
+        """Count this copier's records (a head start's) apart from the tasks' (``task_records``)."""
+        with self._lock:
+            self._not_tasks.add(copier)
 
     def close(self) -> None:
         """Close the reader."""
@@ -661,7 +676,7 @@ class LiveMetrics:
             self._forget_all_but(run.epoch)
         before = self._counted.get((run.task, key))
         self._counted[(run.task, key)] = run
-        self._count(run.partition, before.partition if before else None)
+        self._count(run.task, run.partition, before.partition if before else None)
         part = run.partition
         if part.lag >= 0 and run.written_at >= self._lag_at.get(key, 0.0):
             self._lag_at[key] = run.written_at
@@ -673,12 +688,14 @@ class LiveMetrics:
         self._epoch = epoch
         self._counted = {key: run for key, run in self._counted.items() if epoch - 1 <= run.epoch <= epoch}
 
-    def _count(self, part: PartitionReport, before: PartitionReport | None) -> None:
+    def _count(self, task: str, part: PartitionReport, before: PartitionReport | None) -> None:
         flow, topic = self.flow, part.topic
         if before == part:
             return
         copied = max(0, part.records - (before.records if before else 0))
         self.records += copied
+        if task not in self._not_tasks:
+            self.task_records += copied
         metrics.RECORDS.labels(flow=flow, topic=topic).inc(copied)
         metrics.BYTES.labels(flow=flow, topic=topic).inc(max(0, part.bytes - (before.bytes if before else 0)))
         metrics.OFFSET_SYNCS.labels(flow=flow).inc(max(0, part.syncs - (before.syncs if before else 0)))

@@ -15,7 +15,6 @@ driver copies only until they run.
 from __future__ import annotations
 
 import logging
-import threading
 
 from strait_replicator.copier import Copier
 from strait_replicator.planner import CopyTask, EpochPlanner, SourcePlan
@@ -34,7 +33,7 @@ class HeadStart:
         self.copier = copier
 
     @staticmethod
-    def begin(plan: SourcePlan, stop: threading.Event | None = None) -> HeadStart | None:
+    def begin(plan: SourcePlan) -> HeadStart | None:
         """Start copying ``plan``'s partitions; return once the claim is on the target (None when the
         copier failed before it: the query's tasks then copy, as without a head start)."""
         task = EpochPlanner(plan, ClusterSources(plan)).head_start()
@@ -43,10 +42,9 @@ class HeadStart:
         copier = Copier(plan, task, door=False)
         copier.start()
         while not copier.claimed.wait(0.05):
-            if copier.ended.is_set() or (stop is not None and stop.is_set()):
+            if copier.ended.is_set():
                 break
         if not copier.claimed.is_set():
-            copier.retire()
             log.warning("flow=%s head start not claimed: the query's tasks copy from their start (%s)",
                         plan.writer.flow, copier.error or "stopped")
             return None
@@ -62,8 +60,8 @@ class HeadStart:
         return not self.copier.ended.is_set()
 
     def end(self, timeout: float = END_SECONDS) -> None:
-        """Stop it (as if its task were not renewed) and wait up to ``timeout`` for its final progress."""
-        self.copier.retire()
+        """Stop it (as a stop of its query would) and wait up to ``timeout`` for its final progress."""
+        self.copier.stop()
         if not self.copier.ended.wait(timeout):
             log.warning("flow=%s head start copier=%s still running after %.0fs: left to end by itself",
                         self.copier.settings.flow, self.copier.id, timeout)

@@ -7,12 +7,14 @@ session needs no jar beyond those pyspark ships (Spark's Kafka connector is a be
 from __future__ import annotations
 
 import logging
+import math
 import os
 import re
 import sys
 import threading
 import time
 from collections.abc import Sequence
+from pathlib import Path
 
 from pyspark.sql import SparkSession
 
@@ -44,8 +46,21 @@ def spark_master(given: str | None) -> str | None:
     master = given or os.environ.get("STRAIT_SPARK_MASTER", "local[*]")
     match = _LOCAL.match(master)
     if match and match.group(1) == "*":
-        return master.replace("[*", f"[{os.cpu_count() or 1}", 1)
+        return master.replace("[*", f"[{available_cores()}", 1)
     return master
+
+
+def available_cores() -> int:
+    """The cores this process may use, as the JVM counts them for ``local[*]``: its CPU affinity, under
+    a container's CPU quota (cgroup v2 ``cpu.max``) when it has one."""
+    cores = len(os.sched_getaffinity(0))
+    try:
+        quota, period = Path("/sys/fs/cgroup/cpu.max").read_text().split()[:2]
+        if quota != "max":
+            cores = min(cores, max(1, math.ceil(int(quota) / int(period))))
+    except (OSError, ValueError):
+        pass
+    return max(1, cores)
 
 
 def local_slots(master: str | None) -> int | None:
@@ -56,7 +71,7 @@ def local_slots(master: str | None) -> int | None:
     count = match.group(1)
     if count is None:
         return 1
-    return (os.cpu_count() or 1) if count == "*" else int(count)
+    return available_cores() if count == "*" else int(count)
 
 
 def launched_by_spark_submit() -> bool:

@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import json
 import logging
+import os
 import re
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
@@ -33,6 +34,9 @@ TopicPartitionKey = tuple[str, int]
 Offsets = dict[TopicPartitionKey, int]
 
 _SCHEME = re.compile(r"^[A-Za-z][A-Za-z0-9+.-]*:")
+# Where a Hadoop configuration (a default file system) reaches Spark; spark-submit's own process sets
+# PYSPARK_GATEWAY_PORT.
+_HADOOP_CONFIGURATION = ("HADOOP_CONF_DIR", "YARN_CONF_DIR", "PYSPARK_GATEWAY_PORT")
 
 
 class CheckpointFormatError(StraitError):
@@ -101,13 +105,16 @@ class CheckpointLog:
     """Reads a query's Spark checkpoint where it lives: a local one from this host's disk, any other
     through Hadoop's file system in the driver's JVM (``session`` gives the session, waiting for it).
 
+    A folder without a scheme is this host's only while no Hadoop configuration may make Spark resolve
+    it elsewhere (a default file system such as ``hdfs://``): under spark-submit or with
+    ``HADOOP_CONF_DIR``/``YARN_CONF_DIR`` set, it is read through the JVM, as Spark writes it.
     Call it on the driver (the control loop or a foreachBatch callback).
     """
 
     def __init__(self, location: str, session: Callable[[], Any]) -> None:
         self.location = location
         self._session = session
-        self._local = _local_path(location) if is_local(location) else None
+        self._local = _local_path(location)
 
     def newest_epoch(self) -> EpochOffsets | None:
         """The newest epoch in the offsets log (the one a resumed query goes on from), or None."""
@@ -129,45 +136,61 @@ class CheckpointLog:
 
     def batch_ids(self, log_name: str) -> set[int]:
         """The batch ids of one of the checkpoint's logs (``offsets`` or ``commits``)."""
+        jvm = self._jvm()
         try:
-            names = self._names(log_name)
+            names = self._local_names(log_name) if jvm is None else self._jvm_names(jvm, log_name)
         except Exception as exc:  # noqa: BLE001 - py4j wraps the JVM's IOException
             raise CheckpointReadError(f"checkpoint {self.location}: listing {log_name} failed: {_cause(exc)}") from exc
         return {int(name) for name in names if name.isdigit()}
 
-    def _names(self, folder: str) -> list[str]:
-        if self._local is not None:
-            path = self._local / folder
-            return [child.name for child in path.iterdir()] if path.is_dir() else []
-        fs, path = self._file_system(folder)
-        return [str(s.getPath().getName()) for s in fs.listStatus(path)] if fs.exists(path) else []
-
     def _read(self, relative: str) -> str | None:
+        jvm = self._jvm()
         try:
-            if self._local is not None:
-                path = self._local / relative
-                return path.read_text(encoding="utf-8") if path.is_file() else None
-            fs, path = self._file_system(relative)
-            if not fs.exists(path):
-                return None
-            stream = fs.open(path)
-            try:
-                jvm = self._session().sparkContext._jvm
-                return str(jvm.org.apache.commons.io.IOUtils.toString(stream, "UTF-8"))
-            finally:
-                stream.close()
+            return self._local_text(relative) if jvm is None else self._jvm_text(jvm, relative)
         except Exception as exc:  # noqa: BLE001 - py4j wraps the JVM's IOException
             raise CheckpointReadError(f"checkpoint {self.location}: reading {relative} failed: {_cause(exc)}") from exc
 
-    def _file_system(self, relative: str) -> tuple[Any, Any]:
-        context = self._session().sparkContext
+    def _jvm(self) -> Any:
+        """The session's context when the checkpoint is read through the JVM (None: from the disk). A
+        session that cannot start raises its own error, not a checkpoint's."""
+        return None if self._local is not None else self._session().sparkContext
+
+    def _local_names(self, folder: str) -> list[str]:
+        assert self._local is not None
+        path = self._local / folder
+        return [child.name for child in path.iterdir()] if path.is_dir() else []
+
+    def _local_text(self, relative: str) -> str | None:
+        assert self._local is not None
+        path = self._local / relative
+        return path.read_text(encoding="utf-8") if path.is_file() else None
+
+    def _jvm_names(self, context: Any, folder: str) -> list[str]:
+        fs, path = self._file_system(context, folder)
+        return [str(s.getPath().getName()) for s in fs.listStatus(path)] if fs.exists(path) else []
+
+    def _jvm_text(self, context: Any, relative: str) -> str | None:
+        fs, path = self._file_system(context, relative)
+        if not fs.exists(path):
+            return None
+        stream = fs.open(path)
+        try:
+            return str(context._jvm.org.apache.commons.io.IOUtils.toString(stream, "UTF-8"))
+        finally:
+            stream.close()
+
+    def _file_system(self, context: Any, relative: str) -> tuple[Any, Any]:
         path = context._jvm.org.apache.hadoop.fs.Path(f"{self.location}/{relative}")
         return path.getFileSystem(context._jsc.hadoopConfiguration()), path
 
 
-def _local_path(location: str) -> Path:
-    """The folder of a local state location (a path, or a ``file:`` URI)."""
-    return Path(urlparse(location).path) if location.lower().startswith("file:") else Path(location)
+def _local_path(location: str) -> Path | None:
+    """The folder of a state location certainly on this host (see :class:`CheckpointLog`), else None."""
+    if location.lower().startswith("file:"):
+        return Path(urlparse(location).path)
+    if _SCHEME.match(location) or any(name in os.environ for name in _HADOOP_CONFIGURATION):
+        return None
+    return Path(location)
 
 
 def _cause(exc: Exception) -> str:

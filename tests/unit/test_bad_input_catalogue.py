@@ -19,6 +19,7 @@ import pytest
 from strait.config import load_config
 from strait.errors import ConfigError
 from tests.support.cli import strait
+from tests.support.config import strait_config, write_config
 
 CLUSTERS_YAML = """\
 clusters:
@@ -114,3 +115,16 @@ def test_run_replicator_refuses_the_file_before_starting_spark(tmp_path: Path, e
 def test_run_service_refuses_the_file(tmp_path: Path, component: str, entry: BadFile) -> None:
     path = _write(tmp_path, entry)
     _assert_refused(strait("run", component, "--config", str(path)), path, entry)
+
+
+def test_run_replicator_exits_with_a_clear_error_when_spark_cannot_start(tmp_path: Path) -> None:
+    """The session starts in a thread while the flows plan: its failure must still end the process
+    (no copying goes on without Spark), with a message that says what to check, not hang planning
+    against clusters that do not answer."""
+    config = write_config(tmp_path / "s.yaml", strait_config(
+        {"A": {"bootstrap_servers": "127.0.0.1:1"}, "B": {"bootstrap_servers": "127.0.0.1:2"}},
+        [{"source": "A", "target": "B", "topics": {"include": ["t"]}}]))
+    result = strait("run", "replicator", "--config", str(config), "--state-dir", str(tmp_path / "state"),
+                    env={"JAVA_HOME": str(tmp_path / "no-java")}, timeout=90)
+    assert result.returncode == 1, result.stderr[-2000:]
+    assert "Spark's session did not start" in result.stderr and "Java" in result.stderr, result.stderr[-2000:]

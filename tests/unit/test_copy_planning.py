@@ -301,9 +301,13 @@ def test_a_state_location_is_local_unless_it_names_another_file_system() -> None
 
 
 @pytest.mark.parametrize("as_uri", [False, True])
-def test_a_local_checkpoint_is_read_without_sparks_jvm(tmp_path: Path, as_uri: bool) -> None:
+def test_a_local_checkpoint_is_read_without_sparks_jvm(tmp_path: Path, as_uri: bool,
+                                                       monkeypatch: pytest.MonkeyPatch) -> None:
     """The head start needs the checkpoint's newest epoch before the JVM is up: a local one is read
-    from the disk (Spark's offsets-log layout: a version line, the batch metadata, the offset)."""
+    from the disk (Spark's offsets-log layout: a version line, the batch metadata, the offset); a
+    folder that a Hadoop configuration may put on another file system is read through the JVM."""
+    for name in ("HADOOP_CONF_DIR", "YARN_CONF_DIR", "PYSPARK_GATEWAY_PORT"):
+        monkeypatch.delenv(name, raising=False)
     offsets, commits = tmp_path / "offsets", tmp_path / "commits"
     offsets.mkdir()
     commits.mkdir()
@@ -319,3 +323,9 @@ def test_a_local_checkpoint_is_read_without_sparks_jvm(tmp_path: Path, as_uri: b
     assert log.newest_epoch() == EpochOffsets(4, {("t", 0): 40}, {("t", 0): 45})
     assert log.uncommitted_batch() == 4
     assert CheckpointLog(str(tmp_path / "none"), no_session).newest_epoch() is None
+    monkeypatch.setenv("HADOOP_CONF_DIR", str(tmp_path))
+    if as_uri:
+        assert log.newest_epoch() is not None and CheckpointLog(tmp_path.as_uri(), no_session).uncommitted_batch() == 4
+    else:
+        with pytest.raises(AssertionError, match="the JVM was asked"):
+            CheckpointLog(str(tmp_path), no_session).newest_epoch()

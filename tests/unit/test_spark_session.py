@@ -6,7 +6,7 @@ import os
 
 import pytest
 
-from strait_replicator.session import local_slots, spark_master
+from strait_replicator.session import available_cores, local_slots, spark_master
 
 pytestmark = pytest.mark.unit
 
@@ -14,7 +14,8 @@ pytestmark = pytest.mark.unit
 def test_every_core_is_made_explicit_so_the_slots_are_known_before_the_jvm(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.delenv("STRAIT_SPARK_MASTER", raising=False)
     monkeypatch.delenv("PYSPARK_GATEWAY_PORT", raising=False)
-    cores = os.cpu_count() or 1
+    cores = available_cores()
+    assert 1 <= cores <= len(os.sched_getaffinity(0))
     assert spark_master(None) == f"local[{cores}]" and local_slots(spark_master(None)) == cores
     monkeypatch.setenv("STRAIT_SPARK_MASTER", "local[*,3]")
     assert spark_master(None) == f"local[{cores},3]"
