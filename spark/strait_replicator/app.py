@@ -38,7 +38,7 @@ class ReplicatorOptions:
     trigger_seconds: float = 0.25
     epoch_seconds: float = 60.0
     start: str | None = None  # overrides every flow's start (strait.progress)
-    head_start: bool = True  # copy from the driver while a query starts (strait_replicator.headstart)
+    head_start: bool = False  # copy from the driver while a query starts (strait_replicator.headstart)
 
 
 class Replicator:

@@ -17,6 +17,7 @@ import time
 import uuid
 from collections.abc import Callable
 from dataclasses import dataclass, field
+from types import SimpleNamespace
 from functools import partial
 from typing import Any
 
@@ -43,7 +44,7 @@ from strait_replicator.headstart import END_SECONDS, HeadStart
 from strait_replicator.planner import SourcePlan
 from strait_replicator.source import FORMAT, LIST_TIMEOUT, PLAN_OPTION, CopySource, cached_admin
 from strait_replicator.state import CheckpointLog, CheckpointReadError, EpochOffsets, Offsets, TopicPartitionKey
-from strait_replicator.writer import ReplicationReadError, WriterSettings
+from strait_replicator.writer import SUMMARY_FIELDS, ReplicationReadError, WriterSettings
 
 log = logging.getLogger(__name__)
 
@@ -87,7 +88,7 @@ class FlowRunner:
 
     def __init__(self, session: Callable[[], SparkSession], flow_name: str, checkpoint: str, trigger_seconds: float,
                  epoch_seconds: float, publish: Callable[[str, dict[str, Any]], None] | None = None,
-                 start: str | None = None, restart_mark: str = "", head_start: bool = True) -> None:
+                 start: str | None = None, restart_mark: str = "", head_start: bool = False) -> None:
         self.session = session
         self.use_head_start = head_start
         self.restart_mark = restart_mark  # the flow's restarted_at this runner started under ("" for none)
@@ -101,6 +102,7 @@ class FlowRunner:
         self.plan: FlowPlan | None = None
         self.query: StreamingQuery | None = None
         self.head_start: HeadStart | None = None
+        self._check: EpochCheck | None = None  # the running query's checks after each epoch (and its head start)
         self.last_error: str | None = None
         self._trouble = FlowTrouble(metrics.SERVICE, flow_name, "replication", level=logging.ERROR)
         self._records_at_fail = 0
@@ -274,9 +276,10 @@ class FlowRunner:
         checkpoint = CheckpointLog(self.checkpoint, self.session)
         self.live.follow(dict(plan.resume.target_consumer), plan.resume.progress, plan.writer.source_alias)
         try:
+            self._check = epoch_check(self.flow_name, plan, checkpoint)
             source = self._source_plan(plan, resume, checkpoint)
             self.head_start = self._begin_head_start(source)
-            self.query = self._start_query(plan, source, checkpoint)
+            self.query = self._start_query(source, self._check)
         except CheckpointReadError as exc:
             self._end_head_start()
             self.plan = None
@@ -363,10 +366,22 @@ class FlowRunner:
     def _end_head_start(self, timeout: float = END_SECONDS) -> None:
         if self.head_start is not None:
             self.head_start.end(timeout)
-            self.head_start = None
+            self._head_start_ended()
 
-    def _start_query(self, plan: FlowPlan, source: SourcePlan, checkpoint: CheckpointLog) -> StreamingQuery:
-        check = epoch_check(self.flow_name, plan, checkpoint)
+    def _head_start_ended(self) -> bool:
+        """Report an ended head start and check its copies (losses on the source, re-created topics);
+        True when it handed its partitions to the query's tasks."""
+        head, self.head_start = self.head_start, None
+        assert head is not None
+        copier = head.copier
+        log.log(logging.WARNING if copier.error else logging.INFO, "flow=%s head start copier=%s ended reason=%s%s",
+                self.flow_name, copier.id, copier.reason, f": {copier.error}" if copier.error else "")
+        if self._check is not None and copier.ended.is_set():
+            starts = {(r.topic, r.partition): r.start for r in copier.task.ranges if r.start is not None}
+            self._check.after_head_start(starts, copier.rows_since({}))
+        return copier.reason == "yield"  # the query's tasks claimed its partitions: they run
+
+    def _start_query(self, source: SourcePlan, check: EpochCheck) -> StreamingQuery:
         spark = self.session()
         spark.dataSource.register(CopySource)
         self._stopping = threading.Event()
@@ -451,13 +466,7 @@ class FlowRunner:
         """Export the running epoch's live progress as metrics; notice a failed query and a head
         start handed over."""
         self.live.poll()
-        handed_over = False
-        if self.head_start is not None and not self.head_start.running:
-            copier = self.head_start.copier
-            log.log(logging.WARNING if copier.error else logging.INFO, "flow=%s head start copier=%s ended reason=%s%s",
-                    self.flow_name, copier.id, copier.reason, f": {copier.error}" if copier.error else "")
-            self.head_start = None
-            handed_over = copier.reason == "yield"  # the query's tasks claimed its partitions: they run
+        handed_over = self.head_start is not None and not self.head_start.running and self._head_start_ended()
         if self.query is None:
             return
         if not self.query.isActive:
@@ -521,7 +530,14 @@ class EpochCheck:
         self._check_stalls(epoch, ends)
         return epoch.epoch
 
-    def _check_losses(self, batch_id: int, epoch: EpochOffsets, begun: Offsets, reached: Offsets) -> None:
+    def after_head_start(self, start: Offsets, rows: list[tuple[Any, ...]]) -> None:
+        """Check what a head start copied (its copier's summary rows, ``writer.SUMMARY_FIELDS``) for
+        records lost on the source and re-created topics, as an epoch's rows are: no epoch's rows
+        hold those copies."""
+        summaries = [SimpleNamespace(**dict(zip(SUMMARY_FIELDS, row))) for row in rows]
+        self._check_losses(None, EpochOffsets(-1, start), _begun_offsets(summaries, start), _reached_offsets(summaries))
+
+    def _check_losses(self, batch_id: int | None, epoch: EpochOffsets, begun: Offsets, reached: Offsets) -> None:
         """A partition that went on past where its task began lost the records below the source's
         log start (gaps above it are compaction or transaction markers); one that went back was
         re-created. A task begins at the epoch's start, or past it where an earlier run of the
@@ -539,7 +555,7 @@ class EpochCheck:
                 gaps[key] = seen
         lows = self._listed(list(gaps), "earliest") if gaps else {}
         why = "the source deleted these records (retention or delete-records) before they were copied"
-        if batch_id == self.replayed_batch:
+        if batch_id is not None and batch_id == self.replayed_batch:
             why += "; this epoch runs again after a restart, so some may have been copied before it"
         for key, seen in gaps.items():
             lost_to = min(seen, lows.get(key, begun[key]))
@@ -566,11 +582,12 @@ class EpochCheck:
             log.warning("flow=%s %s offsets unknown on %s: %s", self.flow, which, self.source_alias, exc)
             return {}
 
-    def _report_lost(self, batch_id: int, key: TopicPartitionKey, start: int, end: int, why: str) -> None:
+    def _report_lost(self, batch_id: int | None, key: TopicPartitionKey, start: int, end: int, why: str) -> None:
         topic, partition = key
         metrics.DATA_LOSS.labels(flow=self.flow, topic=topic, partition=str(partition)).inc(end - start)
-        log.warning("flow=%s DATA LOSS topic=%s partition=%d offsets=[%d, %d) records=%d batch=%d: %s", self.flow,
-                    topic, partition, start, end, end - start, batch_id, why)
+        log.warning("flow=%s DATA LOSS topic=%s partition=%d offsets=[%d, %d) records=%d %s: %s", self.flow,
+                    topic, partition, start, end, end - start,
+                    "head start" if batch_id is None else f"batch={batch_id}", why)
 
     def _check_stalls(self, epoch: EpochOffsets, ends: Offsets) -> None:
         now = time.monotonic()

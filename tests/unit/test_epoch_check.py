@@ -59,3 +59,21 @@ def test_progress_or_a_partition_at_its_end_is_no_stall() -> None:
     time.sleep(0.4)
     check.after_epoch(2, [_row(0, 10, 10)])  # nothing to copy is no stall
     assert check.stalled_since == {}
+
+
+def test_a_head_starts_copies_are_checked_for_losses_and_recreated_topics(
+        monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture) -> None:
+    """No epoch's rows hold what the driver's head start copied: its own rows are checked the same way."""
+    check, _ = _check(read_timeout=60.0)
+    monkeypatch.setattr(check, "_listed", lambda keys, which: {("t", 0): 25} if which == "earliest" else {("t", 1): 2})
+    lost: list[tuple[object, ...]] = []
+    monkeypatch.setattr(check, "_report_lost", lambda batch, key, start, end, why: lost.append((batch, key, start, end)))
+
+    def head_row(partition: int, start: int, first: int, next_offset: int) -> tuple[object, ...]:
+        row = {**dict.fromkeys(SUMMARY_FIELDS, 0), "topic": "t", "partition": partition, "records": next_offset - first,
+               "first_offset": first, "next_offset": next_offset, "start_offset": start}
+        return tuple(row[name] for name in SUMMARY_FIELDS)
+    # t-0 started at 10, but the source had deleted up to 25; t-1 was re-created below where it started
+    check.after_head_start({("t", 0): 10, ("t", 1): 3}, [head_row(0, 10, 25, 30), head_row(1, 3, 0, 2)])
+    assert lost == [(None, ("t", 0), 10, 25)]
+    assert "offsets went back from 3 to 2 (topic deleted and re-created)" in caplog.text
