@@ -291,9 +291,7 @@ class Copier(threading.Thread):
                      _named(newer[0].partitions & self.keys), newer[0].copier)
             return "yield"
         with self._lock:
-            # a claim may take longer than its task is wanted (an old holder's fence): only a retired one
-            # gives up on it
-            if now > self._wanted_until and (not claiming or not self._wanted_until):
+            if not claiming and now > self._wanted_until:
                 self.reason = "linger"  # renew() sees it under the lock
                 log.info("flow=%s copier=%s no task renewed it: stops", self.settings.flow, self.id)
                 return "linger"

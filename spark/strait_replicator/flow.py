@@ -17,8 +17,8 @@ import time
 import uuid
 from collections.abc import Callable
 from dataclasses import dataclass, field
-from types import SimpleNamespace
 from functools import partial
+from types import SimpleNamespace
 from typing import Any
 
 from confluent_kafka import Producer, TopicPartition
@@ -647,8 +647,7 @@ class LiveMetrics:
         self._counted: dict[tuple[str, TopicPartitionKey], RunReport] = {}
         self._epoch = -1  # the newest epoch a run reported
         self._lag_at: dict[TopicPartitionKey, float] = {}
-        self.records = 0  # records counted since the process started
-        self.task_records = 0  # of those, the ones the queries' tasks copied (not a head start)
+        self.task_records = 0  # records the queries' tasks copied since the process started (not a head start's)
         self._not_tasks: set[str] = set()
 
     def follow(self, settings: dict[str, str], location: SyncsLocation, source_alias: str) -> None:
@@ -710,7 +709,6 @@ class LiveMetrics:
         if before == part:
             return
         copied = max(0, part.records - (before.records if before else 0))
-        self.records += copied
         if task not in self._not_tasks:
             self.task_records += copied
         metrics.RECORDS.labels(flow=flow, topic=topic).inc(copied)

@@ -186,11 +186,11 @@ class CheckpointLog:
 
 def _local_path(location: str) -> Path | None:
     """The folder of a state location certainly on this host (see :class:`CheckpointLog`), else None."""
+    if not is_local(location):
+        return None
     if location.lower().startswith("file:"):
         return Path(urlparse(location).path)
-    if _SCHEME.match(location) or any(name in os.environ for name in _HADOOP_CONFIGURATION):
-        return None
-    return Path(location)
+    return None if any(name in os.environ for name in _HADOOP_CONFIGURATION) else Path(location)
 
 
 def _cause(exc: Exception) -> str:
