@@ -57,9 +57,9 @@ def _replicator_arguments(parser: argparse.ArgumentParser) -> None:
                         help="shortest time between the starts of two epochs (micro-batches)")
     parser.add_argument("--epoch-seconds", type=float, default=60.0,
                         help="how long each epoch's tasks copy live before Spark commits their progress")
-    parser.add_argument("--head-start", action="store_true",
+    parser.add_argument("--head-start", action=argparse.BooleanOptionalAction, default=True,
                         help="also copy from this process while a query starts, until its tasks take over "
-                             "(opt-in while it has known gaps: see README)")
+                             "(README: the head start)")
     parser.add_argument("--start", choices=START_CHOICES,
                         help="for every flow, where a partition starts when its remote topic holds records no "
                              "evidence in Kafka explains (overrides the flows' start)")

@@ -12,7 +12,9 @@ import json
 import logging
 import threading
 import time
+from collections.abc import Callable
 from dataclasses import dataclass
+from functools import partial
 from typing import Any
 
 from strait.config.model import StraitConfig
@@ -38,7 +40,7 @@ class ReplicatorOptions:
     trigger_seconds: float = 0.25
     epoch_seconds: float = 60.0
     start: str | None = None  # overrides every flow's start (strait.progress)
-    head_start: bool = False  # copy from the driver while a query starts (strait_replicator.headstart)
+    head_start: bool = True  # copy from the driver while a query starts (strait_replicator.headstart)
 
 
 class Replicator:
@@ -74,6 +76,10 @@ class Replicator:
                 # As a disable and enable would: the new runner plans afresh and reads where to resume.
                 log.info("flow=%s restart requested: stopping its query, starting it again", name)
                 self._end(self.runners.pop(name), state=None)
+
+        def given_up() -> bool:
+            return (stop is not None and stop.is_set()) or self.feed.changed.is_set() or self.session.failed()
+
         for name, flow in wanted.items():
             runner = self.runners.get(name)
             if runner is None:
@@ -81,27 +87,34 @@ class Replicator:
                                                          self.options.trigger_seconds, self.options.epoch_seconds,
                                                          publish=self._publish_resume, start=self.options.start,
                                                          restart_mark=flow.restarted_at or "",
-                                                         head_start=self.options.head_start)
+                                                         head_start=self.options.head_start,
+                                                         session_ready=self.session.ready)
                 if self._marks is not None:
                     self._marks.soon()  # say at once which restart it serves, once it runs
             # An epoch's tasks hold their task slots for the whole epoch: flows share the slots. A
             # change (a worker lost or added) changes the plan: the next refresh restarts the query.
             runner.tasks = max(1, self.session.slots() // len(wanted))
-            try:
-                # A new configuration (a flow disabled by a failover, say) is not kept waiting by a
-                # discovery that waits on a cluster that does not answer.
-                runner.reconcile(config, flow, force=force,
-                                 stop=lambda: (stop is not None and stop.is_set()) or self.feed.changed.is_set()
-                                 or self.session.failed())
-                runner.observe()
-            except SparkStartError:
-                raise
-            except Exception:  # the control loop must outlive any one flow's trouble
-                log.exception("flow=%s control step failed", name)
-                metrics.ERRORS.labels(service=metrics.SERVICE, flow=name, kind="control").inc()
+            # A new configuration (a flow disabled by a failover, say) is not kept waiting by a
+            # discovery that waits on a cluster that does not answer.
+            self._control(name, partial(runner.reconcile, config, flow, force=force, stop=given_up))
+        # Copying starts only once every flow read where it resumes (see FlowRunner.start_copying).
+        for name in wanted:
+            self._control(name, self.runners[name].start_copying)
+            self._control(name, self.runners[name].observe)
         if self._marks is not None:
             self._marks.refresh(lambda: {replicator_part(name): runner.restart_mark
                                          for name, runner in self.runners.items() if runner.serving})
+
+    @staticmethod
+    def _control(name: str, step: Callable[[], Any]) -> None:
+        """One control step of one flow: the control loop outlives any one flow's trouble, not Spark's."""
+        try:
+            step()
+        except SparkStartError:
+            raise
+        except Exception:
+            log.exception("flow=%s control step failed", name)
+            metrics.ERRORS.labels(service=metrics.SERVICE, flow=name, kind="control").inc()
 
     @staticmethod
     def _end(runner: FlowRunner, state: str | None) -> None:

@@ -81,6 +81,8 @@ class FlowRunner:
 
     Args:
         session: gives the session, waiting for it while it starts (the head start copies meanwhile).
+        session_ready: whether the session is up (or failed): a query is started only then, so the
+            control loop goes on with the other flows while the JVM starts.
         checkpoint: this flow's Spark checkpoint (a folder or a Hadoop-compatible URI: strait_replicator.state).
         trigger_seconds: shortest time between the starts of two epochs.
         epoch_seconds: how long an epoch's tasks copy before Spark commits their progress.
@@ -88,8 +90,10 @@ class FlowRunner:
 
     def __init__(self, session: Callable[[], SparkSession], flow_name: str, checkpoint: str, trigger_seconds: float,
                  epoch_seconds: float, publish: Callable[[str, dict[str, Any]], None] | None = None,
-                 start: str | None = None, restart_mark: str = "", head_start: bool = False) -> None:
+                 start: str | None = None, restart_mark: str = "", head_start: bool = False,
+                 session_ready: Callable[[], bool] = lambda: True) -> None:
         self.session = session
+        self.session_ready = session_ready
         self.use_head_start = head_start
         self.restart_mark = restart_mark  # the flow's restarted_at this runner started under ("" for none)
         self.publish = publish  # where the resume report goes for `strait status` (Redis), if anywhere
@@ -102,6 +106,8 @@ class FlowRunner:
         self.plan: FlowPlan | None = None
         self.query: StreamingQuery | None = None
         self.head_start: HeadStart | None = None
+        self._pending: SourcePlan | None = None  # a restart planned, its copy not started (start_copying)
+        self._head_start_tried = False
         self._check: EpochCheck | None = None  # the running query's checks after each epoch (and its head start)
         self.last_error: str | None = None
         self._trouble = FlowTrouble(metrics.SERVICE, flow_name, "replication", level=logging.ERROR)
@@ -199,7 +205,7 @@ class FlowRunner:
             self._recovered()
         metrics.TOPICS_REPLICATED.labels(flow=self.flow_name).set(len(plan.topics))
         self._report_vanished(plan)
-        if plan != self.plan or self.query is None or not self.query.isActive:
+        if plan != self.plan or (self._pending is None and (self.query is None or not self.query.isActive)):
             self._restart(plan)
 
     def _plan_unless_stopped(self, config: StraitConfig, flow: FlowConfig,
@@ -259,6 +265,7 @@ class FlowRunner:
         return self.query is None or self.query.isActive
 
     def _restart(self, plan: FlowPlan) -> None:
+        """Stop the running query and decide where the new one starts; :meth:`start_copying` starts it."""
         self.stop(state=None)
         self.plan = plan
         if not plan.topics:
@@ -277,21 +284,38 @@ class FlowRunner:
         self.live.follow(dict(plan.resume.target_consumer), plan.resume.progress, plan.writer.source_alias)
         try:
             self._check = epoch_check(self.flow_name, plan, checkpoint)
-            source = self._source_plan(plan, resume, checkpoint)
-            self.head_start = self._begin_head_start(source)
-            self.query = self._start_query(source, self._check)
+            self._pending = self._source_plan(plan, resume, checkpoint)
         except CheckpointReadError as exc:
-            self._end_head_start()
             self.plan = None
             self._fail("checkpoint", str(exc), exc)
             return
+        if self._trouble.kind != "query":  # after a failed query: running once the new one copies (observe)
+            set_flow_state(metrics.SERVICE, self.flow_name, "running")
+
+    def start_copying(self) -> None:
+        """Copy what the last restart planned: its head start at once, its query once Spark's session
+        is up (this returns at once while it starts).
+
+        The replicator calls it after every flow's :meth:`reconcile`: all flows read their resume
+        evidence before any of them copies, so a flow never mistakes another's head start copies in
+        a remote topic they share (aggregation) for records no evidence explains.
+        """
+        if self._pending is None:
+            return
+        if self.head_start is None and self.use_head_start and not self._head_start_tried:
+            self._head_start_tried = True
+            self.head_start = self._begin_head_start(self._pending)
+        if not self.session_ready():
+            return
+        source, self._pending, self._head_start_tried = self._pending, None, False
+        assert self._check is not None
+        try:
+            self.query = self._start_query(source, self._check)
         except BaseException:
             self._end_head_start()
             raise
-        if self._trouble.kind != "query":  # after a failed query: running once the new one copies (observe)
-            set_flow_state(metrics.SERVICE, self.flow_name, "running")
         log.info("flow=%s query started topics=%d epoch_seconds=%s records_per_second=%s", self.flow_name,
-                 len(plan.topics), self.epoch_seconds, plan.records_per_second or "unlimited")
+                 len(source.partitions), self.epoch_seconds, source.records_per_second or "unlimited")
 
     def _resume_points(self, plan: FlowPlan) -> dict[TopicPartitionKey, Resume]:
         """Where each partition's copy starts, decided from the evidence in Kafka (:mod:`strait.progress`);
@@ -446,6 +470,7 @@ class FlowRunner:
                 self.query = None
         left = END_SECONDS if deadline is None else max(0.0, min(END_SECONDS, deadline - time.monotonic()))
         self._end_head_start(left)
+        self._pending, self._head_start_tried = None, False  # a planned query not started yet never starts
         self.plan = None if state else self.plan
         self._forget_resume()  # a restarted or replacing runner reports its own start
         if state:

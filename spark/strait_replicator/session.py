@@ -185,6 +185,10 @@ class SessionStarter:
                                   f"installed and the master answers") from self._error
         return self._session
 
+    def ready(self) -> bool:
+        """True once the session started (or failed to: :meth:`get` then says why) without waiting."""
+        return self._ready.is_set()
+
     def failed(self) -> bool:
         """True once the session's start failed."""
         return self._ready.is_set() and self._session is None

@@ -59,7 +59,7 @@ def test_fidelity_of_mixed_records_byte_for_byte(
     produce({**source_cluster.client_config(), "message.max.bytes": str(4 * BIG)}, topic, sent)
     config = write_config(tmp_path / "strait.yaml", flow_config(source_cluster, target_cluster, [topic]))
 
-    process = replicator("--config", str(config), "--head-start")
+    process = replicator("--config", str(config))
     remote = f"A.{topic}"
     wait_for(lambda: count(target_cluster, remote) >= 50_000, 240, f"50,000 records on {remote}")
 

@@ -49,7 +49,7 @@ class BenchOptions:
     jvm_heap: str = "2g"
     tuning: ProducerTuning = ProducerTuning()
     timeout_seconds: float = 1800.0
-    head_start: bool = False  # strait copies from its driver while its query starts (its --head-start)
+    head_start: bool = True  # strait copies from its driver while its query starts (--no-head-start: not)
 
     @property
     def megabytes(self) -> float:
@@ -91,8 +91,8 @@ def parse_args(argv: Sequence[str] | None = None) -> BenchOptions:
     parser.add_argument("--broker-heap", help="heap of each Kafka broker (1g)")
     parser.add_argument("--jvm-heap", help="heap of MM2's JVM and of Spark's driver (2g)")
     parser.add_argument("--out", type=Path, help="report folder (.cache/bench/<timestamp>/)")
-    parser.add_argument("--head-start", action="store_true",
-                        help="strait also copies from its driver while its query starts (its --head-start)")
+    parser.add_argument("--head-start", action=argparse.BooleanOptionalAction, default=True,
+                        help="strait also copies from its driver while its query starts (the replicator's default)")
     args = parser.parse_args(argv)
     return options_from(args)
 

@@ -65,8 +65,8 @@ def start_strait(source: KafkaCluster, target: KafkaCluster, topics: Sequence[st
     argv = [sys.executable, "-m", "strait.cli", "run", "replicator", "--config", str(config),
             "--state-dir", str(workdir / "state"), "--master", master or f"local[{cores}]",
             "--metrics-port", str(port), "--epoch-seconds", str(options.epoch_seconds)]
-    if options.head_start:
-        argv.append("--head-start")
+    if not options.head_start:
+        argv.append("--no-head-start")
     process = ManagedProcess("strait replicator", argv, workdir / "replicator.log",
                              env={**(SPARK_ENV if master else {}), METRICS_URL_ENV: f"http://127.0.0.1:{port}/metrics"})
     process.start()
