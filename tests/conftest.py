@@ -49,58 +49,91 @@ def pytest_configure(config: pytest.Config) -> None:
 
 
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
-    """Mark each test by its folder (tests/unit, tests/integration, tests/e2e)."""
+    """Mark each test by its folder (tests/unit, tests/integration, tests/e2e); under xdist, order
+    them for the scheduler (:func:`_run_order`)."""
     for item in items:
         for part in Path(str(item.fspath)).parts:
             if part in _MARKER_BY_FOLDER:
                 item.add_marker(_MARKER_BY_FOLDER[part])
+    worker = getattr(config, "workerinput", None)
+    if worker:
+        _run_order(items, int(worker["workercount"]))
 
 
 # Folders whose tests share a package-scoped fixture (the fault drills' rig): one xdist worker runs them all.
 _PACKAGE_SCOPES = ("tests/faults/",)
-# Seconds the slowest files took in one process (2026-11-27, 2 cores). They start first, so that no
+# Seconds the slowest files took in one process (2026-11-28, 2 cores). They start first, so that no
 # long file runs on one worker at the end while the other has nothing left.
 _SLOWEST_SECONDS = {
-    "tests/faults/": 428,
-    "tests/compose/test_compose_lab.py": 419,
-    "tests/integration/test_replicator.py": 258,
-    "tests/integration/test_disaster_recovery.py": 168,
-    "tests/integration/test_dead_source_alerts.py": 115,
-    "tests/integration/test_mm2_scenarios.py": 112,
+    "tests/faults/": 494,
+    "tests/compose/test_compose_lab.py": 530,
+    "tests/integration/test_replicator.py": 221,
+    "tests/integration/test_disaster_recovery.py": 146,
+    "tests/integration/test_dead_source_alerts.py": 116,
+    "tests/integration/test_mm2_scenarios.py": 107,
     "tests/integration/test_bad_input_catalogue.py": 110,
-    "tests/integration/test_guide_setups.py": 110,
+    "tests/integration/test_guide_setups.py": 60,
     "tests/integration/test_stop_dead_cluster.py": 91,
-    "tests/integration/test_verify.py": 87,
-    "tests/integration/test_resume_evidence.py": 86,
+    "tests/integration/test_dashboard_queries.py": 88,
     "tests/integration/test_mm2_takeover.py": 80,
-    "tests/integration/test_replicator_multi_host.py": 76,
-    "tests/integration/test_security.py": 68,
-    "tests/integration/test_checkpoint_replicas.py": 59,
-    "tests/integration/test_checkpoint.py": 55,
-    "tests/integration/test_bench.py": 49,
-    "tests/integration/test_failover.py": 49,
-    "tests/integration/test_compat_matrix.py": 48,
-    "tests/integration/test_guide_tls_setups.py": 47,
-    "tests/integration/test_replicator_faults.py": 46,
+    "tests/integration/test_verify.py": 68,
+    "tests/integration/test_checkpoint_replicas.py": 65,
+    "tests/integration/test_resume_evidence.py": 63,
+    "tests/integration/test_replicator_multi_host.py": 60,
+    "tests/integration/test_security.py": 57,
+    "tests/integration/test_copy_tasks.py": 57,
+    "tests/integration/test_compat_matrix.py": 54,
+    "tests/integration/test_guide_tls_setups.py": 54,
+    "tests/integration/test_bench.py": 53,
+    "tests/integration/test_checkpoint.py": 52,
+    "tests/integration/test_failover.py": 51,
+    "tests/integration/test_replicator_faults.py": 47,
 }
+# Both run alone on the machine for minutes once set up (see tests/support/machine.py), and the
+# compose lab first builds its images for minutes (6 on a fresh machine), holding its shared share.
+# Drills asking to be alone behind that build would keep a worker idle through it and then hold the
+# compose lab back: the compose lab starts first, and the drills after this much of the other work
+# per other worker, when the compose lab has had its turn alone.
+_COMPOSE_LAB, _DRILLS = "tests/compose/test_compose_lab.py", "tests/faults/"
+_DRILLS_AFTER_SECONDS = 600
+
+
+def _scope(nodeid: str) -> str:
+    path = nodeid.split("::", 1)[0]
+    return next((scope for scope in _PACKAGE_SCOPES if path.startswith(scope)), path)
+
+
+def _run_order(items: list[pytest.Item], workers: int) -> None:
+    """Sort the tests by file (or package), the slowest first, but the compose lab first of all and
+    the drills after ``_DRILLS_AFTER_SECONDS`` of other work per other worker."""
+    ranked = sorted({_scope(item.nodeid) for item in items}, key=lambda scope: (-_SLOWEST_SECONDS.get(scope, 0), scope))
+    if _COMPOSE_LAB in ranked and _DRILLS in ranked:
+        ranked.remove(_COMPOSE_LAB)
+        ranked.remove(_DRILLS)
+        before, position = 0.0, 0
+        while position < len(ranked) and before < _DRILLS_AFTER_SECONDS * max(1, workers - 1):
+            before += _SLOWEST_SECONDS.get(ranked[position], 0)
+            position += 1
+        ranked.insert(position, _DRILLS)
+        ranked.insert(0, _COMPOSE_LAB)
+    order = {scope: i for i, scope in enumerate(ranked)}
+    items.sort(key=lambda item: order[_scope(item.nodeid)])
 
 
 class _ByFileOrPackage(LoadScopeScheduling):
-    """xdist's scheduling by file (a module's fixtures are set up once), with the folders above kept whole.
+    """xdist's scheduling by file (a module's fixtures are set up once), the folders above kept whole,
+    in the order of the collection (:func:`_run_order`).
 
     (xdist's own ``loadgroup`` marks do not work with pytest 9: they rename the node id, which pytest
     9 no longer takes.)"""
 
     def _split_scope(self, nodeid: str) -> str:
-        path = nodeid.split("::", 1)[0]
-        return next((scope for scope in _PACKAGE_SCOPES if path.startswith(scope)), path)
+        return _scope(nodeid)
 
     def schedule(self) -> None:
-        """xdist's first assignment, then the rest of the queue with the slowest files first."""
+        """xdist's scheduling, without its reordering by the number of tests per file."""
+        self.config.option.loadscopereorder = False
         super().schedule()
-        ranked = sorted(self.workqueue.items(), key=lambda item: -_SLOWEST_SECONDS.get(item[0], 0))
-        self.workqueue.clear()
-        self.workqueue.update(ranked)
 
 
 def pytest_xdist_make_scheduler(config: pytest.Config, log: object) -> LoadScopeScheduling:
