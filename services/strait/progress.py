@@ -16,7 +16,11 @@ this order, and reported with a bound on the records copied a second time:
 3. ``offset-syncs``: the newest offset sync of the partition in the flow's syncs topic (MM2 and
    strait write the same format there), which bounds where the earlier copy got to;
 4. ``empty-remote``: the remote partition holds no records: a first copy, from the earliest offset
-   (or the latest with ``start: latest``);
+   (or the latest with ``start: latest``); ``shared-remote``, the same for a partition of a flow
+   with ``target_partitions``, whose remote topic holds what all its partitions copied (and other
+   flows aggregating into it): the partition has no progress, and the remote's records are
+   explained by progress of the topic's other partitions (a partition added to the source) or of
+   another flow writing to the same remote topic (a region joining an aggregation);
 5. ``start-earliest`` / ``start-latest``: the flow's explicit ``start`` choice; ``from-target``:
    the remote partition is taken for a copy made without progress records (by another tool), and
    the copy goes on after the source record equal to the remote's last one (same key, value and
@@ -56,8 +60,8 @@ DEFAULT_TIMEOUT = 30.0
 # between reads instead, to spare the idle fetches, made every read take 1 s.)
 READER_FETCH_WAIT_MS = 20
 RELIST_SECONDS = 30.0  # how often a reader asks again which partitions its topic has (or whether it is gone)
-EVIDENCE = ("strait-progress", "mm2-offsets", "offset-syncs", "empty-remote", "from-target", "start-earliest",
-            "start-latest")
+EVIDENCE = ("strait-progress", "mm2-offsets", "offset-syncs", "empty-remote", "shared-remote", "from-target",
+            "start-earliest", "start-latest")
 # Evidence that the target holds every record below the start (from-target matches only the remote's
 # last record; the others are a policy's choice)
 COPY_EVIDENCE = frozenset({"strait-progress", "mm2-offsets", "offset-syncs"})
@@ -268,6 +272,8 @@ class PartitionEvidence:
     target_match: int | None = None  # from-target: the source offset after the remote's last record
     earliest: int = 0
     latest: int = 0
+    # a repartitioning flow: what explains its remote topic's records without copies of this partition
+    explained_by: str | None = None
 
 
 @dataclass(frozen=True)
@@ -297,8 +303,9 @@ def decide_start(key: Key, found: PartitionEvidence, start: str | None) -> Resum
     if found.newest_sync is not None:
         upstream, _downstream = found.newest_sync
         return Resume(upstream + 1, "offset-syncs", _bound_after(found, upstream + 1, found.newest_sync))
-    if held <= 0:
-        return Resume(found.latest if start == "latest" else found.earliest, "empty-remote", 0)
+    if held <= 0 or found.explained_by is not None:
+        return Resume(found.latest if start == "latest" else found.earliest,
+                      "empty-remote" if held <= 0 else "shared-remote", 0)
     if start == "from-target":
         return None if found.target_match is None else Resume(found.target_match, "from-target", 0)
     if start == "earliest":
@@ -365,6 +372,34 @@ def summarize(decided: Mapping[Key, Resume]) -> dict[str, tuple[str, int]]:
 
 
 @dataclass(frozen=True)
+class SharedRemote:
+    """Another flow writing into one of a repartitioning flow's remote topics (an aggregation):
+    its source's ``topic`` goes to ``remote`` too, and its progress lives in ``progress``."""
+
+    remote: str
+    flow: str
+    source_alias: str
+    topic: str
+    progress: SyncsLocation
+
+
+def shared_remotes(config: StraitConfig, flow: FlowConfig,
+                   remote_names: Mapping[str, str]) -> tuple[SharedRemote, ...]:
+    """The other flows of ``config`` to ``flow``'s target whose policies name a source topic of
+    theirs as one of ``flow``'s remote topics (``remote_names``: source topic -> remote topic)."""
+    found = []
+    for other in config.flows:
+        if other.name == flow.name or other.target != flow.target:
+            continue
+        policy, names = other.policy(), other.topic_names()
+        for remote in sorted(set(remote_names.values())):
+            upstream = policy.upstream_topic(remote)
+            if upstream is not None and policy.format_remote_topic(other.source, upstream) == remote:
+                found.append(SharedRemote(remote, other.name, other.source, upstream, names.progress))
+    return tuple(found)
+
+
+@dataclass(frozen=True)
 class ResumeSources:
     """Where a flow's resume evidence lives and how to reach it (librdkafka settings as sorted pairs)."""
 
@@ -383,6 +418,7 @@ class ResumeSources:
     repartitioned: bool = False
     start: str | None = None
     mm2_connector: str = MIRROR_SOURCE_CONNECTOR  # the name MM2's MirrorSourceConnector ran under
+    shared: tuple[SharedRemote, ...] = ()  # a repartitioning flow: other flows writing to its remote topics
 
 
 def gather_evidence(sources: ResumeSources, keys: Sequence[Key],
@@ -409,6 +445,8 @@ def gather_evidence(sources: ResumeSources, keys: Sequence[Key],
     unexplained = [key for key in missing if key not in mm2 and key not in syncs]
     matches = _matches_on_source(sources, unexplained, names, remote, timeout) \
         if sources.start == "from-target" and not sources.repartitioned else {}
+    explained = _remote_explained(sources, progress, unexplained, names, timeout) \
+        if sources.repartitioned else {}
     partitions = [TopicPartition(t, p) for t, p in keys]
     earliest = list_offsets(source_admin, sources.source_alias, partitions, "earliest", timeout=timeout)
     latest = list_offsets(source_admin, sources.source_alias, partitions, "latest", timeout=timeout)
@@ -416,7 +454,32 @@ def gather_evidence(sources: ResumeSources, keys: Sequence[Key],
         remote_start=remote[key][0], remote_end=remote[key][1], progress=progress.get(key),
         mm2_next=mm2[key].next_offset if key in mm2 and key in missing else None, newest_sync=syncs.get(key),
         sync_below_mm2=below_mm2.get(key), target_match=matches.get(key),
-        earliest=max(0, earliest.get(key, 0)), latest=max(0, latest.get(key, 0))) for key in keys}
+        earliest=max(0, earliest.get(key, 0)), latest=max(0, latest.get(key, 0)),
+        explained_by=explained.get(key[0])) for key in keys}
+
+
+def _remote_explained(sources: ResumeSources, progress: Mapping[Key, Progress], unexplained: Sequence[Key],
+                      names: Mapping[str, str], timeout: float) -> dict[str, str]:
+    """A repartitioning flow: per source topic with partitions no evidence explains, what explains
+    the records of its remote topic instead: progress of the topic's other partitions (so these
+    were never copied: added since), or of another flow writing to that remote topic."""
+    topics = sorted({topic for topic, _ in unexplained})
+    found = {topic: "the progress of its other partitions" for topic in topics
+             if any(key[0] == topic for key in progress)}
+    read: dict[SyncsLocation, dict[Key, Progress]] = {}
+    for topic in topics:
+        for other in sources.shared:
+            if topic in found or other.remote != names.get(topic, topic):
+                continue
+            if other.progress not in read:
+                read[other.progress] = read_offsets_topic(dict(sources.target_consumer), other.progress,
+                                                          other.source_alias, timeout)
+            if any(key[0] == other.topic for key in read[other.progress]):
+                found[topic] = f"the progress of flow {other.flow}"
+    for topic, why in found.items():
+        log.info("flow=%s topic=%s remote=%s holds records %s explains: its partitions without progress "
+                 "start as on an empty remote", sources.flow, topic, names.get(topic, topic), why)
+    return found
 
 
 def _matches_on_source(sources: ResumeSources, keys: Sequence[Key], names: Mapping[str, str],

@@ -34,7 +34,7 @@ from strait.metrics import set_flow_state
 from strait.config.model import SyncsLocation
 from strait.progress import (
     COPY_EVIDENCE, OffsetsTopic, Progress, Resume, ResumeError, ResumeSources, decide_starts, gather_evidence,
-    keys_of, progress_topic_spec, resume_report, summarize,
+    keys_of, progress_topic_spec, resume_report, shared_remotes, summarize,
 )
 from strait.retry import FlowTrouble, retry_transient
 from strait.remote_topics import RemoteTopic, reconcile_remote_topics, replicated_topics
@@ -164,6 +164,8 @@ class FlowRunner:
             syncs_consumer=_pairs(config.cluster(syncs.alias).librdkafka_config("consumer")),
             remote_names=tuple(sorted((t.source, t.remote) for t in topics)),
             repartitioned=flow.repartitions, start=self.start or flow.start, mm2_connector=names.mm2_connector,
+            shared=shared_remotes(config, flow, {t.source: t.remote for t in topics}) if flow.repartitions
+            else (),
         )
         return FlowPlan(
             topics=tuple(topics),

@@ -29,8 +29,8 @@ DATA_LOSS = Counter("strait_source_data_loss_total",
                     ["flow", "topic", "partition"])
 RESUMED_FROM = Gauge("strait_replicator_resume_evidence",
                      "1 for the evidence a topic's copy started from, while the flow's query runs "
-                     "(strait-progress, mm2-offsets, offset-syncs, empty-remote, from-target, start-earliest, "
-                     "start-latest)",
+                     "(strait-progress, mm2-offsets, offset-syncs, empty-remote, shared-remote, from-target, "
+                     "start-earliest, start-latest)",
                      ["flow", "topic", "evidence"])
 RESUME_DUPLICATES = Gauge("strait_replicator_resume_duplicates_max",
                           "At most this many records already on the target were copied again when the topic's "

@@ -98,8 +98,8 @@ def test_source_retention_deleting_unreplicated_records_is_counted_as_data_loss(
 def _stop_after_commit(process: StraitProcess, state: Path) -> None:
     """Stop the replicator as Docker does (SIGTERM to its main process only): the running epoch ends
     and is committed, so none is replayed at restart. (The driver's head start may have copied all
-    there was before the query planned one: the stop is sent once it did.)"""
-    wait_for(lambda: any(state.glob("*/checkpoint/offsets/[0-9]*")), 120, "the query's first epoch")
+    there was before the query's tasks ran: the stop is sent once they committed an epoch.)"""
+    wait_for(lambda: any(state.glob("*/checkpoint/commits/[0-9]*")), 120, "the query's first committed epoch")
     pid = process.process.pid
     assert pid is not None
     os.kill(pid, signal.SIGTERM)

@@ -17,6 +17,8 @@ from pathlib import Path
 
 import pytest
 
+from confluent_kafka.admin import NewPartitions
+
 from strait_lab.clients import Record, consume_all, create_topic, produce
 from strait_lab.kafka import KafkaCluster
 from strait_lab.services import StraitProcess
@@ -44,9 +46,10 @@ class GuideLab:
     target: KafkaCluster
     central: KafkaCluster
     config: Path
-    aggregated: str  # the topic both regions have
+    aggregated: str  # the topic both regions have (the flows take every topic starting with its name)
     legacy_prefix: str  # topics of the legacy-mode flow A->B
     dry_run: subprocess.CompletedProcess[str]
+    replicator: StraitProcess
 
 
 def _regional_records(alias: str, partitions: int) -> list[Record]:
@@ -68,8 +71,8 @@ replication.factor = 1
 refresh.topics.interval.seconds = 3
 A->C.enabled = true
 B->C.enabled = true
-A->C.topics = {aggregated}
-B->C.topics = {aggregated}
+A->C.topics = {aggregated}.*
+B->C.topics = {aggregated}.*
 A->C.replication.policy.class = org.apache.kafka.connect.mirror.IdentityReplicationPolicy
 B->C.replication.policy.class = org.apache.kafka.connect.mirror.IdentityReplicationPolicy
 A->C.strait.target.partitions = {CENTRAL_PARTITIONS}
@@ -111,7 +114,8 @@ def guide_lab(source_cluster: KafkaCluster, target_cluster: KafkaCluster,
                             lab_root / "guides", name=f"replicator-guides-{run}")
     try:
         process.start(timeout=120)
-        yield GuideLab(source_cluster, target_cluster, central, config, aggregated, legacy_prefix, dry_run)
+        yield GuideLab(source_cluster, target_cluster, central, config, aggregated, legacy_prefix, dry_run,
+                       process)
     finally:
         process.stop()
 
@@ -146,6 +150,33 @@ def test_two_regions_aggregate_into_one_three_partition_topic_per_key(guide_lab:
             in verified.stdout
     for cluster in (lab.source, lab.target):  # offsets do not map 1:1: no syncs
         assert "mm2-offset-syncs.C.internal" not in cluster.admin().list_topics(timeout=30).topics
+
+
+def test_a_region_joining_the_aggregate_and_a_partition_added_later_are_copied(guide_lab: GuideLab) -> None:
+    """The aggregated topic already holds one region's copies when another region's flow meets it, and
+    a partition added to a region's topic has no progress: both start from their earliest offsets,
+    explained by the other flow's progress and by the topic's other partitions."""
+    lab = guide_lab
+    late = f"{lab.aggregated}-late"
+    per_region = KEYS * PER_KEY + KEYLESS
+    create_topic(lab.source.admin(), late, partitions=2, config=KEEP)
+    produce(lab.source.client_config(), late, _regional_records("A", 2))
+    wait_for(lambda: count(lab.central, late) == per_region, 120, f"region A's {per_region} records on C")
+
+    create_topic(lab.target.admin(), late, partitions=4, config=KEEP)
+    produce(lab.target.client_config(), late, _regional_records("B", 4))
+    wait_for(lambda: count(lab.central, late) == 2 * per_region, 120, "region B's records on C too")
+
+    admin = lab.source.admin()  # must outlive its future
+    admin.create_partitions([NewPartitions(late, 3)])[late].result(30)
+    produce(lab.source.client_config(), late, [Record(b"key-added", b"A/key-added/000", partition=2)])
+    wait_for(lambda: count(lab.central, late) == 2 * per_region + 1, 120, "the added partition's record on C")
+    text = lab.replicator.log_text()
+    for flow in ("A->C", "B->C"):
+        assert f"flow={flow} topic={late} resumes evidence=shared-remote" in text, flow
+    assert f"topic={late} remote={late} holds records the progress of flow A->C explains" in text
+    assert f"topic={late} remote={late} holds records the progress of its other partitions explains" in text
+    assert "the target already holds records" not in text
 
 
 def test_amq_legacy_mode_copies_with_identity_names_and_honours_its_toggles(guide_lab: GuideLab) -> None:

@@ -173,7 +173,9 @@ def test_live_control_from_redis_without_restart(
 
     apply(include=[first, second], rate_limit_records_per_second=200)
     wait_for(lambda: process.sample("strait_flow_state", flow="A->B", state="running") == 1, 60, "running")
-    time.sleep(3)  # the query restarts with the limit
+    # The query restarts with the limit (until then the one before, and its head start, copy unlimited)
+    wait_for(lambda: "records_per_second=200.0" in process.log_text(), 60,
+             "the query restarted with the limit")
     produce(source_cluster.client_config(), second, [Record(b"k", b"r", partition=i % 2) for i in range(3000)])
     time.sleep(5)
     assert count(target_cluster, f"A.{second}") < 1 + 2000  # 200 records/s cannot copy 3,000 in 5 s

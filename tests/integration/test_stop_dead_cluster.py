@@ -125,9 +125,10 @@ def components(tmp_path: Path, services: Callable[..., StraitProcess], target_cl
         wait_for(lambda: count(target_cluster, f"{alias}.heartbeats") > 0, 120, "heartbeats copied")
         wait_for(lambda: count(target_cluster, f"{alias}.checkpoints.internal") > 0, 120,
                  "checkpoints emitted")
-        state = tmp_path / "state"  # the head start copies before the query: stopped once an epoch runs
-        wait_for(lambda: any(state.glob("*/checkpoint/offsets/[0-9]*")), 120, "the query's first epoch")
-        return Running(processes, topic, state)
+        # The driver's head start may have copied all of it before the query: stop once its tasks run.
+        wait_for(lambda: "ended reason=yield" in processes["replicator"].log_text(), 120,
+                 "the query's tasks taking the partitions over")
+        return Running(processes, topic, tmp_path / "state")
 
     yield start
     for process in started:

@@ -8,9 +8,10 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
+from strait.config.document import config_from_dict
 from strait.progress import (
-    EVIDENCE, PartitionEvidence, Progress, Resume, ResumeError, decide_start, decide_starts, progress_record,
-    summarize,
+    EVIDENCE, PartitionEvidence, Progress, Resume, ResumeError, SharedRemote, decide_start, decide_starts,
+    progress_record, shared_remotes, summarize,
 )
 from strait.offsets import PartitionTranslator, SyncPoint
 from strait.records import MIRROR_SOURCE_CONNECTOR, RecordFormatError, SourceOffset
@@ -53,6 +54,7 @@ evidence = st.builds(
     sync_below_mm2=st.none() | st.tuples(offsets, st.integers(0, 10_000)),
     target_match=st.none() | offsets,
     earliest=st.integers(0, 100), latest=st.integers(100, 1000),
+    explained_by=st.none() | st.just("the progress of flow B->C"),
 )
 
 
@@ -70,6 +72,8 @@ def test_the_strongest_evidence_decides_and_an_unexplained_remote_copy_needs_a_c
         assert resume is not None and (resume.offset, resume.evidence) == (found.newest_sync[0] + 1, "offset-syncs")
     elif held <= 0:
         assert resume == Resume(found.latest if start == "latest" else found.earliest, "empty-remote", 0)
+    elif found.explained_by is not None:  # a repartitioning flow's remote holds only others' copies
+        assert resume == Resume(found.latest if start == "latest" else found.earliest, "shared-remote", 0)
     elif start is None or (start == "from-target" and found.target_match is None):
         assert resume is None, "a non-empty remote partition with no evidence is never copied again silently"
     elif start == "from-target":
@@ -131,3 +135,25 @@ def test_the_sync_below_an_offset_is_the_greatest_one_under_it(upstreams: list[i
     below = [u for u in upstreams if u < limit]
     found = translator.last_below(limit)
     assert (found.upstream if found else None) == (max(below) if below else None)
+
+
+def test_flows_aggregating_into_one_remote_topic_know_each_other() -> None:
+    """Flows to one target whose policies name the same remote topic: each reads the other's progress
+    before it takes the remote's records for copies no evidence explains."""
+    config = config_from_dict({
+        "clusters": {alias: {"bootstrap_servers": f"{alias.lower()}:9092"} for alias in ("A", "B", "C", "D")},
+        "flows": [
+            {"source": "A", "target": "C", "topics": {"include": ["orders"]}, "target_partitions": 3,
+             "replication_policy": "identity"},
+            {"source": "B", "target": "C", "topics": {"include": ["orders"]}, "target_partitions": 3,
+             "replication_policy": "identity"},
+            {"source": "D", "target": "C", "topics": {"include": ["orders"]}},  # default policy: D.orders
+            {"source": "B", "target": "A", "topics": {"include": ["orders"]},
+             "replication_policy": "identity"},
+        ],
+    }, "aggregate.yaml")
+    a_to_c = config.flows[0]
+    shared = shared_remotes(config, a_to_c, {"orders": "orders"})
+    assert [(s.remote, s.flow, s.source_alias, s.topic) for s in shared] == \
+        [("orders", "B->C", "B", "orders")]
+    assert shared[0] == SharedRemote("orders", "B->C", "B", "orders", config.flows[1].topic_names().progress)

@@ -120,6 +120,7 @@ def _rows(rates: Sequence[int]) -> list[tuple[str, str]]:
             ("peak_rss_mb", "peak RSS (MB)"), ("peak_pss_mb", "peak PSS (MB)"),
             ("startup_s", "start-up to first record (s)"),
             ("all_copied_s", "launch to every record copied (s)"),
+            ("cpu_s_per_gb_from_launch", "CPU-s per GB, launch to every record copied"),
             ("ingest_records_per_s", "limit: target ingest (records/s)"),
             ("read_records_per_s", "limit: source read (records/s)")]
     for rate in rates:

@@ -131,6 +131,8 @@ class Bench:
                 # A head start copies before Spark is up, slower than the tasks: the rate above then counts
                 # its seconds too; the time from launch to the last record does not depend on when the first came
                 result["all_copied_s"] = round(done_at - started, 2)
+                # likewise the CPU: from launch, the start-up's CPU counts for both systems
+                result["cpu_s_per_gb_from_launch"] = round(cpu_done / (workload.payload_bytes / GB), 2)
                 batches = _batch_seconds(process)
                 result["latency"] = self._latencies(process, target, workload, probes) if latency else {}
                 if batches is not None and latency:
