@@ -99,6 +99,7 @@ _DRILLS_AFTER_SECONDS = 600
 
 
 def _scope(nodeid: str) -> str:
+    """The unit xdist hands to one worker: the test's file, or its folder when listed in _PACKAGE_SCOPES."""
     path = nodeid.split("::", 1)[0]
     return next((scope for scope in _PACKAGE_SCOPES if path.startswith(scope)), path)
 

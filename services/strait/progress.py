@@ -16,11 +16,14 @@ this order, and reported with a bound on the records copied a second time:
 3. ``offset-syncs``: the newest offset sync of the partition in the flow's syncs topic (MM2 and
    strait write the same format there), which bounds where the earlier copy got to;
 4. ``empty-remote``: the remote partition holds no records: a first copy, from the earliest offset
-   (or the latest with ``start: latest``); ``shared-remote``, the same for a partition of a flow
-   with ``target_partitions``, whose remote topic holds what all its partitions copied (and other
-   flows aggregating into it): the partition has no progress, and the remote's records are
-   explained by progress of the topic's other partitions (a partition added to the source) or of
-   another flow writing to the same remote topic (a region joining an aggregation);
+   (or the latest with ``start: latest``); ``shared-remote``, for a partition of a flow with
+   ``target_partitions``, whose remote topic holds what all its partitions copied (and what other
+   flows aggregating into it copied): the partition has no progress, and either the topic's other
+   partitions have (a partition added to the source: copied from its earliest offset, whatever
+   ``start`` says), or another flow writing to the same remote topic has progress for its topic
+   there (a region joining an aggregation: copied as on an empty remote, with a warning and the
+   remote's record count as the bound on records copied twice, for the case this flow's own
+   progress was lost);
 5. ``start-earliest`` / ``start-latest``: the flow's explicit ``start`` choice; ``from-target``:
    the remote partition is taken for a copy made without progress records (by another tool), and
    the copy goes on after the source record equal to the remote's last one (same key, value and
@@ -272,8 +275,10 @@ class PartitionEvidence:
     target_match: int | None = None  # from-target: the source offset after the remote's last record
     earliest: int = 0
     latest: int = 0
-    # a repartitioning flow: what explains its remote topic's records without copies of this partition
-    explained_by: str | None = None
+    # a repartitioning flow: the topic's other partitions have progress (this one was added since)
+    siblings_copied: bool = False
+    # a repartitioning flow: another flow writing to the remote topic has progress there (its name)
+    shared_with: str | None = None
 
 
 @dataclass(frozen=True)
@@ -303,9 +308,12 @@ def decide_start(key: Key, found: PartitionEvidence, start: str | None) -> Resum
     if found.newest_sync is not None:
         upstream, _downstream = found.newest_sync
         return Resume(upstream + 1, "offset-syncs", _bound_after(found, upstream + 1, found.newest_sync))
-    if held <= 0 or found.explained_by is not None:
-        return Resume(found.latest if start == "latest" else found.earliest,
-                      "empty-remote" if held <= 0 else "shared-remote", 0)
+    if found.siblings_copied:  # a partition added to a topic under copy: all of it
+        return Resume(found.earliest, "shared-remote", 0)
+    if held <= 0:
+        return Resume(found.latest if start == "latest" else found.earliest, "empty-remote", 0)
+    if found.shared_with is not None:  # the remote's records may all be its own had its progress been lost
+        return Resume(found.latest if start == "latest" else found.earliest, "shared-remote", held)
     if start == "from-target":
         return None if found.target_match is None else Resume(found.target_match, "from-target", 0)
     if start == "earliest":
@@ -445,8 +453,8 @@ def gather_evidence(sources: ResumeSources, keys: Sequence[Key],
     unexplained = [key for key in missing if key not in mm2 and key not in syncs]
     matches = _matches_on_source(sources, unexplained, names, remote, timeout) \
         if sources.start == "from-target" and not sources.repartitioned else {}
-    explained = _remote_explained(sources, progress, unexplained, names, timeout) \
-        if sources.repartitioned else {}
+    siblings, shared = _remote_explained(sources, progress, unexplained, names, timeout) \
+        if sources.repartitioned else (set(), {})
     partitions = [TopicPartition(t, p) for t, p in keys]
     earliest = list_offsets(source_admin, sources.source_alias, partitions, "earliest", timeout=timeout)
     latest = list_offsets(source_admin, sources.source_alias, partitions, "latest", timeout=timeout)
@@ -455,31 +463,32 @@ def gather_evidence(sources: ResumeSources, keys: Sequence[Key],
         mm2_next=mm2[key].next_offset if key in mm2 and key in missing else None, newest_sync=syncs.get(key),
         sync_below_mm2=below_mm2.get(key), target_match=matches.get(key),
         earliest=max(0, earliest.get(key, 0)), latest=max(0, latest.get(key, 0)),
-        explained_by=explained.get(key[0])) for key in keys}
+        siblings_copied=key[0] in siblings, shared_with=shared.get(key[0])) for key in keys}
 
 
 def _remote_explained(sources: ResumeSources, progress: Mapping[Key, Progress], unexplained: Sequence[Key],
-                      names: Mapping[str, str], timeout: float) -> dict[str, str]:
-    """A repartitioning flow: per source topic with partitions no evidence explains, what explains
-    the records of its remote topic instead: progress of the topic's other partitions (so these
-    were never copied: added since), or of another flow writing to that remote topic."""
+                      names: Mapping[str, str], timeout: float) -> tuple[set[str], dict[str, str]]:
+    """A repartitioning flow, its source topics with partitions no evidence explains: those whose other
+    partitions have progress, and per other topic the flow writing to the same remote topic whose
+    progress there explains the remote's records."""
     topics = sorted({topic for topic, _ in unexplained})
-    found = {topic: "the progress of its other partitions" for topic in topics
-             if any(key[0] == topic for key in progress)}
+    siblings = {topic for topic in topics if any(key[0] == topic for key in progress)}
+    shared: dict[str, str] = {}
     read: dict[SyncsLocation, dict[Key, Progress]] = {}
     for topic in topics:
         for other in sources.shared:
-            if topic in found or other.remote != names.get(topic, topic):
+            if topic in siblings or topic in shared or other.remote != names.get(topic, topic):
                 continue
             if other.progress not in read:
                 read[other.progress] = read_offsets_topic(dict(sources.target_consumer), other.progress,
                                                           other.source_alias, timeout)
             if any(key[0] == other.topic for key in read[other.progress]):
-                found[topic] = f"the progress of flow {other.flow}"
-    for topic, why in found.items():
-        log.info("flow=%s topic=%s remote=%s holds records %s explains: its partitions without progress "
-                 "start as on an empty remote", sources.flow, topic, names.get(topic, topic), why)
-    return found
+                shared[topic] = other.flow
+                log.warning("flow=%s topic=%s remote=%s shared_with=%s: the remote's records are taken for "
+                            "the other flow's; this flow has no progress there and copies the topic from its "
+                            "start (were its progress topic %s lost, its records are copied twice)",
+                            sources.flow, topic, names.get(topic, topic), other.flow, sources.progress.topic)
+    return siblings, shared
 
 
 def _matches_on_source(sources: ResumeSources, keys: Sequence[Key], names: Mapping[str, str],

@@ -97,7 +97,9 @@ class Replicator:
             # A new configuration (a flow disabled by a failover, say) is not kept waiting by a
             # discovery that waits on a cluster that does not answer.
             self._control(name, partial(runner.reconcile, config, flow, force=force, stop=given_up))
-        # Copying starts only once every flow read where it resumes (see FlowRunner.start_copying).
+            if not runner.shares_remotes:
+                self._control(name, runner.start_copying)
+        # Flows sharing a remote topic copy only once every flow read where it resumes.
         for name in wanted:
             self._control(name, self.runners[name].start_copying)
             self._control(name, self.runners[name].observe)

@@ -41,6 +41,7 @@ from strait.remote_topics import RemoteTopic, reconcile_remote_topics, replicate
 from strait_replicator import metrics
 from strait_replicator.live import PartitionReport, RunReport, run_report, stop_record
 from strait_replicator.headstart import END_SECONDS, HeadStart
+from strait_replicator.session import SparkStartError
 from strait_replicator.planner import SourcePlan
 from strait_replicator.source import FORMAT, LIST_TIMEOUT, PLAN_OPTION, CopySource, cached_admin
 from strait_replicator.state import CheckpointLog, CheckpointReadError, EpochOffsets, Offsets, TopicPartitionKey
@@ -290,19 +291,21 @@ class FlowRunner:
         except CheckpointReadError as exc:
             self.plan = None
             self._fail("checkpoint", str(exc), exc)
-            return
-        if self._trouble.kind != "query":  # after a failed query: running once the new one copies (observe)
-            set_flow_state(metrics.SERVICE, self.flow_name, "running")
+
+    @property
+    def shares_remotes(self) -> bool:
+        """Whether another flow of the configuration writes into one of this flow's remote topics."""
+        return self.plan is not None and bool(self.plan.resume.shared)
 
     def start_copying(self) -> None:
         """Copy what the last restart planned: its head start at once, its query once Spark's session
         is up (this returns at once while it starts).
 
-        The replicator calls it after every flow's :meth:`reconcile`: all flows read their resume
-        evidence before any of them copies, so a flow never mistakes another's head start copies in
-        a remote topic they share (aggregation) for records no evidence explains.
+        The replicator calls it right after :meth:`reconcile`, but for flows sharing a remote topic
+        (:attr:`shares_remotes`) only once every flow of the step read its resume evidence: a flow then
+        never meets another's head start copies in that topic before it decided where it resumes.
         """
-        if self._pending is None:
+        if self._pending is None or self._check is None:
             return
         if self.head_start is None and self.use_head_start and not self._head_start_tried:
             self._head_start_tried = True
@@ -310,12 +313,18 @@ class FlowRunner:
         if not self.session_ready():
             return
         source, self._pending, self._head_start_tried = self._pending, None, False
-        assert self._check is not None
         try:
             self.query = self._start_query(source, self._check)
-        except BaseException:
+        except SparkStartError:
             self._end_head_start()
             raise
+        except Exception as exc:  # noqa: BLE001 - the flow fails and is planned again after a pause
+            self._end_head_start()
+            self.plan = None
+            self._fail("query", f"the query did not start: {type(exc).__name__}: {exc}", exc)
+            return
+        if self._trouble.kind != "query":  # after a failed query: running once the new one copies (observe)
+            set_flow_state(metrics.SERVICE, self.flow_name, "running")
         log.info("flow=%s query started topics=%d epoch_seconds=%s records_per_second=%s", self.flow_name,
                  len(source.partitions), self.epoch_seconds, source.records_per_second or "unlimited")
 

@@ -54,7 +54,7 @@ evidence = st.builds(
     sync_below_mm2=st.none() | st.tuples(offsets, st.integers(0, 10_000)),
     target_match=st.none() | offsets,
     earliest=st.integers(0, 100), latest=st.integers(100, 1000),
-    explained_by=st.none() | st.just("the progress of flow B->C"),
+    siblings_copied=st.booleans(), shared_with=st.none() | st.just("B->C"),
 )
 
 
@@ -70,10 +70,12 @@ def test_the_strongest_evidence_decides_and_an_unexplained_remote_copy_needs_a_c
         assert resume is not None and (resume.offset, resume.evidence) == (anchored, "mm2-offsets")
     elif found.newest_sync is not None:
         assert resume is not None and (resume.offset, resume.evidence) == (found.newest_sync[0] + 1, "offset-syncs")
+    elif found.siblings_copied:  # a partition added to a topic a repartitioning flow copies: all of it
+        assert resume == Resume(found.earliest, "shared-remote", 0)
     elif held <= 0:
         assert resume == Resume(found.latest if start == "latest" else found.earliest, "empty-remote", 0)
-    elif found.explained_by is not None:  # a repartitioning flow's remote holds only others' copies
-        assert resume == Resume(found.latest if start == "latest" else found.earliest, "shared-remote", 0)
+    elif found.shared_with is not None:  # others' copies, or its own had its progress been lost: bound
+        assert resume == Resume(found.latest if start == "latest" else found.earliest, "shared-remote", held)
     elif start is None or (start == "from-target" and found.target_match is None):
         assert resume is None, "a non-empty remote partition with no evidence is never copied again silently"
     elif start == "from-target":
