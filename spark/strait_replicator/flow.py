@@ -310,6 +310,8 @@ class FlowRunner:
         if self.head_start is None and self.use_head_start and not self._head_start_tried:
             self._head_start_tried = True
             self.head_start = self._begin_head_start(self._pending)
+            if self.head_start is not None:
+                self._copying()
         if not self.session_ready():
             return
         source, self._pending, self._head_start_tried = self._pending, None, False
@@ -323,10 +325,15 @@ class FlowRunner:
             self.plan = None
             self._fail("query", f"the query did not start: {type(exc).__name__}: {exc}", exc)
             return
-        if self._trouble.kind != "query":  # after a failed query: running once the new one copies (observe)
-            set_flow_state(metrics.SERVICE, self.flow_name, "running")
+        self._copying()
         log.info("flow=%s query started topics=%d epoch_seconds=%s records_per_second=%s", self.flow_name,
                  len(source.partitions), self.epoch_seconds, source.records_per_second or "unlimited")
+
+    def _copying(self) -> None:
+        """The flow copies (its head start, or its query): ``running``, unless it recovers from a
+        failed query, which it does once the new query's tasks run (:meth:`observe`)."""
+        if self._trouble.kind != "query":
+            set_flow_state(metrics.SERVICE, self.flow_name, "running")
 
     def _resume_points(self, plan: FlowPlan) -> dict[TopicPartitionKey, Resume]:
         """Where each partition's copy starts, decided from the evidence in Kafka (:mod:`strait.progress`);

@@ -6,7 +6,7 @@ import threading
 import time
 import uuid
 
-from confluent_kafka import Consumer, ConsumerGroupTopicPartitions, Producer, TopicPartition
+from confluent_kafka import Consumer, ConsumerGroupTopicPartitions, KafkaError, KafkaException, Producer, TopicPartition
 
 from strait_lab.clients import Record, consume_all
 from strait_lab.kafka import KafkaCluster
@@ -23,7 +23,25 @@ def records_by_partition(cluster: KafkaCluster, topic: str) -> dict[int, list[Re
 
 
 def count(cluster: KafkaCluster, topic: str) -> int:
-    """Records in the topic (from the low to the high watermark of each partition)."""
+    """Records in the topic (from the low to the high watermark of each partition). A topic just
+    created may have no leaders yet: its watermarks are asked for again, for up to 10 s."""
+    deadline = time.monotonic() + 10
+    while True:
+        try:
+            return _count(cluster, topic)
+        except KafkaException as exc:
+            error = exc.args[0] if exc.args and isinstance(exc.args[0], KafkaError) else None
+            passing = error is not None and (error.retriable() or error.code() in _NO_LEADER_YET)
+            if not passing or time.monotonic() > deadline:
+                raise
+            time.sleep(0.2)
+
+
+_NO_LEADER_YET = (KafkaError.NOT_LEADER_FOR_PARTITION, KafkaError.LEADER_NOT_AVAILABLE,
+                  KafkaError.UNKNOWN_TOPIC_OR_PART, KafkaError._UNKNOWN_PARTITION)
+
+
+def _count(cluster: KafkaCluster, topic: str) -> int:
     consumer = Consumer({**cluster.client_config(), "group.id": "strait-counter"})
     try:
         metadata = consumer.list_topics(topic, timeout=10).topics.get(topic)
