@@ -134,9 +134,7 @@ class OffsetsTopic:
         self._positions: dict[int, int] = {}  # partition of the offsets topic -> next offset to read
         self._listed_at = -float("inf")  # when the topic's partitions were last asked for
         self.progress: dict[Key, Progress] = {}
-        self.exists = False
         self.read_through = False  # a read got to the end once: ``progress`` is whole, if maybe old
-        self.skipped = 0
 
     def read(self, timeout: float = DEFAULT_TIMEOUT) -> dict[Key, Progress]:
         """Every partition's newest progress, read up to the topic's current end."""
@@ -185,7 +183,6 @@ class OffsetsTopic:
                     raise KafkaException(metadata.error)
                 return {}
             partitions = list(metadata.partitions)
-        self.exists = True
         marks = {p: self._consumer.get_watermark_offsets(TopicPartition(topic, p), timeout=timeout)
                  for p in partitions}
         new = [p for p in partitions if p not in self._positions]
@@ -232,8 +229,7 @@ class OffsetsTopic:
                     self.progress.pop((str(where["topic"]), int(where["partition"])), None)
                 return
         except (RecordFormatError, ValueError, TypeError, KeyError, AttributeError):
-            self.skipped += 1
-            return
+            return  # not a progress record: MM2's other records, garbage
         if offset.connector != self.connector or offset.cluster != self.cluster:
             return
         target, live = parsed.get("target_offset", -1), parsed.get("live")

@@ -41,13 +41,10 @@ from typing import Any
 import numpy as np
 from confluent_kafka import Consumer, KafkaError, Producer
 
-from strait.config.model import SyncsLocation
 from strait.errors import StraitError
 from strait.logs import setup_logging
-from strait_replicator.live import (ControlWatch, Hold, LiveRun, hold_record, process_gone, process_identity,
-                                    progress_since, release_record)
-from strait_replicator.planner import CopyTask, SourcePlan
-from strait_replicator.state import Offsets
+from strait_replicator.live import Hold, LiveRun, hold_record, process_gone, process_identity, release_record
+from strait_replicator.planner import CopyTask, SourcePlan, resumed_ranges
 from strait_replicator.writer import (STOP_FLUSH_SECONDS, CopiedPartition, CopyLoop, CopyRange, EpochLimits,
                                       ProgressWriter, RepartitionedPartition, SyncWriter, consumer_settings,
                                       finish_copy, install_lazy_zip_invalidation, producer_settings,
@@ -101,8 +98,7 @@ class Copier(threading.Thread):
         settings = producer_settings(self.settings.target_producer)
         self._message_timeout = float(settings["message.timeout.ms"]) / 1000.0
         self.producer = Producer({**settings, "logger": logging.getLogger("strait.librdkafka")})
-        consumer_config, topic = plan.progress
-        self.watch = ControlWatch(dict(consumer_config), topic, dict(task.progress_from), self.settings.flow)
+        self.watch = plan.progress.watch(dict(task.progress_from))
         self._since = -1  # the offset of its claim
         self._holds_acked: list[tuple[float, int]] = []  # (sent at, offset) of holds the target acknowledged
         self._hold_errors: list[KafkaError] = []
@@ -128,11 +124,6 @@ class Copier(threading.Thread):
             if self._progress is not None:
                 self._progress.run = self._run
             return True
-
-    def retire(self) -> None:
-        """Stop at its next check, as if no task renewed it."""
-        with self._lock:
-            self._wanted_until = 0.0
 
     def stop(self) -> None:
         """Stop at its next check, as a stop of its query would (a claim still being waited for is given up)."""
@@ -201,11 +192,12 @@ class Copier(threading.Thread):
                 return
             if now >= self._next_hold:
                 self._send_hold(now)
-            holders = {**known, **self.watch.holds}
+            control = self.watch.control
+            holders = {**known, **control.holds_of(self.settings.flow)}
             self._contended = self._contended or any(
                 hold.partitions & self.keys for copier, hold in holders.items() if copier != self.id)
             waiting = [hold for copier, hold in holders.items()
-                       if copier != self.id and copier not in self.watch.released and hold.partitions & self.keys
+                       if copier != self.id and copier not in control.released and hold.partitions & self.keys
                        and hold.since < self._since and now <= hold.fence_at and not process_gone(hold.process)]
             if not waiting and self.watch.read_past(0, self._since):
                 self._extend_lease()
@@ -224,9 +216,7 @@ class Copier(threading.Thread):
         if not self._contended:
             return list(self.task.ranges)
         assert self.plan.progress is not None
-        settings, topic = self.plan.progress
-        progress = progress_since(dict(settings), SyncsLocation(self.settings.target_alias, topic),
-                                  self.settings.source_alias, dict(self.task.progress_from), sorted(self.keys))
+        progress = self.plan.progress.since(dict(self.task.progress_from), sorted(self.keys))
         return resumed_ranges(self.task, progress, self.settings.flow)
 
     def _copy(self, ranges: list[CopyRange]) -> None:
@@ -282,9 +272,9 @@ class Copier(threading.Thread):
             raise HandOffError(f"flow {self.settings.flow}: writing the copier's hold to topic "
                                f"{self.settings.progress_topic} on cluster {self.settings.target_alias} failed: "
                                f"{self._hold_errors[0].str()}")
-        if self.plan.query in self.watch.stops or self._stop_requested.is_set():
+        if self.watch.control.stopped(self.settings.flow, self.plan.query) or self._stop_requested.is_set():
             return "stop"
-        newer = [hold for copier, hold in self.watch.holds.items()
+        newer = [hold for copier, hold in self.watch.control.holds_of(self.settings.flow).items()
                  if copier != self.id and hold.since > self._since and hold.partitions & self.keys]
         if newer:
             log.info("flow=%s copier=%s hands partitions=%s over to copier=%s", self.settings.flow, self.id,
@@ -397,16 +387,6 @@ def _started(plan: SourcePlan, task: CopyTask) -> Copier:
     return copier
 
 
-def stop_copiers(timeout: float = 10.0) -> None:
-    """Ask this process's copiers to stop as if no task renewed them, and wait for them (tests)."""
-    with _registry_lock:
-        running = list(_copiers.values())
-    for copier in running:
-        copier.retire()
-    for copier in running:
-        copier.ended.wait(timeout)
-
-
 def _partitions_of(task: CopyTask) -> frozenset[Key]:
     """The (topic, partition) keys a task copies: what names its copier, here and through its door."""
     return frozenset((r.topic, r.partition) for r in task.ranges)
@@ -418,18 +398,6 @@ def _wanted_until(limits: EpochLimits) -> float:
 
 def _named(keys: frozenset[Key]) -> str:
     return ",".join(f"{topic}[{partition}]" for topic, partition in sorted(keys))
-
-
-def resumed_ranges(task: CopyTask, progress: Offsets, flow: str) -> list[CopyRange]:
-    """The task's ranges, each starting where the progress written since its epoch was planned says
-    the copies got to, when that is further."""
-    starts = {(r.topic, r.partition): r.start for r in task.ranges if r.start is not None}
-    points = {key: max(start, progress.get(key, start)) for key, start in starts.items()}
-    for (topic, partition), offset in sorted(points.items()):
-        if offset != starts[(topic, partition)]:
-            log.info("flow=%s epoch=%d topic=%s partition=%d resumes at offset %d: the progress on the target "
-                     "(planned at %d)", flow, task.epoch, topic, partition, offset, starts[(topic, partition)])
-    return [CopyRange(r.topic, r.partition, points.get((r.topic, r.partition), r.start)) for r in task.ranges]
 
 
 # -- the door: renewal by a task in another Python worker of the same host -------------------------

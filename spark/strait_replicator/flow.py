@@ -21,7 +21,7 @@ from functools import partial
 from types import SimpleNamespace
 from typing import Any
 
-from confluent_kafka import Producer, TopicPartition
+from confluent_kafka import TopicPartition
 from pyspark.sql import DataFrame, SparkSession
 from pyspark.sql.streaming import StreamingQuery
 
@@ -31,7 +31,6 @@ from strait.kafka.admin import (
     list_offsets,
 )
 from strait.metrics import set_flow_state
-from strait.config.model import SyncsLocation
 from strait.progress import (
     COPY_EVIDENCE, OffsetsTopic, Progress, Resume, ResumeError, ResumeSources, decide_starts, gather_evidence,
     keys_of, progress_topic_spec, resume_report, shared_remotes, summarize,
@@ -39,7 +38,7 @@ from strait.progress import (
 from strait.retry import FlowTrouble, retry_transient
 from strait.remote_topics import RemoteTopic, reconcile_remote_topics, replicated_topics
 from strait_replicator import metrics
-from strait_replicator.live import PartitionReport, RunReport, run_report, stop_record
+from strait_replicator.live import PartitionReport, ProgressLog, RunReport, run_report
 from strait_replicator.headstart import END_SECONDS, HeadStart
 from strait_replicator.session import SparkStartError
 from strait_replicator.planner import SourcePlan
@@ -72,9 +71,19 @@ class FlowPlan:
     topics: tuple[RemoteTopic, ...]
     records_per_second: float  # 0: no limit
     tasks: int
-    source_admin: tuple[tuple[str, str], ...]  # librdkafka settings, to plan batches and check for records lost
     writer: WriterSettings
     resume: ResumeSources  # where each partition's start is decided from when the query starts
+
+    @property
+    def source_admin(self) -> tuple[tuple[str, str], ...]:
+        """librdkafka settings of an admin client on the source: to plan epochs, check for records lost."""
+        return self.resume.source_admin
+
+    @property
+    def progress(self) -> ProgressLog:
+        """The flow's progress topic on the target."""
+        return ProgressLog(self.writer.flow, self.writer.source_alias, self.writer.target_alias,
+                           self.resume.progress.topic, self.resume.target_consumer)
 
 
 class FlowRunner:
@@ -172,7 +181,6 @@ class FlowRunner:
             topics=tuple(topics),
             records_per_second=float(flow.rate_limit_records_per_second or 0),
             tasks=self.tasks,
-            source_admin=source_settings,
             writer=writer,
             resume=resume,
         )
@@ -284,7 +292,7 @@ class FlowRunner:
         if self._trouble.kind == "resume":
             self._recovered()
         checkpoint = CheckpointLog(self.checkpoint, self.session)
-        self.live.follow(dict(plan.resume.target_consumer), plan.resume.progress, plan.writer.source_alias)
+        self.live.follow(plan.progress)
         try:
             self._check = epoch_check(self.flow_name, plan, checkpoint)
             self._pending = self._source_plan(plan, resume, checkpoint)
@@ -369,10 +377,7 @@ class FlowRunner:
         no other: a stop record in the progress topic, which every host reaches."""
         if self.plan is None or not self.plan.writer.progress_topic:
             return
-        key, value = stop_record(self.flow_name, self._query_id)
-        producer = Producer({**self.plan.writer.target_producer, "logger": logging.getLogger("strait.librdkafka")})
-        producer.produce(self.plan.writer.progress_topic, key=key, value=value, partition=0)
-        if producer.flush(STOP_RECORD_SECONDS):
+        if not self.plan.progress.write_stop(self.plan.writer.target_producer, self._query_id, STOP_RECORD_SECONDS):
             log.warning("flow=%s stop record not written to %s: tasks on other hosts end their epoch at its deadline",
                         self.flow_name, self.plan.writer.progress_topic)
 
@@ -388,7 +393,7 @@ class FlowRunner:
             resume=tuple(sorted((key, at.offset) for key, at in resume.items())),
             on_target=tuple(sorted((key, at.offset) for key, at in resume.items()
                                    if at.evidence in COPY_EVIDENCE)),
-            progress=(plan.resume.target_consumer, plan.resume.progress.topic),
+            progress=plan.progress,
             query=self._query_id, last_epoch=checkpoint.newest_epoch())
 
     def _begin_head_start(self, source: SourcePlan) -> HeadStart | None:
@@ -693,14 +698,14 @@ class LiveMetrics:
         self.task_records = 0  # records the queries' tasks copied since the process started (not a head start's)
         self._not_tasks: set[str] = set()
 
-    def follow(self, settings: dict[str, str], location: SyncsLocation, source_alias: str) -> None:
+    def follow(self, progress: ProgressLog) -> None:
         """Tail this progress topic from now on (a new query; the same topic goes on being read)."""
         with self._lock:
-            if self._reader is not None and self._reader.location == location:
+            if self._reader is not None and self._reader.location == progress.location:
                 return
             if self._reader is not None:
                 self._reader.close()
-            self._reader = OffsetsTopic(settings, location, source_alias, start_at="end", on_record=self._note)
+            self._reader = progress.reader(start_at="end", on_record=self._note)
             self._read()  # where the topic ends now: what the new query's tasks write from here on is counted
 
     def poll(self) -> None:

@@ -10,10 +10,10 @@ totals for the metrics. Every host that copies reaches the target, so nothing go
   (:class:`strait_replicator.flow.LiveMetrics`);
 * a task that runs an epoch again (a retried task, a replayed epoch after a restart) reads the
   records written since the epoch was planned and resumes each partition where the copies got to
-  (:func:`progress_since`; a replayed epoch's planner read them too), so a crash copies again about a
+  (:meth:`ProgressLog.since`; a replayed epoch's planner read them too), so a crash copies again about a
   second of records instead of a whole epoch;
 * a stop (or a configuration change) ends the running epoch within about 0.1 s: the driver writes a
-  stop record there, which every task watches for (:class:`StopWatch`).
+  stop record there, which every copier watches for (:class:`ControlWatch`).
 
 A record that was lost or cannot be read only means more records are copied again, never fewer.
 """
@@ -25,11 +25,11 @@ import logging
 import os
 import time
 import uuid
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import asdict, dataclass, field
 from typing import Any
 
-from confluent_kafka import OFFSET_BEGINNING, Consumer, TopicPartition
+from confluent_kafka import OFFSET_BEGINNING, Consumer, Producer, TopicPartition
 
 from strait.config.model import SyncsLocation
 from strait.progress import OffsetsTopic, Progress
@@ -57,11 +57,6 @@ class PartitionReport:
     latency_counts: tuple[int, ...]
     latency_sum: float
     lag: int
-
-    @property
-    def key(self) -> Key:
-        """(topic, partition)."""
-        return self.topic, self.partition
 
 
 @dataclass(frozen=True)
@@ -105,28 +100,63 @@ def run_report(key: Key, progress: Progress) -> RunReport | None:
         return None
 
 
-def progress_since(settings: Mapping[str, str], location: SyncsLocation, cluster: str,
-                   positions: Mapping[int, int], keys: Sequence[Key]) -> dict[Key, int]:
-    """Where the copies of ``keys`` got to according to the progress records written since
-    ``positions`` (where the driver had read the progress topic when it planned the epoch).
+@dataclass(frozen=True)
+class ProgressLog:
+    """A flow's progress topic on the target, the one way to it: its reader for the planner and the
+    live metrics, what a copier taking partitions over reads, the copiers' watch of the control
+    records, and the stop record. (The copy loop's progress records are a
+    :class:`~strait_replicator.writer.ProgressWriter`'s; the holds a copier's own.)"""
 
-    The highest position wins: every run starts where the progress stood, so a lower one is an older
-    run's. A topic that cannot be read gives nothing (the copy starts where it was planned).
-    """
-    wanted = set(keys)
-    reached: dict[Key, int] = {}
+    flow: str
+    source_alias: str
+    target_alias: str
+    topic: str
+    consumer: tuple[tuple[str, str], ...]  # librdkafka settings of a consumer on the target
 
-    def note(key: Key, progress: Progress) -> None:
-        if key in wanted:
-            reached[key] = max(reached.get(key, 0), progress.next_offset)
-    reader = OffsetsTopic(settings, location, cluster, start_at=positions, on_record=note)
-    try:
-        reader.read(PROGRESS_READ_SECONDS)
-    except Exception as exc:  # noqa: BLE001 - the planned start is safe, only slower
-        log.warning("progress of %s not read, the task starts where its epoch was planned: %s", location.topic, exc)
-    finally:
-        reader.close()
-    return reached
+    @property
+    def location(self) -> SyncsLocation:
+        """The topic and the cluster it is on."""
+        return SyncsLocation(self.target_alias, self.topic)
+
+    def reader(self, start_at: Mapping[int, int] | str = "beginning",
+               on_record: Callable[[Key, Progress], None] | None = None,
+               on_raw: Callable[[bytes | None, bytes | None, int], None] | None = None) -> OffsetsTopic:
+        """A reader of the progress records of this flow's source (:class:`~strait.progress.OffsetsTopic`)."""
+        return OffsetsTopic(dict(self.consumer), self.location, self.source_alias, start_at=start_at,
+                            on_record=on_record, on_raw=on_raw)
+
+    def since(self, positions: Mapping[int, int], keys: Sequence[Key]) -> dict[Key, int]:
+        """Where the copies of ``keys`` got to according to the progress records written since
+        ``positions`` (where the driver had read the topic when it planned the epoch).
+
+        The highest position wins: every run starts where the progress stood, so a lower one is an
+        older run's. A topic that cannot be read gives nothing (the copy starts where it was planned).
+        """
+        wanted = set(keys)
+        reached: dict[Key, int] = {}
+
+        def note(key: Key, progress: Progress) -> None:
+            if key in wanted:
+                reached[key] = max(reached.get(key, 0), progress.next_offset)
+        reader = self.reader(start_at=positions, on_record=note)
+        try:
+            reader.read(PROGRESS_READ_SECONDS)
+        except Exception as exc:  # noqa: BLE001 - the planned start is safe, only slower
+            log.warning("progress of %s not read, the task starts where its epoch was planned: %s", self.topic, exc)
+        finally:
+            reader.close()
+        return reached
+
+    def watch(self, positions: Mapping[int, int]) -> ControlWatch:
+        """A watch of the control records from ``positions`` on (one per copier)."""
+        return ControlWatch(dict(self.consumer), self.topic, positions)
+
+    def write_stop(self, producer_settings: Mapping[str, str], query: str, timeout: float) -> bool:
+        """Write the stop record of ``query``; False when the target did not acknowledge it in time."""
+        key, value = stop_record(self.flow, query)
+        producer = Producer({**producer_settings, "logger": logging.getLogger("strait.librdkafka")})
+        producer.produce(self.topic, key=key, value=value, partition=0)
+        return producer.flush(timeout) == 0
 
 
 CONTROL = "strait-control"
@@ -140,11 +170,46 @@ def stop_record(flow: str, query: str) -> tuple[bytes, bytes]:
             json.dumps({"stop": query}, separators=(",", ":")).encode())
 
 
-class ControlWatch:
-    """Reads a flow's control records in its progress topic from given positions on: the stop of a
-    query, the copiers' holds and releases (:class:`Hold`). One per copier; not thread-safe."""
+class ControlRecords:
+    """What the control records in a progress topic said, as far as they were read: the queries
+    asked to stop, the newest hold of each copier not released, the copiers released (copier ids
+    are unique across flows)."""
 
-    def __init__(self, settings: Mapping[str, str], topic: str, positions: Mapping[int, int], flow: str) -> None:
+    def __init__(self) -> None:
+        self._stops: set[tuple[str, str]] = set()  # (flow, query)
+        self._holds: dict[str, Hold] = {}
+        self.released: set[str] = set()
+
+    def note(self, key: bytes | None, value: bytes | None, offset: int) -> None:
+        """Take one record of the progress topic into account (any other record is ignored)."""
+        stop = stop_named(key, value)
+        if stop is not None:
+            self._stops.add(stop)
+            return
+        held = hold_named(key, value, offset)
+        if held is None:
+            return
+        _flow, copier, hold = held
+        if hold is None:
+            self._holds.pop(copier, None)
+            self.released.add(copier)
+        else:
+            self._holds[copier] = hold
+
+    def stopped(self, flow: str, query: str) -> bool:
+        """Whether a stop of ``query`` of ``flow`` was read."""
+        return (flow, query) in self._stops
+
+    def holds_of(self, flow: str) -> dict[str, Hold]:
+        """The newest hold of each copier of ``flow`` not released, by copier."""
+        return {copier: hold for copier, hold in self._holds.items() if hold.flow == flow}
+
+
+class ControlWatch:
+    """Reads the control records of a progress topic from given positions on into :attr:`control`
+    (the stops of queries, the copiers' holds and releases). One per copier; not thread-safe."""
+
+    def __init__(self, settings: Mapping[str, str], topic: str, positions: Mapping[int, int]) -> None:
         self._consumer = Consumer({**settings, "group.id": "strait-progress", "enable.auto.commit": False,
                                    "enable.auto.offset.store": False, "fetch.wait.max.ms": WATCH_FETCH_WAIT_MS,
                                    "logger": logging.getLogger("strait.librdkafka")})
@@ -152,11 +217,9 @@ class ControlWatch:
         # holds the control records.
         positions = dict(positions) or {0: OFFSET_BEGINNING}
         self._consumer.assign([TopicPartition(topic, p, offset) for p, offset in positions.items()])
-        self.topic, self.flow = topic, flow
+        self.topic = topic
         self.read_to = {p: max(0, offset) for p, offset in positions.items()}  # the next offset to read
-        self.stops: set[str] = set()  # queries of the flow asked to stop
-        self.holds: dict[str, Hold] = {}  # the newest hold of each copier of the flow not released
-        self.released: set[str] = set()
+        self.control = ControlRecords()
 
     def poll(self) -> None:
         """Read what has arrived (no waiting)."""
@@ -166,7 +229,8 @@ class ControlWatch:
                 return
             for message in messages:
                 if message.error() is None:
-                    self._note(message.key(), message.value(), message.partition(), message.offset())
+                    self.read_to[message.partition()] = message.offset() + 1
+                    self.control.note(message.key(), message.value(), message.offset())
 
     def read_past(self, partition: int, offset: int) -> bool:
         """Whether everything up to ``offset`` of ``partition`` was read (reading what has arrived)."""
@@ -176,23 +240,6 @@ class ControlWatch:
         # past a transaction marker, which no message shows
         position = self._consumer.position([TopicPartition(self.topic, partition)])[0].offset
         return position > offset
-
-    def _note(self, key: bytes | None, value: bytes | None, partition: int, offset: int) -> None:
-        self.read_to[partition] = offset + 1
-        stop = stop_named(key, value)
-        if stop is not None:
-            if stop[0] == self.flow:
-                self.stops.add(stop[1])
-            return
-        held = hold_named(key, value, offset)
-        if held is None or held[0] != self.flow:
-            return
-        _flow, copier, hold = held
-        if hold is None:
-            self.holds.pop(copier, None)
-            self.released.add(copier)
-        else:
-            self.holds[copier] = hold
 
     def close(self) -> None:
         """Close the consumer."""

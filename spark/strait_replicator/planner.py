@@ -27,7 +27,7 @@ from pyspark.sql.datasource import InputPartition
 
 from strait.logs import setup_logging
 from strait.progress import keys_of
-from strait_replicator.live import Hold
+from strait_replicator.live import Hold, ProgressLog
 from strait_replicator.state import CheckpointFormatError, EpochOffsets, Offsets, TopicPartitionKey
 from strait_replicator.writer import CopyRange, EpochLimits, WriterSettings
 
@@ -52,7 +52,7 @@ class SourcePlan:
     max_records_per_epoch: int
     records_per_second: float = 0.0  # 0: no limit
     resume: tuple[tuple[tuple[str, int], int], ...] = ()  # where each partition starts when it has no progress
-    progress: tuple[tuple[tuple[str, str], ...], str] | None = None  # target consumer settings, progress topic
+    progress: ProgressLog | None = None  # the flow's progress topic (None: the copies write no progress)
     query: str = ""  # this run of the flow's query: what a stop record names
     # where the target holds every record below, from the evidence when the query started: no epoch,
     # a replayed one neither, starts a partition below it until its progress is seen
@@ -126,7 +126,7 @@ class EpochPlanner:
         last = self._last or self.initial()
         if self.sources.stop_requested(read=True):
             return last
-        start = self._starting_points({**dict(self.plan.resume), **last.start})
+        start = self._starting_points(self._planned_from(last))
         until = self._source_ends(last)
         if not until:  # the flow stops, or every planned topic is gone: no epoch until it is planned again
             return last
@@ -143,11 +143,16 @@ class EpochPlanner:
         """One task of every partition, starting where the query's first epoch will (see
         :class:`~strait_replicator.headstart.HeadStart`): it copies until that epoch's tasks claim them."""
         last = self._last or self.initial()
-        start = self._starting_points({**dict(self.plan.resume), **last.start})
+        start = self._starting_points(self._planned_from(last))
         ranges = tuple(CopyRange(topic, p, start[(topic, p)]) for topic, p in self.plan.keys() if (topic, p) in start)
         limits = EpochLimits(seconds=math.inf, max_records=sys.maxsize,
                              records_per_second=self.plan.records_per_second)
         return CopyTask(last.epoch + 1, ranges, limits, self.sources.progress_positions(), False, self.sources.holds())
+
+    def _planned_from(self, last: EpochOffsets) -> Offsets:
+        """Where the epoch after ``last`` starts before the progress is read: where ``last`` started,
+        the query's resume points for partitions it did not have."""
+        return {**dict(self.plan.resume), **last.start}
 
     def tasks(self, epoch: EpochOffsets) -> list[CopyTask]:
         """The tasks of ``epoch``: its partitions in groups, each starting where the copies got to."""
@@ -204,19 +209,45 @@ class EpochPlanner:
         return self.sources.source_ends(wait=True)
 
     def _starting_points(self, planned: Offsets) -> Offsets:
-        """``planned`` moved on to where the copies got to: each partition's progress on the target;
-        for a partition without progress yet, no lower than where the query's copy evidence says the
-        target holds every record."""
+        """Where each partition of ``planned`` starts now (:func:`epoch_starts`)."""
         progress = self.sources.progress()
-        for key in progress:  # from now on its progress says (a topic re-created starts lower)
+        for key in progress:  # from now on its progress says
             self._floor.pop(key, None)
-        return {**{key: max(at, self._floor.get(key, at)) for key, at in planned.items()}, **progress}
+        return epoch_starts(planned, progress, self._floor)
 
     def _task_count(self, partitions: int) -> int:
         tasks = min(self.plan.tasks, partitions)
         if self.plan.records_per_second:
             tasks = min(tasks, -(-int(self.plan.records_per_second) // RECORDS_PER_SECOND_PER_TASK))
         return max(1, tasks) if partitions else 0
+
+
+# -- where a partition starts ------------------------------------------------------------------------
+#
+# A query's first start comes from the resume evidence on the target (strait.progress.decide_starts).
+# After that two rules, kept apart on purpose: an epoch being planned trusts the progress on the
+# target even where it is lower than planned (a topic re-created on the source starts again at 0),
+# while a copier taking partitions over mid-epoch never goes back from where its epoch was planned
+# (a lower progress there is an older copier's, written before the plan).
+
+
+def epoch_starts(planned: Offsets, progress: Offsets, floor: Offsets) -> Offsets:
+    """Where an epoch's partitions start: each partition's progress on the target; for one without
+    progress yet, where it was planned, no lower than ``floor`` (where the query's copy evidence says
+    the target holds every record)."""
+    return {**{key: max(at, floor.get(key, at)) for key, at in planned.items()}, **progress}
+
+
+def resumed_ranges(task: CopyTask, progress: Offsets, flow: str) -> list[CopyRange]:
+    """The task's ranges, each starting where the progress written since its epoch was planned says
+    the copies got to, when that is further."""
+    starts = {(r.topic, r.partition): r.start for r in task.ranges if r.start is not None}
+    points = {key: max(start, progress.get(key, start)) for key, start in starts.items()}
+    for (topic, partition), offset in sorted(points.items()):
+        if offset != starts[(topic, partition)]:
+            log.info("flow=%s epoch=%d topic=%s partition=%d resumes at offset %d: the progress on the target "
+                     "(planned at %d)", flow, task.epoch, topic, partition, offset, starts[(topic, partition)])
+    return [CopyRange(r.topic, r.partition, points.get((r.topic, r.partition), r.start)) for r in task.ranges]
 
 
 def logged_epoch(entry: dict[str, Any], plan: SourcePlan) -> EpochOffsets:

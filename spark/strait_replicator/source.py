@@ -4,8 +4,8 @@ Spark's own Kafka source hands every record through the JVM and Arrow to Python,
 showed to cap a flow below what one librdkafka consumer and producer do in a Python worker; and a
 micro-batch per few hundred records puts Spark's fixed cost per batch (planning, two checkpoint
 writes, task launch) into every record's latency. Here each micro-batch is an *epoch*: its tasks
-copy their partitions live, record by record as they arrive, for a minute
-(:func:`strait_replicator.writer.copy_ranges`). Spark keeps what it is good at: the write-ahead
+keep the copiers of their partitions going (:mod:`strait_replicator.copier`), which copy record by
+record as they arrive and do not stop between epochs. Spark keeps what it is good at: the write-ahead
 offsets log in the checkpoint, task scheduling on local cores or a cluster, one running task per
 partition at a time, and replay of a failed epoch.
 
@@ -28,12 +28,11 @@ from typing import Any
 from confluent_kafka import IsolationLevel, TopicPartition
 from pyspark.sql.datasource import DataSource, DataSourceStreamReader
 
-from strait.config.model import SyncsLocation
 from strait.kafka.admin import RenewableAdmin, list_offsets_per_leader
 from strait.progress import OffsetsTopic, ResumeError
 from strait.retry import is_transient, retry_transient
 from strait_replicator.copier import copy_task
-from strait_replicator.live import Hold, hold_named, stop_named
+from strait_replicator.live import ControlRecords, Hold, ProgressLog
 from strait_replicator.planner import CopyTask, EpochPlanner, SourcePlan, logged_epoch
 from strait_replicator.state import Offsets
 from strait_replicator.writer import SUMMARY_SCHEMA
@@ -102,27 +101,27 @@ class ClusterSources:
         (a target that does not answer in time gives what was read before)."""
         if self.plan.progress is None or not self.plan.query:
             return False
-        if read and (self.plan.writer.flow, self.plan.query) not in _stops_read:
+        reader, control = self._progress_reading()
+        if read and not control.stopped(self.plan.writer.flow, self.plan.query):
             try:
-                self._progress_reader().read(STOP_READ_SECONDS)
+                reader.read(STOP_READ_SECONDS)
             except ResumeError as exc:
                 log.warning("flow=%s stop requests not read: %s", self.plan.writer.flow, exc)
-        return (self.plan.writer.flow, self.plan.query) in _stops_read
+        return control.stopped(self.plan.writer.flow, self.plan.query)
 
     def progress_positions(self) -> tuple[tuple[int, int], ...]:
         """Where this process read the progress topic to."""
-        return tuple(sorted(self._progress_reader().positions.items())) if self.plan.progress else ()
+        return tuple(sorted(self._progress_reading()[0].positions.items())) if self.plan.progress else ()
 
-    def _progress_reader(self) -> OffsetsTopic:
-        """This process's reader of the flow's progress topic (read on from where it got to)."""
+    def _progress_reading(self) -> tuple[OffsetsTopic, ControlRecords]:
+        """This process's reader of the flow's progress topic (read on from where it got to) and the
+        control records it read."""
         assert self.plan.progress is not None
-        reader = _progress_readers.get(self.plan.progress)
-        if reader is None:
-            settings, topic = self.plan.progress
-            location = SyncsLocation(self.plan.writer.target_alias, topic)
-            reader = _progress_readers[self.plan.progress] = OffsetsTopic(
-                dict(settings), location, self.plan.writer.source_alias, on_raw=_note_control)
-        return reader
+        reading = _progress_readers.get(self.plan.progress)
+        if reading is None:
+            control = ControlRecords()
+            reading = _progress_readers[self.plan.progress] = (self.plan.progress.reader(on_raw=control.note), control)
+        return reading
 
     def holds(self) -> tuple[Hold, ...]:
         """The holds of the flow's copiers not released nor past their fence, as this process read
@@ -131,15 +130,15 @@ class ClusterSources:
         if self.plan.progress is None:
             return ()
         now = time.time()
-        return tuple(hold for hold in _holds_read.values()
-                     if hold.flow == self.plan.writer.flow and hold.fence_at > now)
+        holds = self._progress_reading()[1].holds_of(self.plan.writer.flow)
+        return tuple(hold for hold in holds.values() if hold.fence_at > now)
 
     def progress(self) -> Offsets:
         """Each planned partition's progress on the target; none when it cannot be read now (the copy
         then starts where the epoch says: records may be copied again, none is skipped)."""
         if self.plan.progress is None:
             return {}
-        reader = self._progress_reader()
+        reader = self._progress_reading()[0]
         try:
             found = reader.read(LIST_TIMEOUT)
         except ResumeError as exc:
@@ -190,28 +189,9 @@ class ClusterSources:
 
 
 _admins: dict[tuple[tuple[str, str], ...], RenewableAdmin] = {}
-# (flow, query) of every stop record the planner's progress readers read
-_stops_read: set[tuple[str, str]] = set()
-
-
-# the newest hold of every copier not released, by copier
-_holds_read: dict[str, Hold] = {}
-
-
-def _note_control(key: bytes | None, value: bytes | None, offset: int) -> None:
-    stop = stop_named(key, value)
-    if stop is not None:
-        _stops_read.add(stop)
-        return
-    held = hold_named(key, value, offset)
-    if held is not None:
-        _flow, copier, hold = held
-        if hold is None:
-            _holds_read.pop(copier, None)
-        else:
-            _holds_read[copier] = hold
-# One reader of a progress topic per driver-side process, read on from where it got to at each epoch.
-_progress_readers: dict[tuple[tuple[tuple[str, str], ...], str], OffsetsTopic] = {}
+# One reader of a progress topic per driver-side process, read on from where it got to at each epoch,
+# with what the control records (stops, holds) it read said.
+_progress_readers: dict[ProgressLog, tuple[OffsetsTopic, ControlRecords]] = {}
 
 
 def cached_admin(config: tuple[tuple[str, str], ...]) -> RenewableAdmin:

@@ -1,13 +1,12 @@
-"""The executor side: copy source partitions to the target, record by record, in order.
+"""The copy itself: source partitions to the target, record by record, in order.
 
-A task copies its partitions live for one epoch (a micro-batch): it reads from each partition's
-start offset with a librdkafka consumer and produces every record as it arrives to the same
-partition number of its remote topic with key, value, headers and timestamp unchanged and in order
-(idempotent producer). The epoch ends at its deadline, at its record cap or when the flow stops.
-About every half second, the exact offset syncs of
-what the target has acknowledged are produced; at the end the task flushes and yields one summary
-row per partition. Records never pass through the JVM or Arrow. Any read or delivery error fails
-the task, so Spark never commits a batch that is not fully on the target (at-least-once).
+A copier (:mod:`strait_replicator.copier`) runs a :class:`CopyLoop`: it reads each partition from
+its start offset with a librdkafka consumer and produces every record as it arrives to the same
+partition number of its remote topic (or, repartitioned, by key) with key, value, headers and
+timestamp unchanged and in order (idempotent producer). About every half second the exact offset
+syncs of what the target has acknowledged are produced and the progress is written to the target
+(:class:`ProgressWriter`). Records never pass through the JVM or Arrow. Any read or delivery error
+fails the copier and its task, so Spark never commits an epoch that is not on the target.
 """
 
 from __future__ import annotations
@@ -27,7 +26,6 @@ import numpy as np
 from confluent_kafka import Consumer, KafkaError, KafkaException, Producer, TopicPartition
 
 from strait.errors import StraitError
-from strait.logs import setup_logging
 from strait.offsets import OffsetTranslationError, SyncPoint
 from strait.policy import ReplicationPolicy
 from strait.progress import Progress, progress_record
@@ -188,12 +186,6 @@ class EpochLimits:
         return max(MIN_TASK_SECONDS, self.ends_at - time.time())
 
 
-_producers: dict[tuple[tuple[str, str], ...], Producer] = {}
-_consumers: dict[tuple[tuple[str, str], ...], Consumer] = {}
-# What each cached consumer stayed assigned to after its last epoch task: partition -> next offset.
-_kept: dict[int, dict[tuple[str, int], int]] = {}
-
-
 def producer_settings(config: Mapping[str, str]) -> dict[str, str]:
     """The copy's producer settings: strait's defaults under the user's.
 
@@ -212,40 +204,11 @@ def syncs_producer_settings(config: Mapping[str, str]) -> dict[str, str]:
     return producer_settings({"message.timeout.ms": SYNCS_MESSAGE_TIMEOUT_MS, **config})
 
 
-def _producer(config: Mapping[str, str]) -> Producer:
-    """One producer per configuration per Python worker, reused across tasks and batches."""
-    key = tuple(sorted(producer_settings(config).items()))
-    if key not in _producers:
-        _producers[key] = Producer({**dict(key), "logger": logging.getLogger("strait.librdkafka")})
-    return _producers[key]
-
-
 def consumer_settings(settings: WriterSettings) -> dict[str, Any]:
     """The copy's source consumer settings: strait's defaults under the user's, the copy loop's own
     over them. It never joins a group nor commits: each copy assigns its partitions' offsets itself."""
     return {**CONSUMER_DEFAULTS, **settings.source_consumer, **CONSUMER_FIXED, "group.id": SOURCE_GROUP,
             "logger": logging.getLogger("strait.librdkafka")}
-
-
-def _consumer(settings: WriterSettings) -> Consumer:
-    """One source consumer per flow per Python worker: its connections outlive a task."""
-    config = {k: v for k, v in consumer_settings(settings).items() if k != "logger"}
-    key = tuple(sorted(config.items()))
-    if key not in _consumers:
-        setup_logging()  # a Python worker's first task: its warnings go to the worker's stderr
-        _consumers[key] = Consumer({**config, "logger": logging.getLogger("strait.librdkafka")})
-    return _consumers[key]
-
-
-def release_clients() -> None:
-    """Close this process's cached consumers and flush its producers (a test or a worker ending)."""
-    for consumer in _consumers.values():
-        consumer.close()
-    for producer in _producers.values():
-        producer.flush(10)
-    _consumers.clear()
-    _producers.clear()
-    _kept.clear()
 
 
 EXACT_SYNC_HEADERS = [(EXACT_SYNC_HEADER, b"1")]
@@ -254,9 +217,8 @@ EXACT_SYNC_HEADERS = [(EXACT_SYNC_HEADER, b"1")]
 class SyncWriter:
     """Produces the offset syncs of a task to the flow's syncs topic."""
 
-    def __init__(self, settings: WriterSettings, producer: Producer | None = None) -> None:
-        self.settings = settings
-        self.producer = producer or _producer(syncs_producer_settings(settings.syncs_producer))
+    def __init__(self, settings: WriterSettings, producer: Producer) -> None:
+        self.settings, self.producer = settings, producer
         self.errors: list[KafkaError] = []
         self.sent = self.delivered = 0  # syncs of one partition are acknowledged in send order
 
@@ -492,39 +454,6 @@ def _produce(producer: Producer, topic: str, **kwargs: Any) -> None:
             producer.poll(0.1)
 
 
-def copy_ranges(ranges: list[CopyRange], settings: WriterSettings, limits: EpochLimits,
-                run: LiveRun | None = None, stop: Callable[[], bool] | None = None) -> list[tuple[Any, ...]]:
-    """Copy each range live to its remote topic with its offset syncs until the epoch ends (``limits``)
-    or ``stop`` returns True (the flow stops); one summary row per range. With the flow's progress
-    topic, each partition's progress and ``run``'s live totals go there about every half second, and
-    once more when everything is on the target.
-    """
-    started = time.monotonic()
-    install_lazy_zip_invalidation()  # a Python worker's: the driver copies nothing
-    producer = _producer(settings.target_producer)
-    syncs = SyncWriter(settings)
-    errors: list[tuple[str, int, Any]] = []
-    kind = RepartitionedPartition if settings.repartition else CopiedPartition
-    copied = {(r.topic, r.partition): kind(r, settings.remote_topic(r.topic), errors) for r in ranges}
-    first_sent_at = 0.0
-    flush_timeout = settings.flush_timeout
-    progress = ProgressWriter(settings, producer, run)
-    if copied:
-        loop = CopyLoop(_consumer(settings), producer, syncs, copied, settings, limits, errors, progress)
-        loop.stop = stop
-        loop.run()
-        first_sent_at = loop.first_sent_at
-        if loop.stop_requested:
-            flush_timeout = min(flush_timeout, STOP_FLUSH_SECONDS)
-    read = time.monotonic()
-    finish_copy(copied, producer, syncs, progress, errors, flush_timeout)
-    if log.isEnabledFor(logging.DEBUG):
-        log.debug("flow=%s ranges=%d records=%d read_s=%.3f flush_s=%.3f first_record_s=%.3f worker=%d",
-                  settings.flow, len(copied), sum(p.records for p in copied.values()), read - started,
-                  time.monotonic() - read, first_sent_at - started if first_sent_at else -1, os.getpid())
-    return [part.summary() for part in copied.values()]
-
-
 def finish_copy(copied: Mapping[tuple[str, int], CopiedPartition], producer: Producer, syncs: SyncWriter,
                 progress: ProgressWriter, errors: list[tuple[str, int, Any]], flush_timeout: float) -> None:
     """Wait until every record sent, its offset syncs and the final progress are on the target;
@@ -556,13 +485,11 @@ class CopyLoop:
         self.progress = progress if progress is not None and settings.progress_topic else None
         self.pending = dict(copied)
         self.sent = 0
-        self.first_sent_at = 0.0
         # (syncs sent, each partition's settled position and last target offset) at each settle, until
         # those syncs are acknowledged
         self._settles: list[tuple[int, dict[tuple[str, int], tuple[int, int]]]] = []
         self._acked = {key: (-1, -1) for key in copied}
         self.stop: Callable[[], bool] | None = None
-        self.stop_requested = False  # the loop ended on a stop request
         # Nothing is written after this (wall clock): a copier's lease (strait_replicator.copier). It is
         # checked before every record, so a copier frozen mid-batch (its host stopped) sends no more of
         # it once thawed; what was fetched and not sent is fetched again.
@@ -575,37 +502,6 @@ class CopyLoop:
         self._loop()
         _note_lag(self.consumer, self.copied)
 
-    def run(self) -> None:
-        """Assign, copy until done, note each partition's lag; keep or drop the assignment."""
-        self._assign()
-        keep = False
-        try:
-            self._loop()
-            _note_lag(self.consumer, self.copied)
-            keep = all(p.start is not None for p in self.copied.values())
-        finally:  # _assign took this consumer's entry out of _kept
-            if keep:
-                _kept[id(self.consumer)] = {key: p.position() for key, p in self.copied.items()}
-            else:
-                self.consumer.unassign()
-
-    def _assign(self) -> None:
-        """Assign the ranges' start offsets, unless the consumer is still assigned exactly there.
-
-        An epoch task leaves its consumer assigned: while Spark commits the epoch and plans the next,
-        the consumer goes on fetching, so when the next task in this worker gets the same partitions
-        from where this one stopped (the usual case), the records that arrived meanwhile are
-        already here. Any other start re-assigns, dropping what was fetched.
-        """
-        kept = _kept.pop(id(self.consumer), None)
-        wanted = {key: p.start for key, p in self.copied.items()}
-        if kept is not None and kept == wanted:
-            return
-        if kept is not None:
-            self.consumer.unassign()
-        self.consumer.assign([TopicPartition(p.topic, p.partition, -2 if p.start is None else p.start)
-                              for p in self.copied.values()])
-
     def _loop(self) -> None:
         began = now = time.monotonic()
         limits = self.limits
@@ -615,7 +511,6 @@ class CopyLoop:
         while self.pending and now < deadline and self.sent < cap:
             if now >= next_stop_check:
                 if self.stop is not None and self.stop():
-                    self.stop_requested = True
                     return
                 next_stop_check = now + STOP_CHECK_SECONDS
             if self.errors:
@@ -630,7 +525,6 @@ class CopyLoop:
             messages = self.consumer.consume(want, 0) or self.consumer.consume(1, IDLE_WAIT_SECONDS)
             now = time.monotonic()
             if messages:
-                self.first_sent_at = self.first_sent_at or now
                 sent, handled = _send_messages(messages, self.producer, self.pending, self.write_until)
                 self.sent += sent
                 if handled < len(messages):

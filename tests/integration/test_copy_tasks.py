@@ -1,12 +1,6 @@
-"""The executor side of the replicator on real clusters: epoch tasks run one after another in one worker,
-and a stop written to the target ends them.
-
-An epoch task leaves its source consumer assigned, so the next task going on from the same offsets
-finds the records that arrived in between already fetched. These tests run the tasks' function
-directly (as a reused Python worker does) and check that whatever the next task asks for, the target
-gets exactly the records from its start offsets, in order: going on, replaying from further back,
-and after a task with other partitions.
-"""
+"""The executor side of the replicator on real clusters: a stop written to the target ends the
+running epoch task, and a copier in another worker takes a partition over without two copiers ever
+writing it at once."""
 
 from __future__ import annotations
 
@@ -16,7 +10,7 @@ import os
 import signal
 import threading
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
 from dataclasses import replace
 from pathlib import Path
 from typing import Any
@@ -29,21 +23,15 @@ from strait.policy import DefaultReplicationPolicy
 from strait_replicator import copier, writer
 from strait.config.model import SyncsLocation
 from strait.progress import OffsetsTopic
-from strait_replicator.live import Hold, hold_named, stop_record
+from strait_replicator.live import Hold, ProgressLog, hold_named, stop_record
 from strait_replicator.source import CopyStreamReader, CopyTask, SourcePlan
 from strait_replicator.state import EpochOffsets
-from strait_replicator.writer import CopyRange, EpochLimits, WriterSettings, copy_ranges
+from strait_replicator.writer import CopyRange, EpochLimits, WriterSettings
 from tests.support.kafka import NumberedLoad, count, numbered_copies, records_by_partition
 from tests.support.waiting import wait_for
 
 NEXT_OFFSET = writer.SUMMARY_FIELDS.index("next_offset")
 PARTITION = writer.SUMMARY_FIELDS.index("partition")
-
-
-@pytest.fixture
-def clients_released() -> Iterator[None]:
-    yield
-    writer.release_clients()
 
 
 @pytest.fixture
@@ -62,6 +50,11 @@ def _progress_topic(topic: str) -> str:
     return f"{topic}-progress"
 
 
+def _progress_log(source: KafkaCluster, target: KafkaCluster, settings: WriterSettings, topic: str) -> ProgressLog:
+    return ProgressLog(settings.flow, source.alias, target.alias, _progress_topic(topic),
+                       tuple(sorted(target.client_config().items())))
+
+
 def _settings(source: KafkaCluster, target: KafkaCluster, topic: str, remote: str, syncs: str) -> WriterSettings:
     return WriterSettings(
         flow=f"{source.alias}->{target.alias}", source_alias=source.alias, target_alias=target.alias,
@@ -69,13 +62,6 @@ def _settings(source: KafkaCluster, target: KafkaCluster, topic: str, remote: st
         syncs_producer=source.client_config(), syncs_topic=syncs, syncs_alias=source.alias,
         source_consumer=source.client_config(), remote_names={topic: remote},
         progress_topic=_progress_topic(topic))
-
-
-def _epoch(settings: WriterSettings, topic: str, starts: dict[int, int]) -> dict[int, int]:
-    """One epoch task from ``starts`` (partition -> offset); where each partition's copy ended."""
-    rows = copy_ranges([CopyRange(topic, p, start) for p, start in starts.items()], settings,
-                       EpochLimits(seconds=1.5, max_records=1_000_000))
-    return {row[PARTITION]: row[NEXT_OFFSET] for row in rows}
 
 
 def _send(source: KafkaCluster, topic: str, first: int, count: int) -> list[Record]:
@@ -86,31 +72,6 @@ def _send(source: KafkaCluster, topic: str, first: int, count: int) -> list[Reco
 
 def _values(records: list[Record], partition: int) -> list[bytes | None]:
     return [r.value for r in records if r.partition == partition]
-
-
-def test_epoch_tasks_in_one_worker_copy_exactly_from_each_start(
-        source_cluster: KafkaCluster, target_cluster: KafkaCluster, topics: tuple[str, str, str],
-        clients_released: None) -> None:
-    topic, remote, syncs = topics
-    settings = _settings(source_cluster, target_cluster, topic, remote, syncs)
-    sent = _send(source_cluster, topic, 0, 100)
-
-    assert _epoch(settings, topic, {0: 0, 1: 0}) == {0: 50, 1: 50}
-    sent += _send(source_cluster, topic, 100, 100)  # arrives between two epochs: fetched by the kept consumer
-    assert _epoch(settings, topic, {0: 50, 1: 50}) == {0: 100, 1: 100}
-    copied = records_by_partition(target_cluster, remote)
-    assert [[r.value for r in copied[p]] for p in (0, 1)] == [_values(sent, 0), _values(sent, 1)]
-
-    # A replayed epoch starts further back than the consumer stands: partition 0 is copied again from 20.
-    assert _epoch(settings, topic, {0: 20, 1: 100}) == {0: 100, 1: 100}
-    # A task with other partitions in between, then the two partitions again from where they stand.
-    assert _epoch(settings, topic, {1: 100}) == {1: 100}
-    sent += _send(source_cluster, topic, 200, 20)
-    assert _epoch(settings, topic, {0: 100, 1: 100}) == {0: 110, 1: 110}
-
-    copied = records_by_partition(target_cluster, remote)
-    assert [r.value for r in copied[0]] == _values(sent[:200], 0) + _values(sent[:200], 0)[20:] + _values(sent[200:], 0)
-    assert [r.value for r in copied[1]] == _values(sent, 1)
 
 
 def _task(epoch: int, topic: str, starts: dict[int, int], seconds: float,
@@ -130,14 +91,13 @@ def _write_stop(target: KafkaCluster, topic: str, flow: str, query: str) -> None
 
 def test_a_stop_record_ends_the_running_task_and_the_planner_plans_no_epoch_after_it(
         source_cluster: KafkaCluster, target_cluster: KafkaCluster, topics: tuple[str, str, str],
-        tmp_path: Path, clients_released: None) -> None:
+        tmp_path: Path) -> None:
     """Tasks and planner learn of a stop from the target alone (no file): another query's stop is no
     stop; this query's ends the running task within moments and the planner repeats the last epoch."""
     topic, remote, syncs = topics
     settings = _settings(source_cluster, target_cluster, topic, remote, syncs)
-    progress = (tuple(sorted(target_cluster.client_config().items())), _progress_topic(topic))
-    where = OffsetsTopic(target_cluster.client_config(), SyncsLocation(target_cluster.alias, progress[1]),
-                         source_cluster.alias)
+    progress = _progress_log(source_cluster, target_cluster, settings, topic)
+    where = progress.reader()
     where.read()
     started_at = tuple(sorted(where.positions.items()))  # where the progress topic ended when the query started
     where.close()
@@ -181,7 +141,7 @@ def _copier_worker(plan: SourcePlan, task: CopyTask, rows: Any, stay_seconds: fl
 
 def _plan(source: KafkaCluster, target: KafkaCluster, settings: WriterSettings, topic: str,
           tmp_path: Path) -> SourcePlan:
-    progress = (tuple(sorted(target.client_config().items())), _progress_topic(topic))
+    progress = _progress_log(source, target, settings, topic)
     return SourcePlan(((topic, 2),), tuple(sorted(source.client_config().items())), 1, str(tmp_path), settings,
                       epoch_seconds=3.0, max_records_per_epoch=10**9, progress=progress, query="q-handoff")
 

@@ -14,8 +14,8 @@ from strait.kafka.admin import ClusterUnreachableError, KafkaAdminError
 from strait.policy import DefaultReplicationPolicy
 from strait_replicator import source
 from strait_replicator.live import Hold
-from strait_replicator.planner import SMALL_BACKLOG, CopyTask, EpochPlanner, SourcePlan, assign_partitions, logged_epoch
-from strait_replicator.copier import resumed_ranges
+from strait_replicator.planner import (SMALL_BACKLOG, CopyTask, EpochPlanner, SourcePlan, assign_partitions, epoch_starts,
+                                       logged_epoch, resumed_ranges)
 from strait_replicator.source import ClusterSources
 from strait_replicator.state import CheckpointFormatError, CheckpointLog, EpochOffsets, Offsets, epoch_of_log_text, is_local
 from strait_replicator.writer import MIN_TASK_SECONDS, CopyRange, EpochLimits, WriterSettings
@@ -228,6 +228,30 @@ def test_a_task_copying_an_epoch_again_resumes_where_the_progress_since_its_plan
     resumed = resumed_ranges(task, {("t", 0): 180, ("t", 1): 20, ("t", 2): 9}, "A->B")
     assert resumed == [CopyRange("t", 0, 180), CopyRange("t", 1, 50), CopyRange("t", 2, None)], \
         "only forward, and a partition copied from its earliest offset has no start to move"
+
+
+_OFFSETS = st.dictionaries(st.tuples(st.just("t"), st.integers(0, 5)), st.integers(0, 1000), max_size=6)
+
+
+@given(planned=_OFFSETS, progress=_OFFSETS, floor=_OFFSETS)
+def test_an_epoch_starts_at_the_progress_even_lower_and_elsewhere_no_lower_than_the_evidence(
+        planned: Offsets, progress: Offsets, floor: Offsets) -> None:
+    starts = epoch_starts(planned, progress, floor)
+    assert set(starts) == set(planned) | set(progress)
+    for key, at in starts.items():
+        if key in progress:
+            assert at == progress[key], "the progress on the target wins (a re-created topic starts lower)"
+        else:
+            assert at == max(planned[key], floor.get(key, planned[key]))
+
+
+@given(planned=_OFFSETS, progress=_OFFSETS)
+def test_a_copier_taking_partitions_over_never_goes_back_from_where_its_epoch_was_planned(
+        planned: Offsets, progress: Offsets) -> None:
+    task = CopyTask(1, tuple(CopyRange(t, p, at) for (t, p), at in sorted(planned.items())),
+                    EpochLimits(seconds=5.0, max_records=10))
+    for copy in resumed_ranges(task, progress, "A->B"):
+        assert copy.start == max(planned[(copy.topic, copy.partition)], progress.get((copy.topic, copy.partition), 0))
 
 
 def test_every_task_of_an_epoch_ends_at_the_same_time_and_a_late_one_still_copies() -> None:

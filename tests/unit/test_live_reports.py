@@ -8,7 +8,8 @@ import time
 from strait.progress import Progress
 from strait_replicator import metrics
 from strait_replicator.flow import LiveMetrics
-from strait_replicator.live import LiveRun, PartitionReport, RunReport, live_value, run_report
+from strait_replicator.live import (ControlRecords, Hold, LiveRun, PartitionReport, RunReport, hold_record, live_value,
+                                    release_record, run_report, stop_record)
 
 BUCKETS = len(metrics.LATENCY.buckets) + 1
 
@@ -58,3 +59,17 @@ def test_live_metrics_count_what_each_run_grew_by_once() -> None:
     assert isinstance(live._counted[(carried.task, ("t", 0))], RunReport)
     live._note(("t", 0), _record(carried, _part(30, 33, 3, lag=0), final=True))  # epoch 2's last word, late
     assert metrics.RECORDS.labels(flow=flow, topic="t")._value.get() == 25 + 3 + 1, "counted what it grew by"
+
+
+def test_control_records_say_which_query_stopped_and_which_copiers_hold_per_flow() -> None:
+    control = ControlRecords()
+    mine = Hold("A->B", "c1", frozenset({("t", 0)}), "q1", -1, 100.0)
+    other = Hold("A->C", "c2", frozenset({("t", 0)}), "q9", -1, 100.0)
+    for offset, (key, value) in enumerate([hold_record(mine), hold_record(other), stop_record("A->B", "q1"),
+                                           (b"not a control record", b"{}"), (None, None)]):
+        control.note(key, value, offset)
+    assert control.stopped("A->B", "q1") and not control.stopped("A->C", "q1") and not control.stopped("A->B", "q2")
+    assert list(control.holds_of("A->B")) == ["c1"] and control.holds_of("A->B")["c1"].since == 0  # a claim: its offset
+    assert list(control.holds_of("A->C")) == ["c2"]
+    control.note(*release_record("A->B", "c1"), 5)
+    assert control.holds_of("A->B") == {} and control.released == {"c1"} and list(control.holds_of("A->C")) == ["c2"]

@@ -21,12 +21,13 @@ from functools import partial
 from pathlib import Path
 
 from strait.policy import DefaultReplicationPolicy
+from strait_bench.bounded import copy_ranges
 from strait_lab.clients import Record, consume_all, create_topic, produce
 from strait_lab.deps import spark_kafka_jars
 from strait_lab.kafka import KafkaCluster, KafkaClusterSpec
 from strait_replicator.planner import assign_partitions
 from strait_replicator.session import build_session
-from strait_replicator.writer import CopyRange, EpochLimits, WriterSettings, copy_ranges
+from strait_replicator.writer import CopyRange, EpochLimits, WriterSettings
 
 # Bounded copies end at their ranges' ends; a source that stops answering ends them after this long.
 COPY_SECONDS = 600.0

@@ -1,0 +1,34 @@
+"""A bounded copy of offset ranges in one process, with the replicator's own copy loop (the paths
+benchmark and its profile): no copier, no hand-off, no progress topic; it ends at the limits."""
+
+from __future__ import annotations
+
+import logging
+from typing import Any
+
+from confluent_kafka import Consumer, Producer
+
+from strait_replicator.writer import (CopiedPartition, CopyLoop, CopyRange, EpochLimits, ProgressWriter,
+                                      RepartitionedPartition, SyncWriter, WriterSettings, consumer_settings,
+                                      finish_copy, install_lazy_zip_invalidation, producer_settings,
+                                      syncs_producer_settings)
+
+_librdkafka = logging.getLogger("strait.librdkafka")
+
+
+def copy_ranges(ranges: list[CopyRange], settings: WriterSettings, limits: EpochLimits) -> list[tuple[Any, ...]]:
+    """Copy each range to its remote topic with its offset syncs until ``limits`` end the copy; one
+    summary row per range (``writer.SUMMARY_FIELDS``)."""
+    install_lazy_zip_invalidation()  # in a Spark task: the Python worker's imports stay cheap
+    producer = Producer({**producer_settings(settings.target_producer), "logger": _librdkafka})
+    syncs = SyncWriter(settings, Producer({**syncs_producer_settings(settings.syncs_producer), "logger": _librdkafka}))
+    consumer = Consumer(consumer_settings(settings))
+    errors: list[tuple[str, int, Any]] = []
+    kind = RepartitionedPartition if settings.repartition else CopiedPartition
+    copied = {(r.topic, r.partition): kind(r, settings.remote_topic(r.topic), errors) for r in ranges}
+    try:
+        CopyLoop(consumer, producer, syncs, copied, settings, limits, errors).copy()
+        finish_copy(copied, producer, syncs, ProgressWriter(settings, producer, None), errors, settings.flush_timeout)
+    finally:
+        consumer.close()
+    return [part.summary() for part in copied.values()]
