@@ -27,7 +27,7 @@ from strait_lab.redis import RedisServer
 from strait_lab.services import StraitProcess
 from tests.oracle.mm2_oracle import ORACLE_SOURCE, Mm2Oracle
 from tests.support.jvm import use_quick_jvms
-from tests.support.machine import MachineShare
+from tests.support.machine import MachineShare, note_in_timeline
 from tests.support.summary import summaries_since
 
 _MARKER_BY_FOLDER = {"unit": "unit", "integration": "integration", "e2e": "e2e"}
@@ -146,11 +146,16 @@ def pytest_xdist_make_scheduler(config: pytest.Config, log: object) -> LoadScope
 def pytest_runtest_protocol(item: pytest.Item, nextitem: pytest.Item | None) -> Iterator[None]:
     """Each test holds the machine shared from set-up to teardown (see tests/support/machine.py)."""
     machine = item.config.stash[_machine_key]
+    asked = time.time()
     machine.begin_test()
+    began = time.time()
+    if began - asked > 0.5:
+        note_in_timeline("waiting for another to be alone", asked, began)
     try:
         yield
     finally:
         machine.end_test()
+        note_in_timeline(item.nodeid, began, time.time())
 
 
 def pytest_terminal_summary(terminalreporter: pytest.TerminalReporter, config: pytest.Config) -> None:

@@ -5,15 +5,30 @@ fixture that measures time (a fault drill's stall, a stop within 10 s, a lease t
 TTL) holds it exclusively through :func:`alone`: the other workers finish the test they are in and
 wait. A turnstile lock keeps new shared holders out while an exclusive holder waits, so a drill is
 never starved. Without xdist every call is a no-op: a single worker is always alone.
+
+With ``STRAIT_TEST_TIMELINE=<file>`` every test and every exclusive region is written to that file as
+JSON lines (worker, what, start, end): where a run's workers waited (``tools/test_timeline.py``).
 """
 
 from __future__ import annotations
 
 import fcntl
+import json
 import os
+import time
 from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
+
+
+def note_in_timeline(what: str, started: float, ended: float) -> None:
+    """One line in ``$STRAIT_TEST_TIMELINE`` (if set): this worker, ``what``, and when (epoch seconds)."""
+    path = os.environ.get("STRAIT_TEST_TIMELINE")
+    if path:
+        line = json.dumps({"worker": os.environ.get("PYTEST_XDIST_WORKER", "main"), "what": what,
+                           "start": round(started, 2), "end": round(ended, 2)})
+        with open(path, "a", encoding="utf-8") as timeline:
+            timeline.write(line + "\n")
 
 
 class MachineShare:
@@ -61,10 +76,14 @@ class MachineShare:
             return
         # Drop our own shared hold first: two workers each waiting to be alone must not wait on each other.
         fcntl.flock(self._main, fcntl.LOCK_UN)
+        asked = time.time()
         self._through_turnstile(fcntl.LOCK_EX)
+        began = time.time()
+        note_in_timeline("waiting to be alone", asked, began)
         self._alone_depth = 1
         try:
             yield
         finally:
             self._alone_depth = 0
             fcntl.flock(self._main, fcntl.LOCK_SH if self._in_test else fcntl.LOCK_UN)
+            note_in_timeline("alone", began, time.time())
