@@ -153,7 +153,9 @@ class FlowRunner:
             names.progress.topic, flow.internal_topic_replication_factor("offset_syncs"))])
         target_producer = target.librdkafka_config("producer")
         if flow.repartitions:  # Kafka's default partitioner for keys, keyless records spread at random
-            target_producer = {**target_producer, "partitioner": "murmur2_random"}
+            # each keyless record placed on its own: librdkafka's sticky default (10 ms) would put a
+            # whole burst of them (a catch-up) into one partition
+            target_producer = {"sticky.partitioning.linger.ms": "0", **target_producer, "partitioner": "murmur2_random"}
         writer = WriterSettings(
             flow=flow.name, source_alias=flow.source, target_alias=flow.target, policy=flow.policy(),
             target_producer=target_producer,
