@@ -53,8 +53,8 @@ def _restart_brokers(drill: Drill, cluster: KafkaCluster, mode: Mode, nodes: lis
 
 
 def _rolling_restart(rig: Rig, drill: Drill, mode: Mode, replicator: str) -> tuple[float, float]:
-    """Restart every broker of the source, then of the target (in the short form on each only the broker
-    leading partition 0 of the topic or of its copy), while a direct producer writes to the target; returns the longest
+    """Restart every broker of the source, then of the target (in the short form only the target broker
+    leading the copy's partition 0), while a direct producer writes to the target; returns the longest
     replication stall and the direct producer's longest ack gap."""
     direct_topic = f"{drill.topic}-direct"
     rig.create_topic(direct_topic, rig.target)
@@ -63,11 +63,10 @@ def _rolling_restart(rig: Rig, drill: Drill, mode: Mode, replicator: str) -> tup
     try:
         time.sleep(mode.warmup_seconds)
         started = time.monotonic()
-        _restart_brokers(drill, rig.source, mode, list(range(len(rig.source.nodes)))
-                         if mode.restart_every_broker else [leader_index(rig.source, drill.topic)])
+        _restart_brokers(drill, rig.source, mode, list(range(len(rig.source.nodes))))
         remote = rig.remote(drill.topic)
         _restart_brokers(drill, rig.target, mode, list(range(len(rig.target.nodes)))
-                         if mode.restart_every_broker else [leader_index(rig.target, remote)])
+                         if mode.restart_every_target_broker else [leader_index(rig.target, remote)])
         ended = time.monotonic()
         direct.stop()
         stall = watch.longest_stall(drill.load, started, ended)

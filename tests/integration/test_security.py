@@ -395,8 +395,10 @@ def test_every_component_does_its_job_as_its_least_privileged_user(deployment: D
              "the group's offsets checkpointed and synced to the target")
     assert count(target, "A.checkpoints.internal") > 0
     heartbeat = d.processes["heartbeat"]
+    # (the age counts from the service's start until a first heartbeat is seen on B: not proof alone)
+    wait_for(lambda: count(target, "A.heartbeats") > 0, 90, "heartbeats emitted on A and replicated to B")
     wait_for(lambda: (heartbeat.sample("strait_heartbeat_age_seconds", flow="A->B") or 1e9) < 30, 90,
-             "heartbeats emitted on A, replicated and watched on B")
+             "heartbeats watched on B")
     alter(source, d.orders, {"retention.ms": "7200000"})
     wait_for(lambda: overrides(target, remote).get("retention.ms") == "7200000", 60,
              "configsync copying a topic config change")

@@ -33,12 +33,9 @@ from strait_lab.services import StraitProcess
 from strait_lab.topology import LAB_SERVICES, LabSpec
 from tests.support.config import flow_config, write_config
 from tests.support.kafka import commit_offsets, count
-from tests.support.machine import MachineShare
 from tests.support.waiting import wait_for
 
-# Each test starts its processes beside other tests and measures their stop alone on the machine
-# (from the load and the kill on: the stop bounds are timed).
-pytestmark = [pytest.mark.integration, pytest.mark.slow]
+pytestmark = [pytest.mark.integration, pytest.mark.slow, pytest.mark.usefixtures("alone_in_module")]  # stop bounds
 
 COMPONENTS = ("configsync", "replicator", "heartbeat", "checkpoint")
 STOP_BOUND = 10.0  # seconds from SIGTERM to exit, per process
@@ -150,30 +147,26 @@ def _report(took: dict[str, float], running: Running, clusters: str) -> None:
 
 def test_each_component_exits_within_10s_of_sigterm_with_its_source_dead(
     kafka_cluster_factory: Callable[..., KafkaCluster], components: Callable[[KafkaCluster], Running],
-    machine: MachineShare,
 ) -> None:
     source = kafka_cluster_factory("Z")  # killed below: no other test may use it
     running = components(source)
 
-    with machine.alone():
-        with _load(source, running.topic):
-            time.sleep(2)
-            for node in source.nodes:
-                node.kill()
-        time.sleep(DEAD_BEFORE_STOP)
-        took = _stop_times(running.processes)
-    _report(took, running, "its source dead")
+    with _load(source, running.topic):
+        time.sleep(2)
+        for node in source.nodes:
+            node.kill()
+    time.sleep(DEAD_BEFORE_STOP)
+    _report(_stop_times(running.processes), running, "its source dead")
     assert all(p.process.returncode() == 0 for p in running.processes.values())
 
 
 def test_with_the_clusters_alive_the_replicator_commits_its_running_epoch_and_each_component_exits_in_time(
     kafka_cluster_factory: Callable[..., KafkaCluster], components: Callable[[KafkaCluster], Running],
-    machine: MachineShare,
 ) -> None:
     source = kafka_cluster_factory("Y")
     running = components(source)
 
-    with machine.alone(), _load(source, running.topic):
+    with _load(source, running.topic):
         time.sleep(2)
         took = _stop_times(running.processes)
     _report(took, running, "the clusters alive")
@@ -194,7 +187,7 @@ def lab(lab_root: Path) -> Iterator[Lab]:
     lab.down()  # again: a no-op once the test stopped it, the cleanup when it failed earlier
 
 
-def test_the_lab_stops_within_its_bound_with_cluster_a_dead(lab: Lab, machine: MachineShare) -> None:
+def test_the_lab_stops_within_its_bound_with_cluster_a_dead(lab: Lab) -> None:
     source, target = lab.clusters["A"], lab.clusters["B"]
     topic = f"orders-{uuid.uuid4().hex[:6]}"
     create_topic(source.admin(), topic, partitions=2)
@@ -202,15 +195,14 @@ def test_the_lab_stops_within_its_bound_with_cluster_a_dead(lab: Lab, machine: M
     # The lab's configuration refreshes topics every 30 s.
     wait_for(lambda: count(target, f"A.{topic}") == 100, 240, "the records copied to B")
 
-    with machine.alone():
-        with _load(source, topic):
-            time.sleep(2)
-            for node in source.nodes:
-                node.kill()
-        time.sleep(DEAD_BEFORE_STOP)
-        started = time.monotonic()
-        lab.down()  # what Ctrl-C on `strait lab up` runs
-        took = time.monotonic() - started
+    with _load(source, topic):
+        time.sleep(2)
+        for node in source.nodes:
+            node.kill()
+    time.sleep(DEAD_BEFORE_STOP)
+    started = time.monotonic()
+    lab.down()  # what Ctrl-C on `strait lab up` runs
+    took = time.monotonic() - started
     print(f"lab down with cluster A dead: {took:.1f}s")
     for process in lab.processes():
         assert not process.alive(), f"{process.name} still runs after the lab stopped"
