@@ -102,16 +102,20 @@ def run_report(key: Key, progress: Progress) -> RunReport | None:
 
 @dataclass(frozen=True)
 class ProgressLog:
-    """A flow's progress topic on the target, the one way to it: its reader for the planner and the
-    live metrics, what a copier taking partitions over reads, the copiers' watch of the control
-    records, and the stop record. (The copy loop's progress records are a
-    :class:`~strait_replicator.writer.ProgressWriter`'s; the holds a copier's own.)"""
+    """A flow's progress topic on the target: every reading of it (the planner's and the live
+    metrics' reader, what a copier taking partitions over reads, the copiers' watch of the control
+    records) and the stop record. The progress records themselves are written by the copy loop's
+    :class:`~strait_replicator.writer.ProgressWriter`, the holds by each copier. Hashable: the
+    planner keeps one reader per progress log."""
 
     flow: str
     source_alias: str
     target_alias: str
     topic: str
     consumer: tuple[tuple[str, str], ...]  # librdkafka settings of a consumer on the target
+
+    def __post_init__(self) -> None:
+        object.__setattr__(self, "consumer", tuple(sorted(dict(self.consumer).items())))
 
     @property
     def location(self) -> SyncsLocation:

@@ -66,8 +66,8 @@ CONSUMER_DEFAULTS = {
     "fetch.max.bytes": "52428800",
     "max.partition.fetch.bytes": "4194304",
     # A deep prefetch queue keeps fetches in flight while the loop produces (measured: 16 MiB gave
-    # 30k records/s, 128 MiB 100k). Records prefetched when an epoch ends serve the next task if it
-    # goes on from there in the same worker; else they are dropped and read again.
+    # 30k records/s, 128 MiB 100k). A copier's consumer outlives the epochs; what a stopping copier
+    # had prefetched is read again by the next one.
     "queued.max.messages.kbytes": "131072",
     "fetch.wait.max.ms": "100",
 }

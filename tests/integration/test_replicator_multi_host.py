@@ -75,7 +75,7 @@ def _described(processes: list[psutil.Process]) -> list[str]:
                 lines.append(f"pid={process.pid} status={process.status()} cwd={process.cwd()} "
                              f"parent={parent.pid if parent else None}:{parent.name() if parent else '-'} "
                              f"pgid={os.getpgid(process.pid)} cmdline={' '.join(process.cmdline())[:120]}")
-        except psutil.Error as exc:
+        except (psutil.Error, OSError) as exc:  # gone meanwhile
             lines.append(f"pid={process.pid}: {exc}")
     return lines
 
