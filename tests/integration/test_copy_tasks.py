@@ -18,6 +18,7 @@ from typing import Any
 import pytest
 
 from strait_lab.clients import Record, create_topic, produce
+from strait_bench.bounded import copy_ranges
 from strait_lab.kafka import KafkaCluster
 from strait.policy import DefaultReplicationPolicy
 from strait_replicator import copier, writer
@@ -87,6 +88,21 @@ def _ends(rows: list[tuple]) -> dict[int, int]:
 def _write_stop(target: KafkaCluster, topic: str, flow: str, query: str) -> None:
     key, value = stop_record(flow, query)
     produce(target.client_config(), _progress_topic(topic), [Record(key, value, partition=0)])
+
+
+def test_the_copy_loop_copies_exactly_from_each_start_in_order(
+        source_cluster: KafkaCluster, target_cluster: KafkaCluster, topics: tuple[str, str, str]) -> None:
+    """What every copier runs (writer.CopyLoop), bounded by a record cap as the bench's copy is: each
+    partition from its start offset, every record once, in order, with key and value unchanged."""
+    topic, remote, syncs = topics
+    settings = _settings(source_cluster, target_cluster, topic, remote, syncs)
+    sent = _send(source_cluster, topic, 0, 100)
+    rows = copy_ranges([CopyRange(topic, 0, 20), CopyRange(topic, 1, 0)], settings,
+                       EpochLimits(seconds=60.0, max_records=30 + 50))
+    assert _ends(rows) == {0: 50, 1: 50}
+    copied = records_by_partition(target_cluster, remote)
+    assert [(r.key, r.value) for r in copied[0]] == [(r.key, r.value) for r in sent if r.partition == 0][20:]
+    assert [r.value for r in copied[1]] == _values(sent, 1)
 
 
 def test_a_stop_record_ends_the_running_task_and_the_planner_plans_no_epoch_after_it(
