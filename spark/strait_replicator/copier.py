@@ -46,9 +46,8 @@ from strait.logs import setup_logging
 from strait_replicator.live import Hold, LiveRun, hold_record, process_gone, process_identity, release_record
 from strait_replicator.planner import CopyTask, SourcePlan, resumed_ranges
 from strait_replicator.writer import (STOP_FLUSH_SECONDS, CopiedPartition, CopyLoop, CopyRange, EpochLimits,
-                                      ProgressWriter, RepartitionedPartition, SyncWriter, consumer_settings,
-                                      finish_copy, install_lazy_zip_invalidation, producer_settings,
-                                      syncs_producer_settings)
+                                      ProgressWriter, SyncWriter, consumer_settings, copied_partitions, finish_copy,
+                                      install_lazy_zip_invalidation, producer_settings, syncs_producer_settings)
 
 log = logging.getLogger(__name__)
 
@@ -222,8 +221,7 @@ class Copier(threading.Thread):
     def _copy(self, ranges: list[CopyRange]) -> None:
         settings = self.settings
         errors: list[tuple[str, int, Any]] = []
-        kind = RepartitionedPartition if settings.repartition else CopiedPartition
-        self.copied = {(r.topic, r.partition): kind(r, settings.remote_topic(r.topic), errors) for r in ranges}
+        self.copied = copied_partitions(ranges, settings, errors)
         syncs_producer = Producer({**syncs_producer_settings(settings.syncs_producer),
                                    "logger": logging.getLogger("strait.librdkafka")})
         syncs = SyncWriter(settings, syncs_producer)

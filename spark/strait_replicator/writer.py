@@ -437,6 +437,13 @@ class RepartitionedPartition(CopiedPartition):
             self._count_settled(done, [ack_at.pop(offset) for offset in offsets[:done]])
 
 
+def copied_partitions(ranges: list[CopyRange], settings: WriterSettings,
+                      errors: list[tuple[str, int, Any]]) -> dict[tuple[str, int], CopiedPartition]:
+    """What a copy of ``ranges`` keeps per partition (repartitioned or not, as the flow copies)."""
+    kind = RepartitionedPartition if settings.repartition else CopiedPartition
+    return {(r.topic, r.partition): kind(r, settings.remote_topic(r.topic), errors) for r in ranges}
+
+
 def _produce(producer: Producer, topic: str, **kwargs: Any) -> None:
     """Produce one record, waiting while the local queue is full or the partition is not yet known."""
     deadline = time.monotonic() + UNKNOWN_PARTITION_WAIT_SECONDS

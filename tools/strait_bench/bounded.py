@@ -8,10 +8,9 @@ from typing import Any
 
 from confluent_kafka import Consumer, Producer
 
-from strait_replicator.writer import (CopiedPartition, CopyLoop, CopyRange, EpochLimits, ProgressWriter,
-                                      RepartitionedPartition, SyncWriter, WriterSettings, consumer_settings,
-                                      finish_copy, install_lazy_zip_invalidation, producer_settings,
-                                      syncs_producer_settings)
+from strait_replicator.writer import (CopyLoop, CopyRange, EpochLimits, ProgressWriter, SyncWriter, WriterSettings,
+                                      consumer_settings, copied_partitions, finish_copy,
+                                      install_lazy_zip_invalidation, producer_settings, syncs_producer_settings)
 
 _librdkafka = logging.getLogger("strait.librdkafka")
 
@@ -24,8 +23,7 @@ def copy_ranges(ranges: list[CopyRange], settings: WriterSettings, limits: Epoch
     syncs = SyncWriter(settings, Producer({**syncs_producer_settings(settings.syncs_producer), "logger": _librdkafka}))
     consumer = Consumer(consumer_settings(settings))
     errors: list[tuple[str, int, Any]] = []
-    kind = RepartitionedPartition if settings.repartition else CopiedPartition
-    copied = {(r.topic, r.partition): kind(r, settings.remote_topic(r.topic), errors) for r in ranges}
+    copied = copied_partitions(ranges, settings, errors)
     try:
         CopyLoop(consumer, producer, syncs, copied, settings, limits, errors).copy()
         finish_copy(copied, producer, syncs, ProgressWriter(settings, producer, None), errors, settings.flush_timeout)
