@@ -7,7 +7,9 @@ partition and follows the flow's offset syncs, and publishes a :class:`SourceVie
 * per partition the last end offset the source answered with, and when (``end_seen_at``);
 * per partition where the copies end (``copied_to``: the next source offset after the last copied
   record, and ``copied_down``: the next target offset after its copy), from the offset syncs;
-* when the source last answered, and since when it has not (``unreachable_since``).
+* when the source last answered, and since when it has not (``unreachable_since``). A watch
+  starting while the source is down (a replica restarted or took the flow over) keeps the time the
+  previous watch last saw it, from the view stored in Redis: the last answer is never forgotten.
 
 From these, while the source lives and after it dies:
 
@@ -154,7 +156,8 @@ class SourceWatch:
     Not thread-safe: one thread calls :meth:`step` (see :class:`SourceWatchThread`).
     """
 
-    def __init__(self, config: StraitConfig, flow_name: str) -> None:
+    def __init__(self, config: StraitConfig, flow_name: str, last_seen: float | None = None) -> None:
+        """``last_seen``: when the source last answered an earlier watch of the flow (unix seconds)."""
         self.config = config
         self.flow_name = flow_name
         self._admin = RenewableAdmin(config.cluster(config.flow(flow_name).source).librdkafka_config("admin"))
@@ -164,7 +167,7 @@ class SourceWatch:
         self._earliest: dict[tuple[str, int], int] = {}
         self._ends: dict[tuple[str, int], tuple[int, float]] = {}
         self._samples: dict[tuple[str, int], _Samples] = {}
-        self._reachable_at: float | None = None
+        self._reachable_at = last_seen
         self._unreachable_since: float | None = None
         self._error = ""
 

@@ -23,6 +23,7 @@ from __future__ import annotations
 import logging
 import time
 
+import redis
 from confluent_kafka import Consumer, KafkaError, Producer, TopicPartition
 
 from strait.config.model import StraitConfig
@@ -32,7 +33,7 @@ from strait.metrics import ERRORS, set_flow_state
 from strait.retry import FlowTrouble
 from strait.records import Heartbeat, RecordFormatError
 from strait.replicas import FlowSupervisor, FlowWorker
-from strait.source_watch import SourceView, SourceWatch, SourceWatchThread, source_view_key
+from strait.source_watch import SourceView, SourceWatch, SourceWatchThread, read_source_view, source_view_key
 from strait_heartbeat import metrics
 from strait_heartbeat.topology import cluster_topology, topology_key
 
@@ -62,7 +63,8 @@ class HeartbeatWorker(FlowWorker):
     def work(self) -> None:
         self._started_at = time.time()
         metrics.AGE.labels(self.name).set_function(self._age)
-        self._source_watch = SourceWatchThread(SourceWatch(self.config, self.name), self._publish_view).start()
+        watch = SourceWatch(self.config, self.name, last_seen=self._source_last_seen())
+        self._source_watch = SourceWatchThread(watch, self._publish_view).start()
         next_emit = next_topology = next_setup = 0.0
         while self.running:
             if self.take_update() is not None:
@@ -168,6 +170,16 @@ class HeartbeatWorker(FlowWorker):
         return max(0.0, time.time() - newest)
 
     # -- source watch ----------------------------------------------------------------------------
+
+    def _source_last_seen(self) -> float | None:
+        """When the flow's source last answered, by the view an earlier watch stored (None without one)."""
+        try:
+            stored = read_source_view(self._supervisor.client, self.name, self._supervisor.options.namespace)
+        except redis.RedisError as exc:
+            log.warning("flow=%s stored source view not read, the source counts as never seen: %s", self.name, exc)
+            return None
+        return stored.reachable_at if stored is not None and stored.source == self.config.flow(self.name).source \
+            else None
 
     def _publish_view(self, view: SourceView) -> None:
         """Export the view's lag and RPO, and store it in Redis under the flow's lease."""

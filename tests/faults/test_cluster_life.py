@@ -85,6 +85,12 @@ def _query_failures(rig: Rig) -> float:
     return rig.replicator.sample("strait_errors_total", flow=FLOW, kind="query") or 0.0
 
 
+def _query_errors(rig: Rig) -> list[str]:
+    """The replicator's logged query failures (why each happened), for an assertion's message."""
+    assert rig.replicator is not None
+    return [line for line in rig.replicator.log_text().splitlines() if "kind=query" in line][-5:]
+
+
 def test_rolling_restart_of_source_then_target(rig: Rig, mode: Mode,
                                                replicas: Callable[..., list[StraitProcess]]) -> None:
     """Every broker of C, then of D, restarted in turn under load: 0 lost, a stall of seconds at most,
@@ -100,7 +106,8 @@ def test_rolling_restart_of_source_then_target(rig: Rig, mode: Mode,
     try:
         failures = _query_failures(rig)
         stall, gap = _rolling_restart(rig, drill, mode, "strait")
-        assert _query_failures(rig) == failures, "the streaming query failed during the rolling restart"
+        assert _query_failures(rig) == failures, \
+            f"the streaming query failed during the rolling restart: {_query_errors(rig)}"
         dead = [s.process.name for s in services if not s.process.alive()]
         assert not dead, f"strait processes died during the rolling restart: {dead}"
         drill.finish(note=f"stall {stall:.1f}s; direct producer ack gap {gap:.1f}s")
@@ -244,7 +251,7 @@ def test_long_single_broker_outage(rig: Rig, mode: Mode, replicas: Callable[...,
               f"{behind:.1f}s behind (longest stall {stall:.1f}s), longest gap between checkpoints of "
               f"{group.group} {gap:.1f}s ({len(checkpoints.arrivals)} checkpoints; the group's own longest gap "
               f"between commits {commit_gap:.1f}s)")
-        assert _query_failures(rig) == failures, "the streaming query failed during the outage"
+        assert _query_failures(rig) == failures, f"the streaming query failed during the outage: {_query_errors(rig)}"
         rig.source.restart_node(victim, timeout=180)
         drill.finish(note=f"behind at most {behind:.1f}s; checkpoint gap {gap:.1f}s, the group's own commit gap "
                           f"{commit_gap:.1f}s")

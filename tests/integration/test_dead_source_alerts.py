@@ -1,13 +1,15 @@
 """Monitoring outlives the source cluster: in the embedded lab, its alerts fire within 2 minutes of its death.
 
 The lab of `strait lab up` (clusters A and B, Redis, Prometheus loading prometheus/rules.yml, and
-every strait component for flow A->B) runs in this process. Once records and heartbeats of A reach
-B, cluster A's broker is SIGKILLed; Prometheus's /api/v1/alerts must then show StraitHeartbeatStale,
-StraitFlowInError and StraitSourceUnreachable firing for A->B within 2 minutes. The seconds each
-took, when each service first put the flow in state "error", and how long each service then takes
-to stop are printed. About 2.5 minutes: the lab starts in ~30 s (the drill's topic is on A before
-its services start, so they copy it from their first pass), and StraitHeartbeatStale cannot fire
-before ~90 s (30 s of silence, then 1 minute).
+every strait component for flow A->B) runs in this process. Once records of A reach B and the
+heartbeat service's source watch has seen A answer, cluster A's broker is SIGKILLed; Prometheus's
+/api/v1/alerts must then show StraitHeartbeatStale, StraitFlowInError and StraitSourceUnreachable
+firing for A->B within 2 minutes. The seconds each took, when each service first put the flow in
+state "error", and how long each service then takes to stop are printed. Then the heartbeat service
+is restarted with A still dead: it must export when A last answered, as the one before it knew.
+About 2.5 minutes: the lab starts in ~30 s (the drill's topic is on A before its services start, so
+they copy it from their first pass), StraitHeartbeatStale cannot fire before ~90 s (30 s of silence,
+then 1 minute), and the restarted service waits out its predecessor's lease (15 s).
 """
 
 from __future__ import annotations
@@ -33,6 +35,7 @@ pytestmark = [pytest.mark.integration, pytest.mark.slow]
 FLOW = "A->B"
 DEADLINE_SECONDS = 120.0
 REQUIRED_ALERTS = ("StraitHeartbeatStale", "StraitFlowInError", "StraitSourceUnreachable")
+SEEN = "strait_source_last_seen_timestamp_seconds"
 
 
 def _firing(prometheus: PrometheusServer) -> set[str]:
@@ -92,8 +95,12 @@ def test_alerts_fire_within_two_minutes_of_the_source_death(lab: Lab) -> None:
     started = time.monotonic()
     wait_for(lambda: count(target, f"A.{TOPIC}") == RECORDS, 180, "the records copied to B")
     wait_for(lambda: prometheus.query(f'flow:strait_heartbeat_age_seconds:max{{flow="{FLOW}"}} < 5'), 120,
-             "fresh heartbeats of A seen on B, through Prometheus")
-    print(f"flow {FLOW} replicating records and heartbeats {time.monotonic() - started:.0f}s after lab up")
+             "a fresh heartbeat age of A->B, through Prometheus")
+    # The source cannot be reported unreachable before it once answered (a heartbeat service started
+    # a second before the kill had not asked it yet).
+    wait_for(lambda: prometheus.query(f'time() - strait_source_last_seen_timestamp_seconds{{flow="{FLOW}"}} < 5'),
+             120, "A answering the source watch, through Prometheus")
+    print(f"flow {FLOW} replicating records, A seen by the source watch {time.monotonic() - started:.0f}s after lab up")
     assert not _firing(prometheus) & set(REQUIRED_ALERTS), "alerts fire before the source dies"
     expected = set(REQUIRED_ALERTS)
 
@@ -121,3 +128,19 @@ def test_alerts_fire_within_two_minutes_of_the_source_death(lab: Lab) -> None:
     late = {name: fired.get(name) for name in expected if fired.get(name, DEADLINE_SECONDS + 1) > DEADLINE_SECONDS}
     assert not late, f"not firing within {DEADLINE_SECONDS:.0f}s of the source's death: {late}; " \
                      f"services in error: {in_error}"
+    _heartbeat_restart_keeps_the_last_answer(lab)
+
+
+def _heartbeat_restart_keeps_the_last_answer(lab: Lab) -> None:
+    """A heartbeat service started while the source is dead reports when the source last answered the
+    one before it (from Redis), so StraitSourceUnreachable does not lose its series."""
+    heartbeat = next(s for s in lab.services if s.component == "heartbeat")
+    seen = heartbeat.sample(SEEN, flow=FLOW)
+    assert seen is not None
+    heartbeat.stop()
+    restarted = time.monotonic()
+    heartbeat.start()
+    wait_for(lambda: heartbeat.sample(SEEN, flow=FLOW) is not None, 60,
+             "the restarted heartbeat service exporting when the source last answered")
+    print(f"heartbeat service restarted: {SEEN} back {time.monotonic() - restarted:.0f}s after its start")
+    assert heartbeat.sample(SEEN, flow=FLOW) == seen, "the restarted service forgot when the source last answered"

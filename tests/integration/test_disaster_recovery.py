@@ -353,9 +353,13 @@ def test_source_frozen_failover_then_stranded_records_copied_on_request(
     source = kafka_cluster_factory(next(_aliases))
     topic, group = unique_name("dr-frozen"), unique_name("dr-frozen-group")
     flow, remote = f"{source.alias}->{target_cluster.alias}", f"{source.alias}.{topic}"
-    _start(source, target_cluster, redis_url, services, tmp_path, topic, syncs_on_target=False, group_sync=False,
-           copy_limit=250)
+    heartbeat = _start(source, target_cluster, redis_url, services, tmp_path, topic, syncs_on_target=False,
+                       group_sync=False)
     load, members = _run_until_copying(source, target_cluster, topic, group)
+    # The stranded records are the point: the copy must be behind when the source freezes (a busy
+    # machine may slow the load below the copy's limit for a while).
+    wait_for(lambda: (heartbeat.sample("strait_failover_rpo_records", flow=flow) or 0) > RATE, 60,
+             "the copy running a second of the load behind")
 
     frozen_at = time.monotonic()
     for node in source.nodes:
