@@ -46,8 +46,9 @@ from strait.logs import setup_logging
 from strait_replicator.live import Hold, LiveRun, hold_record, process_gone, process_identity, release_record
 from strait_replicator.planner import CopyTask, SourcePlan, resumed_ranges
 from strait_replicator.writer import (STOP_FLUSH_SECONDS, CopiedPartition, CopyLoop, CopyRange, EpochLimits,
-                                      ProgressWriter, SyncWriter, consumer_settings, copied_partitions, finish_copy,
-                                      install_lazy_zip_invalidation, producer_settings, syncs_producer_settings)
+                                      PassingWriteError, ProgressWriter, SyncWriter, consumer_settings,
+                                      copied_partitions, finish_copy, install_lazy_zip_invalidation,
+                                      is_passing, producer_settings, syncs_producer_settings)
 
 log = logging.getLogger(__name__)
 
@@ -163,6 +164,16 @@ class Copier(threading.Thread):
             self._claim()
             if not self.reason:
                 self._copy(self._starting_ranges())
+        except PassingWriteError as exc:  # a broker restarting, a leader moving: not the task's failure...
+            failing = self._failing_for()
+            if failing <= self.settings.flush_timeout:
+                self.reason = "lapsed"
+                log.warning("flow=%s copier=%s partitions=%d stops, the next copier goes on from the progress on the "
+                            "target: %s", self.settings.flow, self.id, len(self.keys), exc)
+            else:  # ...unless it lasts
+                self.error, self.reason = exc, "error"
+                log.warning("flow=%s copier=%s partitions=%d failed: writes failing for %.0fs: %s", self.settings.flow,
+                            self.id, len(self.keys), failing, exc)
         except BaseException as exc:  # noqa: BLE001 - the task that supervises it raises it
             self.error, self.reason = exc, "error"
             log.warning("flow=%s copier=%s partitions=%d failed: %s", self.settings.flow, self.id, len(self.keys), exc)
@@ -174,6 +185,18 @@ class Copier(threading.Thread):
                 self._release()  # nothing of its own is left to arrive: the next copier need not wait
             self.watch.close()
             self.ended.set()
+
+    def _failing_for(self) -> float:
+        """Seconds the writes of its partitions have failed for the moment only, as this Python worker
+        saw it: since the first of a chain of such failures of their copiers, each within the flush
+        timeout of the one before and none of them after copying a record."""
+        now, key = time.monotonic(), (self.settings.flow, self.keys)
+        with _registry_lock:
+            since, last = _passing_failures.get(key, (now, now))
+            if now - last > self.settings.flush_timeout or any(part.records for part in self.copied.values()):
+                since = now
+            _passing_failures[key] = (since, now)
+            return now - since
 
     def _claim(self) -> None:
         """Write the claim, then wait until every older holder of one of its partitions released it or
@@ -267,9 +290,11 @@ class Copier(threading.Thread):
     def _stop_reason(self, now: float, claiming: bool = False) -> str:
         """Why it should stop now ("" if it should not)."""
         if self._hold_errors:
-            raise HandOffError(f"flow {self.settings.flow}: writing the copier's hold to topic "
-                               f"{self.settings.progress_topic} on cluster {self.settings.target_alias} failed: "
-                               f"{self._hold_errors[0].str()}")
+            message = (f"flow {self.settings.flow}: writing the copier's hold to topic {self.settings.progress_topic} "
+                       f"on cluster {self.settings.target_alias} failed: {self._hold_errors[0].str()}")
+            if all(is_passing(error) for error in self._hold_errors):
+                raise PassingWriteError(message)
+            raise HandOffError(message)
         if self.watch.control.stopped(self.settings.flow, self.plan.query) or self._stop_requested.is_set():
             return "stop"
         newer = [hold for copier, hold in self.watch.control.holds_of(self.settings.flow).items()
@@ -301,9 +326,11 @@ class Copier(threading.Thread):
                     now + LEASE_SECONDS + self._message_timeout, self._process)
         key, value = hold_record(hold)
         acked: list[int] = []
+        failed: list[KafkaError] = []
 
         def delivered(err: KafkaError | None, msg: Any) -> None:
             if err is not None:
+                failed.append(err)
                 self._hold_errors.append(err)
             else:
                 acked.append(msg.offset())
@@ -311,11 +338,11 @@ class Copier(threading.Thread):
         self.producer.produce(self.settings.progress_topic, key=key, value=value, partition=0, on_delivery=delivered)
         if not wait:
             return -1
-        self.producer.flush(self._message_timeout)
+        self.producer.flush(self._message_timeout + 1.0)  # its delivery report, even a timeout's, is then in
         if not acked:
             raise HandOffError(f"flow {self.settings.flow}: the claim on partitions {_named(self.keys)} was not "
                                f"written to topic {self.settings.progress_topic} on cluster "
-                               f"{self.settings.target_alias}: {self._hold_errors[0].str() if self._hold_errors else 'timed out'}")
+                               f"{self.settings.target_alias}: {failed[0].str() if failed else 'timed out'}")
         return acked[0]
 
     def _release(self) -> None:
@@ -328,6 +355,8 @@ class Copier(threading.Thread):
 
 
 _copiers: dict[str, Copier] = {}  # this worker's running copiers
+# (flow, partitions) -> (first, last) passing write failure of their copiers here (monotonic)
+_passing_failures: dict[tuple[str, frozenset[Key]], tuple[float, float]] = {}
 _registry_lock = threading.Lock()
 
 

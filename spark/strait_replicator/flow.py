@@ -423,7 +423,8 @@ class FlowRunner:
         head, self.head_start = self.head_start, None
         assert head is not None
         copier = head.copier
-        log.log(logging.WARNING if copier.error else logging.INFO, "flow=%s head start copier=%s ended reason=%s%s",
+        log.log(logging.WARNING if copier.error or copier.reason == "lapsed" else logging.INFO,
+                "flow=%s head start copier=%s ended reason=%s%s",
                 self.flow_name, copier.id, copier.reason, f": {copier.error}" if copier.error else "")
         if self._check is not None and copier.ended.is_set():
             starts = {(r.topic, r.partition): r.start for r in copier.task.ranges if r.start is not None}

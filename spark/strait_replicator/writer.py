@@ -26,6 +26,7 @@ import numpy as np
 from confluent_kafka import Consumer, KafkaError, KafkaException, Producer, TopicPartition
 
 from strait.errors import StraitError
+from strait.kafka.admin import KafkaRetriableError
 from strait.offsets import OffsetTranslationError, SyncPoint
 from strait.policy import ReplicationPolicy
 from strait.progress import Progress, progress_record
@@ -88,8 +89,8 @@ SETTLE_SECONDS = 0.5
 STOP_CHECK_SECONDS = 0.1
 # Once a stop is requested, what is still unacknowledged gets this long: the process exits a few
 # seconds after SIGTERM. A cluster that does not answer (a dead source holding the offset syncs)
-# then fails the task, so its epoch is not committed and the next start copies it again from the
-# progress on the target, instead of committing progress whose syncs were never written.
+# then ends the copier without its final progress, so the next start copies that part again from
+# the progress on the target, instead of writing progress whose syncs were never written.
 STOP_FLUSH_SECONDS = 3.0
 MIN_TASK_SECONDS = 1.0
 UNKNOWN_PARTITION_WAIT_SECONDS = 60.0
@@ -129,6 +130,22 @@ def install_lazy_zip_invalidation() -> None:
 
 class ReplicationWriteError(StraitError):
     """A record or an offset sync could not be written to the target; the batch is not committed."""
+
+
+class PassingWriteError(ReplicationWriteError):
+    """Writes timed out or met a passing state of the cluster (a leader moving, a broker restarting):
+    the copier ends without failing its task, and the next copier resumes where the progress says."""
+
+
+def is_passing(error: KafkaError) -> bool:
+    """Whether a write failed for the moment only: it timed out, or met a passing state of the cluster."""
+    return error.code() == KafkaError._MSG_TIMED_OUT or KafkaRetriableError.is_transient(error)
+
+
+def write_error(message: str, errors: list[KafkaError]) -> ReplicationWriteError:
+    """The error for writes that failed with ``errors`` (none: not acknowledged in time), passing
+    when every one of them is."""
+    return (PassingWriteError if all(is_passing(error) for error in errors) else ReplicationWriteError)(message)
 
 
 class ReplicationReadError(StraitError):
@@ -252,10 +269,8 @@ class SyncWriter:
         never pass a copied record whose sync is lost (the count of acknowledged syncs would)."""
         if self.errors or remaining:
             detail = self.errors[0].str() if self.errors else f"{remaining} not acknowledged"
-            raise ReplicationWriteError(
-                f"flow {self.settings.flow}: writing offset syncs to topic {self.settings.syncs_topic} on cluster "
-                f"{self.settings.syncs_alias} failed: {detail}"
-            )
+            raise write_error(f"flow {self.settings.flow}: writing offset syncs to topic {self.settings.syncs_topic} "
+                              f"on cluster {self.settings.syncs_alias} failed: {detail}", self.errors)
 
 
 class ProgressWriter:
@@ -292,9 +307,8 @@ class ProgressWriter:
     def check(self) -> None:
         """Fail the task if a progress record was not written."""
         if self.errors:
-            raise ReplicationWriteError(
-                f"flow {self.settings.flow}: writing progress to topic {self.settings.progress_topic} on cluster "
-                f"{self.settings.target_alias} failed: {self.errors[0].str()}")
+            raise write_error(f"flow {self.settings.flow}: writing progress to topic {self.settings.progress_topic} "
+                              f"on cluster {self.settings.target_alias} failed: {self.errors[0].str()}", self.errors)
 
 
 class CopiedPartition:
@@ -557,6 +571,8 @@ class CopyLoop:
 
     def _settle(self) -> None:
         """Turn acknowledged records into offset syncs and latency counts."""
+        if self.errors:  # a record failed: the acknowledgements no longer pair with the records in send order
+            return
         for part in self.copied.values():
             part.settle(self.syncs)
         if self.progress is not None:
@@ -664,10 +680,8 @@ def sync_points_of(source_offsets: np.ndarray, target_offsets: np.ndarray) -> li
 
 def _raise_write_error(settings: WriterSettings, errors: list[tuple[str, int, Any]]) -> None:
     topic, partition, err = errors[0]
-    raise ReplicationWriteError(
-        f"flow {settings.flow}: writing to topic {topic} partition {partition} on cluster "
-        f"{settings.target_alias} failed: {err.str()} ({err.name()})"
-    )
+    raise write_error(f"flow {settings.flow}: writing to topic {topic} partition {partition} on cluster "
+                      f"{settings.target_alias} failed: {err.str()} ({err.name()})", [e for _t, _p, e in errors])
 
 
 def _flush(producer: Producer, settings: WriterSettings, errors: list[tuple[str, int, Any]],
@@ -676,7 +690,5 @@ def _flush(producer: Producer, settings: WriterSettings, errors: list[tuple[str,
     if errors:
         _raise_write_error(settings, errors)
     if remaining:
-        raise ReplicationWriteError(
-            f"flow {settings.flow}: {remaining} records not acknowledged by cluster {settings.target_alias} "
-            f"within {timeout:.0f}s"
-        )
+        raise PassingWriteError(f"flow {settings.flow}: {remaining} records not acknowledged by cluster "
+                                f"{settings.target_alias} within {timeout:.0f}s")

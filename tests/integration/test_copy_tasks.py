@@ -1,6 +1,7 @@
 """The executor side of the replicator on real clusters: a stop written to the target ends the
-running epoch task, and a copier in another worker takes a partition over without two copiers ever
-writing it at once."""
+running epoch task, a copier in another worker takes a partition over without two copiers ever
+writing it at once, and a target that stops answering for a while ends a copier without failing
+its task."""
 
 from __future__ import annotations
 
@@ -162,6 +163,16 @@ def _plan(source: KafkaCluster, target: KafkaCluster, settings: WriterSettings, 
                       epoch_seconds=3.0, max_records_per_epoch=10**9, progress=progress, query="q-handoff")
 
 
+def _quick_timeout_plan(source: KafkaCluster, target: KafkaCluster, topics: tuple[str, str, str],
+                        tmp_path: Path) -> tuple[WriterSettings, SourcePlan]:
+    """Settings and plan whose copy producer times records out after 3 s (a frozen copier's lease and
+    fence, or a frozen target, last seconds, not the default 30)."""
+    topic, remote, syncs = topics
+    producer = {**target.client_config(), "message.timeout.ms": "3000"}
+    settings = replace(_settings(source, target, topic, remote, syncs), target_producer=producer)
+    return settings, _plan(source, target, settings, topic, tmp_path)
+
+
 def _read_to(target: KafkaCluster, source: KafkaCluster, topic: str) -> tuple[tuple[int, int], ...]:
     """Where the progress topic ends now (what a planner hands its tasks)."""
     where = OffsetsTopic(target.client_config(), SyncsLocation(target.alias, _progress_topic(topic)), source.alias)
@@ -190,9 +201,7 @@ def test_a_copier_in_another_worker_takes_over_and_two_never_write_one_partition
     interleaving."""
     freeze = mode == "holder-frozen"
     topic, remote, syncs = topics
-    producer = {**target_cluster.client_config(), "message.timeout.ms": "3000"}
-    settings = replace(_settings(source_cluster, target_cluster, topic, remote, syncs), target_producer=producer)
-    plan = _plan(source_cluster, target_cluster, settings, topic, tmp_path)
+    settings, plan = _quick_timeout_plan(source_cluster, target_cluster, topics, tmp_path)
     context = multiprocessing.get_context("spawn")
     rows_a, rows_b = context.Queue(), context.Queue()
     load = NumberedLoad(source_cluster, topic, 2, rate=400)
@@ -247,6 +256,64 @@ def test_a_copier_in_another_worker_takes_over_and_two_never_write_one_partition
         assert len(holders) == 2, f"holders {holders}: B's task did not take over with a copier of its own"
     print(f"{mode}: B copied {took_over:.1f} s after the hand-off began; B's rows {copied_by_b} records; "
           f"duplicates {sum(len(s) - len(set(s)) for s in copies.values())}")
+
+
+def test_a_target_frozen_past_the_message_timeout_ends_the_copier_quietly_and_the_next_goes_on(
+        source_cluster: KafkaCluster, target_cluster: KafkaCluster, topics: tuple[str, str, str],
+        tmp_path: Path) -> None:
+    """The target's broker frozen (SIGSTOP, as a broker restarting on a slow machine looks) past the
+    copy producer's message timeout while a copier copies: the copier stops without failing its task
+    (its records timed out: a passing state, not a refusal), the task returns its rows before its
+    epoch ends, and the next epoch's copier goes on from the progress on the target: no record lost,
+    no interleaving (one step back at most: records the frozen broker took but never acknowledged)."""
+    topic, remote, syncs = topics
+    settings, plan = _quick_timeout_plan(source_cluster, target_cluster, topics, tmp_path)
+    context = multiprocessing.get_context("spawn")
+    rows_a, rows_b = context.Queue(), context.Queue()
+    epoch_seconds = 40.0
+    load = NumberedLoad(source_cluster, topic, 2, rate=400)
+    worker_a = context.Process(target=_copier_worker, args=(
+        plan, _task(1, topic, {0: 0, 1: 0}, epoch_seconds, _read_to(target_cluster, source_cluster, topic)),
+        rows_a, 30.0))
+    worker_b: Any = None
+    broker = target_cluster.nodes[0]
+    try:
+        worker_a.start()
+        wait_for(lambda: count(target_cluster, remote) > 500, 60, "the copier copying")
+        frozen_at = time.monotonic()
+        broker.signal(signal.SIGSTOP)
+        try:
+            # Past the message timeout (3 s), short of the KRaft session timeout (9 s): the session's
+            # cluster B fences no broker of its own, for the tests after this one.
+            time.sleep(6)
+        finally:
+            broker.signal(signal.SIGCONT)
+        rows_a.get(timeout=60)  # the task ended without an error: a failed one puts no rows
+        took = time.monotonic() - frozen_at
+        assert took < epoch_seconds - 5, f"the task ran {took:.0f}s on: its copier did not stop at the timeouts"
+        copied_at_thaw = count(target_cluster, remote)
+        task_b = replace(_task(2, topic, {0: 0, 1: 0}, 20.0, _read_to(target_cluster, source_cluster, topic)),
+                         holds=_holds(target_cluster, topic))
+        worker_b = context.Process(target=_copier_worker, args=(plan, task_b, rows_b, 30.0))
+        worker_b.start()
+        wait_for(lambda: count(target_cluster, remote) > copied_at_thaw + 400, 60, "the next copier copying")
+        sent = load.stop()
+        wait_for(lambda: _copied_through(target_cluster, remote, sent), 60, "every record copied")
+        _write_stop(target_cluster, topic, settings.flow, plan.query)
+    finally:
+        broker.signal(signal.SIGCONT)
+        load.stop()
+        for worker in (worker_a, worker_b):
+            if worker is not None and worker.pid is not None:
+                worker.kill()
+                worker.join(10)
+    copies = numbered_copies(target_cluster, remote)
+    for partition, sequence in copies.items():
+        assert set(sequence) == set(range(sent // 2 + (partition < sent % 2))), f"partition {partition} lost records"
+        assert _descents(sequence) <= 1, f"partition {partition}: copies interleave ({_descents(sequence)} steps back)"
+    assert len(_holders(target_cluster, topic)) == 2, "the next epoch's task did not go on with a copier of its own"
+    print(f"the first task ended {took:.1f}s after the freeze; duplicates "
+          f"{sum(len(s) - len(set(s)) for s in copies.values())}")
 
 
 def _copied_through(target: KafkaCluster, remote: str, sent: int) -> bool:

@@ -1,0 +1,65 @@
+"""Which failed writes end a copier quietly (the next copier goes on from the progress) and which fail
+its task: a write that timed out or met a broker restarting is passing, for the flush timeout at
+most; a record the target refuses is not."""
+
+from __future__ import annotations
+
+from types import SimpleNamespace
+
+import pytest
+from confluent_kafka import KafkaError
+
+from strait_replicator import copier
+from strait_replicator.writer import PassingWriteError, ReplicationWriteError, is_passing, write_error
+
+pytestmark = pytest.mark.unit
+
+PASSING = [KafkaError._MSG_TIMED_OUT, KafkaError.NOT_LEADER_FOR_PARTITION, KafkaError.NOT_ENOUGH_REPLICAS,
+           KafkaError.REQUEST_TIMED_OUT, KafkaError._TRANSPORT, KafkaError._ALL_BROKERS_DOWN]
+REFUSED = [KafkaError.MSG_SIZE_TOO_LARGE, KafkaError.TOPIC_AUTHORIZATION_FAILED, KafkaError.INVALID_RECORD,
+           KafkaError._UNKNOWN_TOPIC]
+
+
+@pytest.mark.parametrize("code", PASSING)
+def test_a_timed_out_or_moving_write_is_passing(code: int) -> None:
+    assert is_passing(KafkaError(code))
+    assert type(write_error("m", [KafkaError(code)])) is PassingWriteError
+
+
+@pytest.mark.parametrize("code", REFUSED)
+def test_a_refused_write_fails_the_task(code: int) -> None:
+    assert not is_passing(KafkaError(code))
+    error = write_error("m", [KafkaError(KafkaError._MSG_TIMED_OUT), KafkaError(code)])
+    assert type(error) is ReplicationWriteError, "one refused record among timed-out ones is not passing"
+
+
+def test_writes_not_acknowledged_in_time_without_an_error_are_passing() -> None:
+    assert isinstance(write_error("m", []), PassingWriteError)
+
+
+def _copier(copied_records: int, flush_timeout: float = 120.0) -> copier.Copier:
+    """A copier of flow F's partition t[0] as far as the bound on passing failures looks at it."""
+    bare = copier.Copier.__new__(copier.Copier)
+    bare.settings = SimpleNamespace(flow="F", flush_timeout=flush_timeout)
+    bare.keys = frozenset({("t", 0)})
+    bare.copied = {("t", 0): SimpleNamespace(records=copied_records)}
+    return bare
+
+
+def test_passing_failures_are_tolerated_for_the_flush_timeout_unless_a_copier_copied_between(
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    """Copiers of the same partitions failing one after the other for the moment only: each ends
+    quietly until the chain lasts longer than the flush timeout; a copier that copied a record, or a
+    failure long after the last, starts a new chain."""
+    now = [1000.0]
+    monkeypatch.setattr(copier.time, "monotonic", lambda: now[0])
+    monkeypatch.setattr(copier, "_passing_failures", {})
+    assert _copier(0)._failing_for() == 0.0
+    now[0] += 90
+    assert _copier(0)._failing_for() == 90.0
+    now[0] += 60
+    assert _copier(0)._failing_for() == 150.0, "a chain of failures 90 and 60 s apart lasts 150 s"
+    now[0] += 60
+    assert _copier(5)._failing_for() == 0.0, "a copier that copied records failed from now on only"
+    now[0] += 121
+    assert _copier(0)._failing_for() == 0.0, "a failure more than the flush timeout after the last starts anew"
