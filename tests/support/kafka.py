@@ -87,14 +87,28 @@ def produce_numbered(cluster: KafkaCluster, topic: str, partitions: int, total: 
         if stop is not None and stop.is_set():
             break
         partition = i % partitions
-        producer.produce(topic, key=f"k{i}".encode(), value=f"{partition}:{i // partitions}".encode(),
-                         partition=partition)
+        key, value = f"k{i}".encode(), f"{partition}:{i // partitions}".encode()
+        try:
+            producer.produce(topic, key=key, value=value, partition=partition)
+        except KafkaException as exc:  # a partition just added: this producer's metadata may not have it yet
+            if exc.args[0].code() != KafkaError._UNKNOWN_PARTITION:
+                raise
+            _await_partition(producer, topic, partition)
+            producer.produce(topic, key=key, value=value, partition=partition)
         sent += 1
         if sent % 100 == 0:
             producer.poll(0)
             time.sleep(max(0.0, started + sent / rate - time.monotonic()))
     assert producer.flush(60) == 0
     return sent
+
+
+def _await_partition(producer: Producer, topic: str, partition: int, timeout: float = 60.0) -> None:
+    """Refresh the producer's metadata until it knows ``partition`` of ``topic``."""
+    deadline = time.monotonic() + timeout
+    while partition not in producer.list_topics(topic, timeout=10).topics[topic].partitions:
+        assert time.monotonic() < deadline, f"partition {partition} of {topic} unknown to the producer after {timeout:.0f}s"
+        time.sleep(0.2)
 
 
 def numbered_copies(target: KafkaCluster, remote: str) -> dict[int, list[int]]:
