@@ -48,6 +48,7 @@ from confluent_kafka.admin import AdminClient
 
 from strait.config.model import FlowConfig, StraitConfig, SyncsLocation
 from strait.errors import StraitError
+from strait.flow_spec import FlowSpec
 from strait.kafka.admin import TopicSpec, admin_client, create_topics, list_offsets, topic_partitions
 from strait.records import MIRROR_SOURCE_CONNECTOR, RecordFormatError, SourceOffset
 from strait.translation import SyncIndex, SyncsFollower
@@ -375,57 +376,7 @@ def summarize(decided: Mapping[Key, Resume]) -> dict[str, tuple[str, int]]:
     return per_topic
 
 
-@dataclass(frozen=True)
-class SharedRemote:
-    """Another flow writing into one of a repartitioning flow's remote topics (an aggregation):
-    its source's ``topic`` goes to ``remote`` too, and its progress lives in ``progress``."""
-
-    remote: str
-    flow: str
-    source_alias: str
-    topic: str
-    progress: SyncsLocation
-
-
-def shared_remotes(config: StraitConfig, flow: FlowConfig,
-                   remote_names: Mapping[str, str]) -> tuple[SharedRemote, ...]:
-    """The other flows of ``config`` to ``flow``'s target whose policies name a source topic of
-    theirs as one of ``flow``'s remote topics (``remote_names``: source topic -> remote topic)."""
-    found = []
-    for other in config.flows:
-        if other.name == flow.name or other.target != flow.target:
-            continue
-        policy, names = other.policy(), other.topic_names()
-        for remote in sorted(set(remote_names.values())):
-            upstream = policy.upstream_topic(remote)
-            if upstream is not None and policy.format_remote_topic(other.source, upstream) == remote:
-                found.append(SharedRemote(remote, other.name, other.source, upstream, names.progress))
-    return tuple(found)
-
-
-@dataclass(frozen=True)
-class ResumeSources:
-    """Where a flow's resume evidence lives and how to reach it (librdkafka settings as sorted pairs)."""
-
-    flow: str
-    source_alias: str
-    target_alias: str
-    progress: SyncsLocation  # strait's progress topic, on the target
-    mm2_offsets: SyncsLocation  # MM2's Connect offsets topic, on the target
-    syncs: SyncsLocation | None  # the flow's offset-syncs topic (None: the flow writes none)
-    source_admin: tuple[tuple[str, str], ...]
-    target_admin: tuple[tuple[str, str], ...]
-    target_consumer: tuple[tuple[str, str], ...]
-    source_consumer: tuple[tuple[str, str], ...]
-    syncs_consumer: tuple[tuple[str, str], ...]
-    remote_names: tuple[tuple[str, str], ...]
-    repartitioned: bool = False
-    start: str | None = None
-    mm2_connector: str = MIRROR_SOURCE_CONNECTOR  # the name MM2's MirrorSourceConnector ran under
-    shared: tuple[SharedRemote, ...] = ()  # a repartitioning flow: other flows writing to its remote topics
-
-
-def gather_evidence(sources: ResumeSources, keys: Sequence[Key],
+def gather_evidence(sources: FlowSpec, keys: Sequence[Key],
                     timeout: float = DEFAULT_TIMEOUT) -> dict[Key, PartitionEvidence]:
     """Read what Kafka holds about each partition's earlier copy: the remote and source offsets and
     strait's progress always; MM2's offsets, then the offset syncs, only for partitions whose remote
@@ -448,9 +399,9 @@ def gather_evidence(sources: ResumeSources, keys: Sequence[Key],
             follower.close()
     unexplained = [key for key in missing if key not in mm2 and key not in syncs]
     matches = _matches_on_source(sources, unexplained, names, remote, timeout) \
-        if sources.start == "from-target" and not sources.repartitioned else {}
+        if sources.start == "from-target" and not sources.repartition else {}
     siblings, shared = _remote_explained(sources, progress, unexplained, names, timeout) \
-        if sources.repartitioned else (set(), {})
+        if sources.repartition else (set(), {})
     partitions = [TopicPartition(t, p) for t, p in keys]
     earliest = list_offsets(source_admin, sources.source_alias, partitions, "earliest", timeout=timeout)
     latest = list_offsets(source_admin, sources.source_alias, partitions, "latest", timeout=timeout)
@@ -462,7 +413,7 @@ def gather_evidence(sources: ResumeSources, keys: Sequence[Key],
         siblings_copied=key[0] in siblings, shared_with=shared.get(key[0])) for key in keys}
 
 
-def _remote_explained(sources: ResumeSources, progress: Mapping[Key, Progress], unexplained: Sequence[Key],
+def _remote_explained(sources: FlowSpec, progress: Mapping[Key, Progress], unexplained: Sequence[Key],
                       names: Mapping[str, str], timeout: float) -> tuple[set[str], dict[str, str]]:
     """A repartitioning flow, its source topics with partitions no evidence explains: those whose other
     partitions have progress, and per other topic the flow writing to the same remote topic whose
@@ -487,7 +438,7 @@ def _remote_explained(sources: ResumeSources, progress: Mapping[Key, Progress], 
     return siblings, shared
 
 
-def _matches_on_source(sources: ResumeSources, keys: Sequence[Key], names: Mapping[str, str],
+def _matches_on_source(sources: FlowSpec, keys: Sequence[Key], names: Mapping[str, str],
                        remote: Mapping[Key, tuple[int, int]], timeout: float) -> dict[Key, int]:
     """from-target: for each partition, the source offset after the record equal to its remote's last one."""
     found: dict[Key, int] = {}
@@ -543,8 +494,10 @@ def _find_on_source(consumer: Consumer, key: Key, last: Any, timeout: float) -> 
         consumer.unassign()
 
 
-def _mm2_offsets(sources: ResumeSources, timeout: float) -> dict[Key, Progress]:
+def _mm2_offsets(sources: FlowSpec, timeout: float) -> dict[Key, Progress]:
     """MM2's committed offsets; none (with a warning) when the replicator may not read its topic."""
+    if sources.mm2_offsets is None:
+        return {}
     try:
         return read_offsets_topic(dict(sources.target_consumer), sources.mm2_offsets, sources.source_alias, timeout,
                                   sources.mm2_connector)
@@ -554,10 +507,10 @@ def _mm2_offsets(sources: ResumeSources, timeout: float) -> dict[Key, Progress]:
         return {}
 
 
-def _remote_offsets(admin: AdminClient, sources: ResumeSources, keys: Sequence[Key], names: Mapping[str, str],
+def _remote_offsets(admin: AdminClient, sources: FlowSpec, keys: Sequence[Key], names: Mapping[str, str],
                     timeout: float) -> dict[Key, tuple[int, int]]:
     """(log start, end) of each key's remote partition; a repartitioning flow: of its whole remote topic."""
-    if sources.repartitioned:
+    if sources.repartition:
         counts = topic_partitions(admin, sources.target_alias, timeout)
         wanted = [TopicPartition(names.get(t, t), p) for t in {t for t, _ in keys}
                   for p in range(counts.get(names.get(t, t), 0))]
@@ -565,7 +518,7 @@ def _remote_offsets(admin: AdminClient, sources: ResumeSources, keys: Sequence[K
         wanted = [TopicPartition(names.get(t, t), p) for t, p in keys]
     low = list_offsets(admin, sources.target_alias, wanted, "earliest", timeout=timeout, skip_unknown=True)
     high = list_offsets(admin, sources.target_alias, wanted, "latest", timeout=timeout, skip_unknown=True)
-    if sources.repartitioned:
+    if sources.repartition:
         totals: dict[str, tuple[int, int]] = {}
         for (remote, p), end in high.items():
             start, stop = totals.get(remote, (0, 0))

@@ -48,7 +48,7 @@ from strait_replicator.planner import CopyTask, SourcePlan, resumed_ranges
 from strait_replicator.writer import (STOP_FLUSH_SECONDS, CopiedPartition, CopyLoop, CopyRange, EpochLimits,
                                       PassingWriteError, ProgressWriter, SyncWriter, consumer_settings,
                                       copied_partitions, finish_copy, install_lazy_zip_invalidation,
-                                      is_passing, producer_settings, syncs_producer_settings)
+                                      producer_settings, syncs_producer_settings, write_error)
 
 log = logging.getLogger(__name__)
 
@@ -81,9 +81,10 @@ class Copier(threading.Thread):
     def __init__(self, plan: SourcePlan, task: CopyTask, door: bool = True) -> None:
         self.id = uuid.uuid4().hex[:12]
         super().__init__(name=f"strait-copier-{self.id}", daemon=True)
-        if plan.progress is None:
-            raise HandOffError(f"flow {plan.writer.flow}: a copier needs the flow's progress topic")
-        self.plan, self.task, self.settings = plan, task, plan.writer
+        progress_log = plan.progress
+        if progress_log is None:
+            raise HandOffError(f"flow {plan.spec.flow}: a copier needs the flow's progress topic")
+        self.plan, self.task, self.settings, self.progress_log = plan, task, plan.spec, progress_log
         self.keys = _partitions_of(task)
         self.error: BaseException | None = None
         self.ended = threading.Event()
@@ -98,7 +99,7 @@ class Copier(threading.Thread):
         settings = producer_settings(self.settings.target_producer)
         self._message_timeout = float(settings["message.timeout.ms"]) / 1000.0
         self.producer = Producer({**settings, "logger": logging.getLogger("strait.librdkafka")})
-        self.watch = plan.progress.watch(dict(task.progress_from))
+        self.watch = progress_log.watch(dict(task.progress_from))
         self._since = -1  # the offset of its claim
         self._holds_acked: list[tuple[float, int]] = []  # (sent at, offset) of holds the target acknowledged
         self._hold_errors: list[KafkaError] = []
@@ -237,8 +238,7 @@ class Copier(threading.Thread):
         epoch was planned, where the planner read the progress then."""
         if not self._contended:
             return list(self.task.ranges)
-        assert self.plan.progress is not None
-        progress = self.plan.progress.since(dict(self.task.progress_from), sorted(self.keys))
+        progress = self.progress_log.since(dict(self.task.progress_from), sorted(self.keys))
         return resumed_ranges(self.task, progress, self.settings.flow)
 
     def _copy(self, ranges: list[CopyRange]) -> None:
@@ -290,11 +290,9 @@ class Copier(threading.Thread):
     def _stop_reason(self, now: float, claiming: bool = False) -> str:
         """Why it should stop now ("" if it should not)."""
         if self._hold_errors:
-            message = (f"flow {self.settings.flow}: writing the copier's hold to topic {self.settings.progress_topic} "
-                       f"on cluster {self.settings.target_alias} failed: {self._hold_errors[0].str()}")
-            if all(is_passing(error) for error in self._hold_errors):
-                raise PassingWriteError(message)
-            raise HandOffError(message)
+            raise write_error(f"flow {self.settings.flow}: writing the copier's hold to topic "
+                              f"{self.progress_log.topic} on cluster {self.settings.target_alias} failed: "
+                              f"{self._hold_errors[0].str()}", self._hold_errors, refused=HandOffError)
         if self.watch.control.stopped(self.settings.flow, self.plan.query) or self._stop_requested.is_set():
             return "stop"
         newer = [hold for copier, hold in self.watch.control.holds_of(self.settings.flow).items()
@@ -335,20 +333,20 @@ class Copier(threading.Thread):
             else:
                 acked.append(msg.offset())
                 self._holds_acked.append((now, msg.offset()))
-        self.producer.produce(self.settings.progress_topic, key=key, value=value, partition=0, on_delivery=delivered)
+        self.producer.produce(self.progress_log.topic, key=key, value=value, partition=0, on_delivery=delivered)
         if not wait:
             return -1
         self.producer.flush(self._message_timeout + 1.0)  # its delivery report, even a timeout's, is then in
         if not acked:
             raise HandOffError(f"flow {self.settings.flow}: the claim on partitions {_named(self.keys)} was not "
-                               f"written to topic {self.settings.progress_topic} on cluster "
+                               f"written to topic {self.progress_log.topic} on cluster "
                                f"{self.settings.target_alias}: {failed[0].str() if failed else 'timed out'}")
         return acked[0]
 
     def _release(self) -> None:
         self._released = True
         key, value = release_record(self.settings.flow, self.id)
-        self.producer.produce(self.settings.progress_topic, key=key, value=value, partition=0)
+        self.producer.produce(self.progress_log.topic, key=key, value=value, partition=0)
         if self.producer.flush(RELEASE_SECONDS):
             log.warning("flow=%s copier=%s release not written: the next copier waits for its lease to end",
                         self.settings.flow, self.id)
@@ -397,7 +395,7 @@ def _renewed(plan: SourcePlan, task: CopyTask) -> Copier | None:
     keys = _partitions_of(task)
     with _registry_lock:
         found = [c for c in _copiers.values()
-                 if c.settings.flow == plan.writer.flow and c.plan.query == plan.query and c.keys == keys]
+                 if c.settings.flow == plan.spec.flow and c.plan.query == plan.query and c.keys == keys]
     return next((copier for copier in found if copier.renew(task.epoch, task.limits)), None)
 
 
@@ -519,7 +517,7 @@ def _renewed_next_door(plan: SourcePlan, task: CopyTask) -> list[tuple[Any, ...]
     if not RENEW_NEXT_DOOR:
         return None
     keys = _partitions_of(task)
-    flow = plan.writer.flow
+    flow = plan.spec.flow
     with socket.socket(socket.AF_UNIX, socket.SOCK_STREAM) as conn:
         conn.settimeout(DOOR_ANSWER_SECONDS)
         lines = _LineReader(conn)

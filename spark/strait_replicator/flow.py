@@ -30,10 +30,11 @@ from strait.kafka.admin import (
     KafkaAdminError, admin_client, check_distinct_clusters, cluster_topics, create_topics, internal_topic,
     list_offsets,
 )
+from strait.flow_spec import FlowSpec, flow_spec
 from strait.metrics import set_flow_state
 from strait.progress import (
-    COPY_EVIDENCE, OffsetsTopic, Progress, Resume, ResumeError, ResumeSources, decide_starts, gather_evidence,
-    keys_of, progress_topic_spec, resume_report, shared_remotes, summarize,
+    COPY_EVIDENCE, OffsetsTopic, Progress, Resume, ResumeError, decide_starts, gather_evidence,
+    keys_of, progress_topic_spec, resume_report, summarize,
 )
 from strait.retry import FlowTrouble, retry_transient
 from strait.remote_topics import RemoteTopic, reconcile_remote_topics, replicated_topics
@@ -44,7 +45,7 @@ from strait_replicator.session import SparkStartError
 from strait_replicator.planner import SourcePlan
 from strait_replicator.source import FORMAT, LIST_TIMEOUT, PLAN_OPTION, CopySource, cached_admin
 from strait_replicator.state import CheckpointLog, CheckpointReadError, EpochOffsets, Offsets, TopicPartitionKey
-from strait_replicator.writer import SUMMARY_FIELDS, ReplicationReadError, WriterSettings
+from strait_replicator.writer import SUMMARY_FIELDS, ReplicationReadError
 
 log = logging.getLogger(__name__)
 
@@ -71,19 +72,12 @@ class FlowPlan:
     topics: tuple[RemoteTopic, ...]
     records_per_second: float  # 0: no limit
     tasks: int
-    writer: WriterSettings
-    resume: ResumeSources  # where each partition's start is decided from when the query starts
+    spec: FlowSpec
 
     @property
-    def source_admin(self) -> tuple[tuple[str, str], ...]:
-        """librdkafka settings of an admin client on the source: to plan epochs, check for records lost."""
-        return self.resume.source_admin
-
-    @property
-    def progress(self) -> ProgressLog:
-        """The flow's progress topic on the target."""
-        return ProgressLog(self.writer.flow, self.writer.source_alias, self.writer.target_alias,
-                           self.resume.progress.topic, self.resume.target_consumer)
+    def progress(self) -> ProgressLog | None:
+        """The flow's progress topic on the target (a planned flow always has one: flow_spec)."""
+        return ProgressLog.of(self.spec)
 
 
 class FlowRunner:
@@ -136,9 +130,8 @@ class FlowRunner:
     def make_plan(self, config: StraitConfig, flow: FlowConfig) -> FlowPlan:
         """Discover the source's topics, make sure their remote topics and the syncs topic exist."""
         source, target = config.cluster(flow.source), config.cluster(flow.target)
-        source_settings = _pairs(source.librdkafka_config("admin"))
-        source_admin, target_admin = admin_client(dict(source_settings)), \
-            admin_client(target.librdkafka_config("admin"))
+        source_admin = admin_client(source.librdkafka_config("admin"))
+        target_admin = admin_client(target.librdkafka_config("admin"))
         source_id, source_topics = cluster_topics(source_admin, flow.source)
         target_id, target_topics = cluster_topics(target_admin, flow.target)
         check_distinct_clusters(flow.name, (flow.source, source_id), (flow.target, target_id))
@@ -151,40 +144,11 @@ class FlowRunner:
                           [internal_topic(syncs.topic, flow.internal_topic_replication_factor("offset_syncs"))])
         create_topics(target_admin, flow.target, [progress_topic_spec(
             names.progress.topic, flow.internal_topic_replication_factor("offset_syncs"))])
-        target_producer = target.librdkafka_config("producer")
-        if flow.repartitions:  # Kafka's default partitioner for keys, keyless records spread at random
-            # each keyless record placed on its own: librdkafka's sticky default (10 ms) would put a
-            # whole burst of them (a catch-up) into one partition
-            target_producer = {"sticky.partitioning.linger.ms": "0", **target_producer, "partitioner": "murmur2_random"}
-        writer = WriterSettings(
-            flow=flow.name, source_alias=flow.source, target_alias=flow.target, policy=flow.policy(),
-            target_producer=target_producer,
-            syncs_producer=config.cluster(syncs.alias).librdkafka_config("producer"),
-            syncs_topic=syncs.topic if flow.writes_offset_syncs else "", syncs_alias=syncs.alias,
-            repartition=flow.repartitions,
-            remote_names={t.source: t.remote for t in topics},
-            source_consumer=source.librdkafka_config("consumer"),
-            progress_topic=names.progress.topic,
-        )
-        resume = ResumeSources(
-            flow=flow.name, source_alias=flow.source, target_alias=flow.target, progress=names.progress,
-            mm2_offsets=names.mm2_offsets, syncs=syncs if flow.writes_offset_syncs else None,
-            source_admin=source_settings,
-            target_admin=_pairs(target.librdkafka_config("admin")),
-            target_consumer=_pairs(target.librdkafka_config("consumer")),
-            source_consumer=_pairs(source.librdkafka_config("consumer")),
-            syncs_consumer=_pairs(config.cluster(syncs.alias).librdkafka_config("consumer")),
-            remote_names=tuple(sorted((t.source, t.remote) for t in topics)),
-            repartitioned=flow.repartitions, start=self.start or flow.start, mm2_connector=names.mm2_connector,
-            shared=shared_remotes(config, flow, {t.source: t.remote for t in topics}) if flow.repartitions
-            else (),
-        )
         return FlowPlan(
             topics=tuple(topics),
             records_per_second=float(flow.rate_limit_records_per_second or 0),
             tasks=self.tasks,
-            writer=writer,
-            resume=resume,
+            spec=flow_spec(config, flow, ((t.source, t.remote) for t in topics), self.start),
         )
 
     # -- lifecycle -------------------------------------------------------------------------------
@@ -260,7 +224,7 @@ class FlowRunner:
         if gone:
             metrics.ERRORS.labels(service=metrics.SERVICE, flow=self.flow_name, kind="source_topic_deleted").inc(len(gone))
             log.warning("flow=%s topics no longer on %s: %s; their remote topics are kept, records not yet "
-                        "copied are lost with the source topic", self.flow_name, plan.writer.source_alias,
+                        "copied are lost with the source topic", self.flow_name, plan.spec.source_alias,
                         ", ".join(gone))
 
     @property
@@ -294,7 +258,8 @@ class FlowRunner:
         if self._trouble.kind == "resume":
             self._recovered()
         checkpoint = CheckpointLog(self.checkpoint, self.session)
-        self.live.follow(plan.progress)
+        if plan.progress is not None:
+            self.live.follow(plan.progress)
         try:
             self._check = epoch_check(self.flow_name, plan, checkpoint)
             self._pending = self._source_plan(plan, resume, checkpoint)
@@ -305,7 +270,7 @@ class FlowRunner:
     @property
     def shares_remotes(self) -> bool:
         """Whether another flow of the configuration writes into one of this flow's remote topics."""
-        return self.plan is not None and bool(self.plan.resume.shared)
+        return self.plan is not None and bool(self.plan.spec.shared)
 
     def start_copying(self) -> None:
         """Copy what the last restart planned: its head start at once, its query once Spark's session
@@ -351,11 +316,11 @@ class FlowRunner:
         keys = keys_of([(t.source, t.partitions) for t in plan.topics])
         # A remote topic just created may not have its leaders yet: such passing states are retried
         deadline = time.monotonic() + RESUME_SECONDS
-        evidence = retry_transient(lambda: gather_evidence(plan.resume, keys), f"flow={self.flow_name} reading "
+        evidence = retry_transient(lambda: gather_evidence(plan.spec, keys), f"flow={self.flow_name} reading "
                                    f"resume evidence", lambda: time.monotonic() > deadline)
         if evidence is None:
             raise ResumeError(f"flow {self.flow_name}: the resume evidence could not be read in {RESUME_SECONDS:.0f}s")
-        decided = decide_starts(self.flow_name, evidence, plan.resume.start, dict(plan.resume.remote_names))
+        decided = decide_starts(self.flow_name, evidence, plan.spec.start, dict(plan.spec.remote_names))
         self._forget_resume()
         for topic, (evidence, duplicates) in summarize(decided).items():
             self._resume_labels.append((self.flow_name, topic, evidence))
@@ -377,25 +342,25 @@ class FlowRunner:
     def _request_stop(self) -> None:
         """Ask the running query's tasks, wherever they run, and its planner to end the epoch and start
         no other: a stop record in the progress topic, which every host reaches."""
-        if self.plan is None or not self.plan.writer.progress_topic:
+        progress = self.plan.progress if self.plan is not None else None
+        if progress is None:
             return
-        if not self.plan.progress.write_stop(self.plan.writer.target_producer, self._query_id, STOP_RECORD_SECONDS):
+        if not progress.write_stop(dict(self.plan.spec.target_producer), self._query_id, STOP_RECORD_SECONDS):
             log.warning("flow=%s stop record not written to %s: tasks on other hosts end their epoch at its deadline",
-                        self.flow_name, self.plan.writer.progress_topic)
+                        self.flow_name, progress.topic)
 
     def _source_plan(self, plan: FlowPlan, resume: dict[TopicPartitionKey, Resume],
                      checkpoint: CheckpointLog) -> SourcePlan:
         """What the new query's source (and its head start) copies, under a new query id."""
         self._query_id = uuid.uuid4().hex[:12]
         return SourcePlan(
-            partitions=tuple((t.source, t.partitions) for t in plan.topics), source_admin=plan.source_admin,
-            tasks=plan.tasks, checkpoint=self.checkpoint, writer=plan.writer,
+            partitions=tuple((t.source, t.partitions) for t in plan.topics),
+            tasks=plan.tasks, checkpoint=self.checkpoint, spec=plan.spec,
             epoch_seconds=self.epoch_seconds, max_records_per_epoch=MAX_RECORDS_PER_EPOCH,
             records_per_second=plan.records_per_second,
             resume=tuple(sorted((key, at.offset) for key, at in resume.items())),
             on_target=tuple(sorted((key, at.offset) for key, at in resume.items()
                                    if at.evidence in COPY_EVIDENCE)),
-            progress=plan.progress,
             query=self._query_id, last_epoch=checkpoint.newest_epoch())
 
     def _begin_head_start(self, source: SourcePlan) -> HeadStart | None:
@@ -535,11 +500,6 @@ class FlowRunner:
                       progress.get("numInputRows"), json.dumps(progress.get("durationMs", {}), sort_keys=True))
 
 
-def _pairs(settings: dict[str, str]) -> tuple[tuple[str, str], ...]:
-    """librdkafka settings as a hashable, comparable value."""
-    return tuple(sorted(settings.items()))
-
-
 def _first_task_error(text: str) -> str:
     """The one line that explains a failed query, dug out of Spark's nested stack traces."""
     match = _TASK_ERROR.search(text) or _ANY_ERROR.search(text)
@@ -657,7 +617,7 @@ class EpochCheck:
 
 def epoch_check(flow: str, plan: FlowPlan, checkpoint: CheckpointLog) -> EpochCheck:
     """The check after each epoch of a query starting from ``checkpoint``."""
-    return EpochCheck(flow, plan.writer.source_alias, plan.source_admin, checkpoint, plan.writer.read_timeout,
+    return EpochCheck(flow, plan.spec.source_alias, plan.spec.source_admin, checkpoint, plan.spec.read_timeout,
                       checkpoint.uncommitted_batch())
 
 

@@ -46,12 +46,12 @@ class HeadStart:
                 break
         if not copier.claimed.is_set():
             log.warning("flow=%s head start not claimed: the query's tasks copy from their start (%s)",
-                        plan.writer.flow, copier.error or "stopped")
+                        plan.spec.flow, copier.error or "stopped")
             return None
         log.info("flow=%s head start copier=%s copies partitions=%d until the query's tasks take them",
-                 plan.writer.flow, copier.id, len(copier.keys))
+                 plan.spec.flow, copier.id, len(copier.keys))
         for topic, starts in sorted(_starts_by_topic(task).items()):
-            log.info("flow=%s head start copier=%s topic=%s from=%s", plan.writer.flow, copier.id, topic, starts)
+            log.info("flow=%s head start copier=%s topic=%s from=%s", plan.spec.flow, copier.id, topic, starts)
         return HeadStart(copier)
 
     @property

@@ -32,6 +32,7 @@ from typing import Any
 from confluent_kafka import OFFSET_BEGINNING, Consumer, Producer, TopicPartition
 
 from strait.config.model import SyncsLocation
+from strait.flow_spec import FlowSpec, pairs
 from strait.progress import OffsetsTopic, Progress
 
 log = logging.getLogger(__name__)
@@ -115,7 +116,14 @@ class ProgressLog:
     consumer: tuple[tuple[str, str], ...]  # librdkafka settings of a consumer on the target
 
     def __post_init__(self) -> None:
-        object.__setattr__(self, "consumer", tuple(sorted(dict(self.consumer).items())))
+        object.__setattr__(self, "consumer", pairs(self.consumer))
+
+    @staticmethod
+    def of(spec: FlowSpec) -> ProgressLog | None:
+        """The progress log of a flow (None when its copies write no progress)."""
+        if spec.progress is None:
+            return None
+        return ProgressLog(spec.flow, spec.source_alias, spec.target_alias, spec.progress.topic, spec.target_consumer)
 
     @property
     def location(self) -> SyncsLocation:

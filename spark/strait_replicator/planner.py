@@ -25,11 +25,12 @@ from typing import Any, Protocol
 
 from pyspark.sql.datasource import InputPartition
 
+from strait.flow_spec import FlowSpec
 from strait.logs import setup_logging
 from strait.progress import keys_of
 from strait_replicator.live import Hold, ProgressLog
 from strait_replicator.state import CheckpointFormatError, EpochOffsets, Offsets, TopicPartitionKey
-from strait_replicator.writer import CopyRange, EpochLimits, WriterSettings
+from strait_replicator.writer import CopyRange, EpochLimits
 
 log = logging.getLogger(__name__)
 
@@ -44,15 +45,13 @@ class SourcePlan:
     """What the stream needs: the partitions to copy, the epoch's limits, the task count, the copy settings."""
 
     partitions: tuple[tuple[str, int], ...]  # (source topic, partition count)
-    source_admin: tuple[tuple[str, str], ...]  # librdkafka settings of an admin client on the source
     tasks: int
     checkpoint: str  # the query's Spark checkpoint (named in messages; read by the driver only)
-    writer: WriterSettings
+    spec: FlowSpec
     epoch_seconds: float
     max_records_per_epoch: int
     records_per_second: float = 0.0  # 0: no limit
     resume: tuple[tuple[tuple[str, int], int], ...] = ()  # where each partition starts when it has no progress
-    progress: ProgressLog | None = None  # the flow's progress topic (None: the copies write no progress)
     query: str = ""  # this run of the flow's query: what a stop record names
     # where the target holds every record below, from the evidence when the query started: no epoch,
     # a replayed one neither, starts a partition below it until its progress is seen
@@ -67,6 +66,11 @@ class SourcePlan:
     def decode(text: str) -> SourcePlan:
         """The plan of a data source option value."""
         return pickle.loads(base64.b64decode(text))
+
+    @property
+    def progress(self) -> ProgressLog | None:
+        """The flow's progress topic (None: the copies write no progress)."""
+        return ProgressLog.of(self.spec)
 
     def keys(self) -> list[TopicPartitionKey]:
         """Every source partition of the plan."""
@@ -185,7 +189,7 @@ class EpochPlanner:
         setup_logging()  # this runs in a Python worker of the driver's: its lines go to the driver's stderr
         for (topic, p), at in moved:
             log.info("flow=%s epoch=%d topic=%s partition=%d resumes at offset %d: the progress or the resume "
-                     "evidence on the target (the epoch started at %d)", self.plan.writer.flow, epoch.epoch, topic,
+                     "evidence on the target (the epoch started at %d)", self.plan.spec.flow, epoch.epoch, topic,
                      p, at, epoch.start[(topic, p)])
 
     def _source_ends(self, last: EpochOffsets) -> Offsets | None:
@@ -203,7 +207,7 @@ class EpochPlanner:
             if ends is not None:
                 return ends
             log.info("flow=%s cluster=%s no end offsets in a quick try: the epoch starts on the last epoch's",
-                     self.plan.writer.flow, self.plan.writer.source_alias)
+                     self.plan.spec.flow, self.plan.spec.source_alias)
             return {key: -1 for key in last.until}
         self._ends_unknown = False
         return self.sources.source_ends(wait=True)
@@ -256,7 +260,7 @@ def logged_epoch(entry: dict[str, Any], plan: SourcePlan) -> EpochOffsets:
         return EpochOffsets.from_json(entry)
     except CheckpointFormatError as exc:
         raise CheckpointFormatError(
-            f"flow {plan.writer.flow}: the checkpoint {plan.checkpoint} was written by an older strait: "
+            f"flow {plan.spec.flow}: the checkpoint {plan.checkpoint} was written by an older strait: "
             f"{exc}. Move that folder away and start again: the flow then copies its topics from their "
             f"earliest offsets (records already on the target are copied again, none is lost)") from exc
 

@@ -102,12 +102,12 @@ class ClusterSources:
         if self.plan.progress is None or not self.plan.query:
             return False
         reader, control = self._progress_reading()
-        if read and not control.stopped(self.plan.writer.flow, self.plan.query):
+        if read and not control.stopped(self.plan.spec.flow, self.plan.query):
             try:
                 reader.read(STOP_READ_SECONDS)
             except ResumeError as exc:
-                log.warning("flow=%s stop requests not read: %s", self.plan.writer.flow, exc)
-        return control.stopped(self.plan.writer.flow, self.plan.query)
+                log.warning("flow=%s stop requests not read: %s", self.plan.spec.flow, exc)
+        return control.stopped(self.plan.spec.flow, self.plan.query)
 
     def progress_positions(self) -> tuple[tuple[int, int], ...]:
         """Where this process read the progress topic to."""
@@ -130,7 +130,7 @@ class ClusterSources:
         if self.plan.progress is None:
             return ()
         now = time.time()
-        holds = self._progress_reading()[1].holds_of(self.plan.writer.flow)
+        holds = self._progress_reading()[1].holds_of(self.plan.spec.flow)
         return tuple(hold for hold in holds.values() if hold.fence_at > now)
 
     def progress(self) -> Offsets:
@@ -144,10 +144,10 @@ class ClusterSources:
         except ResumeError as exc:
             if not reader.read_through:  # part of an old log: older positions than the query's evidence
                 log.warning("flow=%s progress not read, epochs start where the last one did: %s",
-                            self.plan.writer.flow, exc)
+                            self.plan.spec.flow, exc)
                 return {}
             log.warning("flow=%s progress not read to its end, epochs start where it was read to before: %s",
-                        self.plan.writer.flow, exc)
+                        self.plan.spec.flow, exc)
             found = reader.progress
         return {key: found[key].next_offset for key in self.plan.keys() if key in found}
 
@@ -159,10 +159,10 @@ class ClusterSources:
         Without ``wait``: one try of QUICK_LIST_SECONDS, None when it fails that way.
         """
         isolation = IsolationLevel.READ_UNCOMMITTED \
-            if self.plan.writer.source_consumer.get("isolation.level") == "read_uncommitted" \
+            if dict(self.plan.spec.source_consumer).get("isolation.level") == "read_uncommitted" \
             else IsolationLevel.READ_COMMITTED
-        alias = self.plan.writer.source_alias
-        admin = cached_admin(self.plan.source_admin)
+        alias = self.plan.spec.source_alias
+        admin = cached_admin(self.plan.spec.source_admin)
         partitions = [TopicPartition(t, p) for t, p in self.plan.keys()]
 
         def listed() -> Offsets:
@@ -172,7 +172,7 @@ class ClusterSources:
             unknown = sorted(key for key, offset in offsets.items() if offset < 0)
             if unknown:
                 log.info("flow=%s cluster=%s partitions=%s no leader answered: planned from where they start",
-                         self.plan.writer.flow, alias, ",".join(f"{t}[{p}]" for t, p in unknown))
+                         self.plan.spec.flow, alias, ",".join(f"{t}[{p}]" for t, p in unknown))
             return offsets
 
         if not wait:
@@ -184,7 +184,7 @@ class ClusterSources:
                 admin.renew()
                 return None
         tries = itertools.count()  # the stop was read just before planning: read again only on a retry
-        return retry_transient(listed, f"flow={self.plan.writer.flow} listing latest offsets",
+        return retry_transient(listed, f"flow={self.plan.spec.flow} listing latest offsets",
                                lambda: self.stop_requested(read=next(tries) > 0), on_failure=admin.renew)
 
 

@@ -18,17 +18,18 @@ import sys
 import time
 import zipimport
 from collections.abc import Callable, Mapping
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from functools import partial
 from typing import Any
 
 import numpy as np
 from confluent_kafka import Consumer, KafkaError, KafkaException, Producer, TopicPartition
 
+from strait.config.model import SyncsLocation
 from strait.errors import StraitError
+from strait.flow_spec import FlowSpec, Pairs
 from strait.kafka.admin import KafkaRetriableError
 from strait.offsets import OffsetTranslationError, SyncPoint
-from strait.policy import ReplicationPolicy
 from strait.progress import Progress, progress_record
 from strait.records import EXACT_SYNC_HEADER, OffsetSync
 from strait_replicator.live import LiveRun, PartitionReport, live_value
@@ -142,38 +143,15 @@ def is_passing(error: KafkaError) -> bool:
     return error.code() == KafkaError._MSG_TIMED_OUT or KafkaRetriableError.is_transient(error)
 
 
-def write_error(message: str, errors: list[KafkaError]) -> ReplicationWriteError:
-    """The error for writes that failed with ``errors`` (none: not acknowledged in time), passing
-    when every one of them is."""
-    return (PassingWriteError if all(is_passing(error) for error in errors) else ReplicationWriteError)(message)
+def write_error(message: str, errors: list[KafkaError],
+                refused: type[StraitError] = ReplicationWriteError) -> StraitError:
+    """The error for writes that failed with ``errors`` (none: not acknowledged in time): passing
+    when every one of them is, else ``refused``."""
+    return (PassingWriteError if all(is_passing(error) for error in errors) else refused)(message)
 
 
 class ReplicationReadError(StraitError):
     """A source partition could not be read; the batch is not committed."""
-
-
-@dataclass(frozen=True)
-class WriterSettings:
-    """What a task needs to copy records of one flow (pickled to the executors)."""
-
-    flow: str
-    source_alias: str
-    target_alias: str
-    policy: ReplicationPolicy
-    target_producer: Mapping[str, str]
-    syncs_producer: Mapping[str, str]
-    syncs_topic: str  # "": the flow writes no offset syncs
-    syncs_alias: str
-    source_consumer: Mapping[str, str] = field(default_factory=dict)
-    repartition: bool = False  # the target places records by key hash (the flow's target_partitions)
-    flush_timeout: float = 120.0
-    read_timeout: float = 120.0
-    remote_names: Mapping[str, str] = field(default_factory=dict)
-    progress_topic: str = ""  # the flow's progress topic on the target ("": none written)
-
-    def remote_topic(self, topic: str) -> str:
-        """The remote topic name of a source topic."""
-        return self.remote_names.get(topic) or self.policy.format_remote_topic(self.source_alias, topic)
 
 
 @dataclass(frozen=True)
@@ -203,28 +181,28 @@ class EpochLimits:
         return max(MIN_TASK_SECONDS, self.ends_at - time.time())
 
 
-def producer_settings(config: Mapping[str, str]) -> dict[str, str]:
+def producer_settings(config: Mapping[str, str] | Pairs) -> dict[str, str]:
     """The copy's producer settings: strait's defaults under the user's.
 
     Idempotence needs ``acks=all``; a user who asks for fewer acknowledgements (MM1 setups carry
     ``acks=1``) gets one request in flight instead, which keeps per-partition order the same way.
     """
-    settings = {**PRODUCER_DEFAULTS, **config}
-    if str(settings["acks"]).lower() not in ("all", "-1") and "enable.idempotence" not in config:
+    settings = {**PRODUCER_DEFAULTS, **dict(config)}
+    if str(settings["acks"]).lower() not in ("all", "-1") and "enable.idempotence" not in dict(config):
         settings["enable.idempotence"] = "false"
         settings.setdefault("max.in.flight.requests.per.connection", "1")
     return settings
 
 
-def syncs_producer_settings(config: Mapping[str, str]) -> dict[str, str]:
+def syncs_producer_settings(config: Mapping[str, str] | Pairs) -> dict[str, str]:
     """The offset syncs' producer settings: the copy's, with Kafka's delivery timeout unless the user's."""
-    return producer_settings({"message.timeout.ms": SYNCS_MESSAGE_TIMEOUT_MS, **config})
+    return producer_settings({"message.timeout.ms": SYNCS_MESSAGE_TIMEOUT_MS, **dict(config)})
 
 
-def consumer_settings(settings: WriterSettings) -> dict[str, Any]:
+def consumer_settings(settings: FlowSpec) -> dict[str, Any]:
     """The copy's source consumer settings: strait's defaults under the user's, the copy loop's own
     over them. It never joins a group nor commits: each copy assigns its partitions' offsets itself."""
-    return {**CONSUMER_DEFAULTS, **settings.source_consumer, **CONSUMER_FIXED, "group.id": SOURCE_GROUP,
+    return {**CONSUMER_DEFAULTS, **dict(settings.source_consumer), **CONSUMER_FIXED, "group.id": SOURCE_GROUP,
             "logger": logging.getLogger("strait.librdkafka")}
 
 
@@ -234,7 +212,7 @@ EXACT_SYNC_HEADERS = [(EXACT_SYNC_HEADER, b"1")]
 class SyncWriter:
     """Produces the offset syncs of a task to the flow's syncs topic."""
 
-    def __init__(self, settings: WriterSettings, producer: Producer) -> None:
+    def __init__(self, settings: FlowSpec, producer: Producer) -> None:
         self.settings, self.producer = settings, producer
         self.errors: list[KafkaError] = []
         self.sent = self.delivered = 0  # syncs of one partition are acknowledged in send order
@@ -247,14 +225,15 @@ class SyncWriter:
 
     def send(self, topic: str, partition: int, points: list[SyncPoint]) -> int:
         """Produce one sync per point; how many were written (none when the flow writes no syncs)."""
-        if not self.settings.syncs_topic:
+        location = self.settings.syncs
+        if location is None:
             self.sent += len(points)
             self.delivered += len(points)
             return 0
         for point in points:
             record = OffsetSync(topic, partition, point.upstream, point.downstream)
-            _produce(self.producer, self.settings.syncs_topic, key=record.key_bytes(), value=record.value_bytes(),
-                     partition=0, on_delivery=self._on_delivery, headers=EXACT_SYNC_HEADERS)
+            produce_when_ready(self.producer, location.topic, key=record.key_bytes(), value=record.value_bytes(),
+                               partition=0, on_delivery=self._on_delivery, headers=EXACT_SYNC_HEADERS)
         self.sent += len(points)
         return len(points)
 
@@ -269,8 +248,9 @@ class SyncWriter:
         never pass a copied record whose sync is lost (the count of acknowledged syncs would)."""
         if self.errors or remaining:
             detail = self.errors[0].str() if self.errors else f"{remaining} not acknowledged"
-            raise write_error(f"flow {self.settings.flow}: writing offset syncs to topic {self.settings.syncs_topic} "
-                              f"on cluster {self.settings.syncs_alias} failed: {detail}", self.errors)
+            where = self.settings.syncs or SyncsLocation(self.settings.source_alias, "(none)")
+            raise write_error(f"flow {self.settings.flow}: writing offset syncs to topic {where.topic} "
+                              f"on cluster {where.alias} failed: {detail}", self.errors)
 
 
 class ProgressWriter:
@@ -281,7 +261,7 @@ class ProgressWriter:
     runs ahead of the syncs; a record that fails to arrive fails the task like a copied one.
     """
 
-    def __init__(self, settings: WriterSettings, producer: Producer, run: LiveRun | None) -> None:
+    def __init__(self, settings: FlowSpec, producer: Producer, run: LiveRun | None) -> None:
         self.settings, self.producer = settings, producer
         self.run = run or LiveRun(-1)
         self.errors: list[KafkaError] = []
@@ -293,22 +273,24 @@ class ProgressWriter:
 
     def write(self, reports: Mapping[tuple[str, int], tuple[PartitionReport, int]], final: bool = False) -> None:
         """Produce the progress of each partition whose (report, target offset of its last record) changed."""
-        if not self.settings.progress_topic:
+        location = self.settings.progress
+        if location is None:
             return
         for (topic, partition), (report, target_offset) in reports.items():
             if report.acked <= 0 or (self.written.get((topic, partition)) == report and not final):
                 continue
             progress = Progress(report.acked, target_offset, live_value(self.run, report, final))
             key, value = progress_record(self.settings.source_alias, topic, partition, progress)
-            _produce(self.producer, self.settings.progress_topic, key=key, value=value, partition=0,
-                     on_delivery=self._on_delivery)
+            produce_when_ready(self.producer, location.topic, key=key, value=value, partition=0,
+                               on_delivery=self._on_delivery)
             self.written[(topic, partition)] = report
 
     def check(self) -> None:
         """Fail the task if a progress record was not written."""
         if self.errors:
-            raise write_error(f"flow {self.settings.flow}: writing progress to topic {self.settings.progress_topic} "
-                              f"on cluster {self.settings.target_alias} failed: {self.errors[0].str()}", self.errors)
+            where = self.settings.progress or SyncsLocation(self.settings.target_alias, "(none)")
+            raise write_error(f"flow {self.settings.flow}: writing progress to topic {where.topic} "
+                              f"on cluster {where.alias} failed: {self.errors[0].str()}", self.errors)
 
 
 class CopiedPartition:
@@ -451,14 +433,14 @@ class RepartitionedPartition(CopiedPartition):
             self._count_settled(done, [ack_at.pop(offset) for offset in offsets[:done]])
 
 
-def copied_partitions(ranges: list[CopyRange], settings: WriterSettings,
+def copied_partitions(ranges: list[CopyRange], settings: FlowSpec,
                       errors: list[tuple[str, int, Any]]) -> dict[tuple[str, int], CopiedPartition]:
     """What a copy of ``ranges`` keeps per partition (repartitioned or not, as the flow copies)."""
     kind = RepartitionedPartition if settings.repartition else CopiedPartition
     return {(r.topic, r.partition): kind(r, settings.remote_topic(r.topic), errors) for r in ranges}
 
 
-def _produce(producer: Producer, topic: str, **kwargs: Any) -> None:
+def produce_when_ready(producer: Producer, topic: str, **kwargs: Any) -> None:
     """Produce one record, waiting while the local queue is full or the partition is not yet known."""
     deadline = time.monotonic() + UNKNOWN_PARTITION_WAIT_SECONDS
     while True:
@@ -488,7 +470,7 @@ def finish_copy(copied: Mapping[tuple[str, int], CopiedPartition], producer: Pro
                 f"flow {settings.flow}: {len(part.offsets)} records sent to {part.remote}[{part.partition}] were "
                 f"not acknowledged")
     syncs.flush(flush_timeout)
-    if settings.progress_topic:
+    if settings.progress is not None:
         progress.write({key: (part.report(part.settled_position()), part.last_target) for key, part in copied.items()},
                        final=True)
         _flush(producer, settings, errors, flush_timeout)
@@ -499,11 +481,11 @@ class CopyLoop:
     """Consumes the ranges and produces each record as it comes, until the epoch or every range ends."""
 
     def __init__(self, consumer: Consumer, producer: Producer, syncs: SyncWriter,
-                 copied: dict[tuple[str, int], CopiedPartition], settings: WriterSettings, limits: EpochLimits,
+                 copied: dict[tuple[str, int], CopiedPartition], settings: FlowSpec, limits: EpochLimits,
                  errors: list[tuple[str, int, Any]], progress: ProgressWriter | None = None) -> None:
         self.consumer, self.producer, self.syncs, self.copied = consumer, producer, syncs, copied
         self.settings, self.limits, self.errors = settings, limits, errors
-        self.progress = progress if progress is not None and settings.progress_topic else None
+        self.progress = progress if progress is not None and settings.progress is not None else None
         self.pending = dict(copied)
         self.sent = 0
         # (syncs sent, each partition's settled position and last target offset) at each settle, until
@@ -631,8 +613,8 @@ def _send_messages(messages: list[Any], producer: Producer, pending: dict[tuple[
         try:
             produce(part.remote, value, key, target, delivered, timestamp=timestamp, headers=headers)
         except (BufferError, KafkaException):  # queue full or partition not yet known: wait, then send it
-            _produce(producer, part.remote, value=value, key=key, partition=target,
-                     on_delivery=delivered, timestamp=timestamp, headers=headers)
+            produce_when_ready(producer, part.remote, value=value, key=key, partition=target,
+                               on_delivery=delivered, timestamp=timestamp, headers=headers)
         part.offsets.append(offset)
         part.timestamps.append(timestamp)
         part.bytes += len(value or b"") + len(key or b"")
@@ -678,13 +660,13 @@ def sync_points_of(source_offsets: np.ndarray, target_offsets: np.ndarray) -> li
     return [SyncPoint(int(up), int(down)) for up, down in zip(source_offsets[keep], target_offsets[keep])]
 
 
-def _raise_write_error(settings: WriterSettings, errors: list[tuple[str, int, Any]]) -> None:
+def _raise_write_error(settings: FlowSpec, errors: list[tuple[str, int, Any]]) -> None:
     topic, partition, err = errors[0]
     raise write_error(f"flow {settings.flow}: writing to topic {topic} partition {partition} on cluster "
                       f"{settings.target_alias} failed: {err.str()} ({err.name()})", [e for _t, _p, e in errors])
 
 
-def _flush(producer: Producer, settings: WriterSettings, errors: list[tuple[str, int, Any]],
+def _flush(producer: Producer, settings: FlowSpec, errors: list[tuple[str, int, Any]],
            timeout: float) -> None:
     remaining = producer.flush(timeout)
     if errors:

@@ -24,11 +24,12 @@ from strait_lab.kafka import KafkaCluster
 from strait.policy import DefaultReplicationPolicy
 from strait_replicator import copier, writer
 from strait.config.model import SyncsLocation
+from strait.flow_spec import FlowSpec
 from strait.progress import OffsetsTopic
-from strait_replicator.live import Hold, ProgressLog, hold_named, stop_record
+from strait_replicator.live import Hold, hold_named, stop_record
 from strait_replicator.source import CopyStreamReader, CopyTask, SourcePlan
 from strait_replicator.state import EpochOffsets
-from strait_replicator.writer import CopyRange, EpochLimits, WriterSettings
+from strait_replicator.writer import CopyRange, EpochLimits
 from tests.support.kafka import NumberedLoad, count, numbered_copies, records_by_partition
 from tests.support.waiting import wait_for
 
@@ -52,18 +53,14 @@ def _progress_topic(topic: str) -> str:
     return f"{topic}-progress"
 
 
-def _progress_log(source: KafkaCluster, target: KafkaCluster, settings: WriterSettings, topic: str) -> ProgressLog:
-    return ProgressLog(settings.flow, source.alias, target.alias, _progress_topic(topic),
-                       tuple(sorted(target.client_config().items())))
-
-
-def _settings(source: KafkaCluster, target: KafkaCluster, topic: str, remote: str, syncs: str) -> WriterSettings:
-    return WriterSettings(
+def _settings(source: KafkaCluster, target: KafkaCluster, topic: str, remote: str, syncs: str) -> FlowSpec:
+    return FlowSpec(
         flow=f"{source.alias}->{target.alias}", source_alias=source.alias, target_alias=target.alias,
-        policy=DefaultReplicationPolicy(), target_producer=target.client_config(),
-        syncs_producer=source.client_config(), syncs_topic=syncs, syncs_alias=source.alias,
-        source_consumer=source.client_config(), remote_names={topic: remote},
-        progress_topic=_progress_topic(topic))
+        policy=DefaultReplicationPolicy(), source_admin=source.client_config(),
+        source_consumer=source.client_config(), target_consumer=target.client_config(),
+        target_producer=target.client_config(), syncs=SyncsLocation(source.alias, syncs),
+        syncs_producer=source.client_config(), remote_names={topic: remote},
+        progress=SyncsLocation(target.alias, _progress_topic(topic)))
 
 
 def _send(source: KafkaCluster, topic: str, first: int, count: int) -> list[Record]:
@@ -113,15 +110,13 @@ def test_a_stop_record_ends_the_running_task_and_the_planner_plans_no_epoch_afte
     stop; this query's ends the running task within moments and the planner repeats the last epoch."""
     topic, remote, syncs = topics
     settings = _settings(source_cluster, target_cluster, topic, remote, syncs)
-    progress = _progress_log(source_cluster, target_cluster, settings, topic)
-    where = progress.reader()
+    where = OffsetsTopic(target_cluster.client_config(), settings.progress, source_cluster.alias)
     where.read()
     started_at = tuple(sorted(where.positions.items()))  # where the progress topic ended when the query started
     where.close()
     last = EpochOffsets(3, {(topic, 0): 0, (topic, 1): 0}, {(topic, 0): 0, (topic, 1): 0})
-    plan = SourcePlan(((topic, 2),), tuple(sorted(source_cluster.client_config().items())), 1, str(tmp_path),
-                      settings, epoch_seconds=60.0, max_records_per_epoch=10**6, progress=progress, query="q-this",
-                      last_epoch=last)
+    plan = SourcePlan(((topic, 2),), 1, str(tmp_path), settings, epoch_seconds=60.0, max_records_per_epoch=10**6,
+                      query="q-this", last_epoch=last)
     reader = CopyStreamReader(plan)
     try:
         sent = _send(source_cluster, topic, 0, 100)
@@ -156,21 +151,19 @@ def _copier_worker(plan: SourcePlan, task: CopyTask, rows: Any, stay_seconds: fl
     time.sleep(stay_seconds)
 
 
-def _plan(source: KafkaCluster, target: KafkaCluster, settings: WriterSettings, topic: str,
-          tmp_path: Path) -> SourcePlan:
-    progress = _progress_log(source, target, settings, topic)
-    return SourcePlan(((topic, 2),), tuple(sorted(source.client_config().items())), 1, str(tmp_path), settings,
-                      epoch_seconds=3.0, max_records_per_epoch=10**9, progress=progress, query="q-handoff")
+def _plan(settings: FlowSpec, topic: str, tmp_path: Path) -> SourcePlan:
+    return SourcePlan(((topic, 2),), 1, str(tmp_path), settings, epoch_seconds=3.0, max_records_per_epoch=10**9,
+                      query="q-handoff")
 
 
 def _quick_timeout_plan(source: KafkaCluster, target: KafkaCluster, topics: tuple[str, str, str],
-                        tmp_path: Path) -> tuple[WriterSettings, SourcePlan]:
+                        tmp_path: Path) -> tuple[FlowSpec, SourcePlan]:
     """Settings and plan whose copy producer times records out after 3 s (a frozen copier's lease and
     fence, or a frozen target, last seconds, not the default 30)."""
     topic, remote, syncs = topics
     producer = {**target.client_config(), "message.timeout.ms": "3000"}
     settings = replace(_settings(source, target, topic, remote, syncs), target_producer=producer)
-    return settings, _plan(source, target, settings, topic, tmp_path)
+    return settings, _plan(settings, topic, tmp_path)
 
 
 def _read_to(target: KafkaCluster, source: KafkaCluster, topic: str) -> tuple[tuple[int, int], ...]:

@@ -10,6 +10,7 @@ from confluent_kafka import Consumer, ConsumerGroupTopicPartitions, KafkaError, 
 
 from strait_lab.clients import Record, consume_all
 from strait_lab.kafka import KafkaCluster
+from strait_replicator.writer import produce_when_ready
 
 
 def records_by_partition(cluster: KafkaCluster, topic: str) -> dict[int, list[Record]]:
@@ -88,27 +89,14 @@ def produce_numbered(cluster: KafkaCluster, topic: str, partitions: int, total: 
             break
         partition = i % partitions
         key, value = f"k{i}".encode(), f"{partition}:{i // partitions}".encode()
-        try:
-            producer.produce(topic, key=key, value=value, partition=partition)
-        except KafkaException as exc:  # a partition just added: this producer's metadata may not have it yet
-            if exc.args[0].code() != KafkaError._UNKNOWN_PARTITION:
-                raise
-            _await_partition(producer, topic, partition)
-            producer.produce(topic, key=key, value=value, partition=partition)
+        # a partition just added: this producer's metadata may not have it yet
+        produce_when_ready(producer, topic, key=key, value=value, partition=partition)
         sent += 1
         if sent % 100 == 0:
             producer.poll(0)
             time.sleep(max(0.0, started + sent / rate - time.monotonic()))
     assert producer.flush(60) == 0
     return sent
-
-
-def _await_partition(producer: Producer, topic: str, partition: int, timeout: float = 60.0) -> None:
-    """Refresh the producer's metadata until it knows ``partition`` of ``topic``."""
-    deadline = time.monotonic() + timeout
-    while partition not in producer.list_topics(topic, timeout=10).topics[topic].partitions:
-        assert time.monotonic() < deadline, f"partition {partition} of {topic} unknown to the producer after {timeout:.0f}s"
-        time.sleep(0.2)
 
 
 def numbered_copies(target: KafkaCluster, remote: str) -> dict[int, list[int]]:

@@ -10,6 +10,8 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from strait.config.model import SyncsLocation
+from strait.flow_spec import FlowSpec
 from strait.kafka.admin import ClusterUnreachableError, KafkaAdminError
 from strait.policy import DefaultReplicationPolicy
 from strait_replicator import source
@@ -18,7 +20,7 @@ from strait_replicator.planner import (SMALL_BACKLOG, CopyTask, EpochPlanner, So
                                        logged_epoch, resumed_ranges)
 from strait_replicator.source import ClusterSources
 from strait_replicator.state import CheckpointFormatError, CheckpointLog, EpochOffsets, Offsets, epoch_of_log_text, is_local
-from strait_replicator.writer import MIN_TASK_SECONDS, CopyRange, EpochLimits, WriterSettings
+from strait_replicator.writer import MIN_TASK_SECONDS, CopyRange, EpochLimits
 
 keys = st.tuples(st.sampled_from(["a", "b", "c"]), st.integers(0, 5))
 offsets = st.dictionaries(keys, st.integers(0, 10**12), max_size=12)
@@ -84,8 +86,8 @@ def _planner(plan: SourcePlan, latest: Offsets, copied: Offsets | None = None) -
 def _plan(tmp_path: Path, partitions: tuple[tuple[str, int], ...] = (("t", 2),), tasks: int = 2,
           rate: float = 0.0, resume: Offsets | None = None, last_epoch: EpochOffsets | None = None,
           on_target: Offsets | None = None) -> SourcePlan:
-    writer = WriterSettings("A->B", "A", "B", DefaultReplicationPolicy(), {}, {}, "syncs", "A")
-    return SourcePlan(partitions, (), tasks, str(tmp_path), writer, epoch_seconds=5.0, max_records_per_epoch=1000,
+    spec = FlowSpec("A->B", "A", "B", DefaultReplicationPolicy(), syncs=SyncsLocation("A", "syncs"))
+    return SourcePlan(partitions, tasks, str(tmp_path), spec, epoch_seconds=5.0, max_records_per_epoch=1000,
                       records_per_second=rate, resume=tuple(sorted((resume or {}).items())), last_epoch=last_epoch,
                       on_target=tuple(sorted((on_target or {}).items())))
 

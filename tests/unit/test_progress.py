@@ -10,8 +10,8 @@ from hypothesis import strategies as st
 
 from strait.config.document import config_from_dict
 from strait.progress import (
-    EVIDENCE, PartitionEvidence, Progress, Resume, ResumeError, SharedRemote, decide_start, decide_starts,
-    progress_record, shared_remotes, summarize,
+    EVIDENCE, PartitionEvidence, Progress, Resume, ResumeError, decide_start, decide_starts, progress_record,
+    summarize,
 )
 from strait.offsets import PartitionTranslator, SyncPoint
 from strait.records import MIRROR_SOURCE_CONNECTOR, RecordFormatError, SourceOffset
@@ -137,25 +137,3 @@ def test_the_sync_below_an_offset_is_the_greatest_one_under_it(upstreams: list[i
     below = [u for u in upstreams if u < limit]
     found = translator.last_below(limit)
     assert (found.upstream if found else None) == (max(below) if below else None)
-
-
-def test_flows_aggregating_into_one_remote_topic_know_each_other() -> None:
-    """Flows to one target whose policies name the same remote topic: each reads the other's progress
-    before it takes the remote's records for copies no evidence explains."""
-    config = config_from_dict({
-        "clusters": {alias: {"bootstrap_servers": f"{alias.lower()}:9092"} for alias in ("A", "B", "C", "D")},
-        "flows": [
-            {"source": "A", "target": "C", "topics": {"include": ["orders"]}, "target_partitions": 3,
-             "replication_policy": "identity"},
-            {"source": "B", "target": "C", "topics": {"include": ["orders"]}, "target_partitions": 3,
-             "replication_policy": "identity"},
-            {"source": "D", "target": "C", "topics": {"include": ["orders"]}},  # default policy: D.orders
-            {"source": "B", "target": "A", "topics": {"include": ["orders"]},
-             "replication_policy": "identity"},
-        ],
-    }, "aggregate.yaml")
-    a_to_c = config.flows[0]
-    shared = shared_remotes(config, a_to_c, {"orders": "orders"})
-    assert [(s.remote, s.flow, s.source_alias, s.topic) for s in shared] == \
-        [("orders", "B->C", "B", "orders")]
-    assert shared[0] == SharedRemote("orders", "B->C", "B", "orders", config.flows[1].topic_names().progress)

@@ -31,6 +31,8 @@ def test_a_refused_write_fails_the_task(code: int) -> None:
     assert not is_passing(KafkaError(code))
     error = write_error("m", [KafkaError(KafkaError._MSG_TIMED_OUT), KafkaError(code)])
     assert type(error) is ReplicationWriteError, "one refused record among timed-out ones is not passing"
+    hold = write_error("m", [KafkaError(code)], refused=copier.HandOffError)
+    assert type(hold) is copier.HandOffError, "a copier's refused hold fails its hand-off"
 
 
 def test_writes_not_acknowledged_in_time_without_an_error_are_passing() -> None:

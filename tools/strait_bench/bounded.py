@@ -8,14 +8,15 @@ from typing import Any
 
 from confluent_kafka import Consumer, Producer
 
-from strait_replicator.writer import (CopyLoop, CopyRange, EpochLimits, ProgressWriter, SyncWriter, WriterSettings,
+from strait.flow_spec import FlowSpec
+from strait_replicator.writer import (CopyLoop, CopyRange, EpochLimits, ProgressWriter, SyncWriter,
                                       consumer_settings, copied_partitions, finish_copy,
                                       install_lazy_zip_invalidation, producer_settings, syncs_producer_settings)
 
 _librdkafka = logging.getLogger("strait.librdkafka")
 
 
-def copy_ranges(ranges: list[CopyRange], settings: WriterSettings, limits: EpochLimits) -> list[tuple[Any, ...]]:
+def copy_ranges(ranges: list[CopyRange], settings: FlowSpec, limits: EpochLimits) -> list[tuple[Any, ...]]:
     """Copy each range to its remote topic with its offset syncs until ``limits`` end the copy; one
     summary row per range (``writer.SUMMARY_FIELDS``)."""
     install_lazy_zip_invalidation()  # in a Spark task: the Python worker's imports stay cheap

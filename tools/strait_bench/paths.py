@@ -20,6 +20,8 @@ import time
 from functools import partial
 from pathlib import Path
 
+from strait.config.model import SyncsLocation
+from strait.flow_spec import FlowSpec
 from strait.policy import DefaultReplicationPolicy
 from strait_bench.bounded import copy_ranges
 from strait_lab.clients import Record, consume_all, create_topic, produce
@@ -27,7 +29,7 @@ from strait_lab.deps import spark_kafka_jars
 from strait_lab.kafka import KafkaCluster, KafkaClusterSpec
 from strait_replicator.planner import assign_partitions
 from strait_replicator.session import build_session
-from strait_replicator.writer import CopyRange, EpochLimits, WriterSettings
+from strait_replicator.writer import CopyRange, EpochLimits
 
 # Bounded copies end at their ranges' ends; a source that stops answering ends them after this long.
 COPY_SECONDS = 600.0
@@ -39,7 +41,7 @@ def _copy_all(records: int, partitions: int) -> tuple[list[CopyRange], dict[tupl
     return [CopyRange("bench", p, 0) for p in range(partitions)], counts
 
 
-def _copy_group(group: list[CopyRange], settings: WriterSettings,
+def _copy_group(group: list[CopyRange], settings: FlowSpec,
                 counts: dict[tuple[str, int], int]) -> list[tuple[object, ...]]:
     """Copy a group's partitions until all their records are copied (the loaded topic gets no more)."""
     cap = sum(counts[(r.topic, r.partition)] for r in group)
@@ -104,13 +106,13 @@ def run(records: int, size: int, partitions: int, repeats: int) -> dict[str, obj
     return report
 
 
-def _settings(source: KafkaCluster, target: KafkaCluster, remote: str) -> WriterSettings:
-    return WriterSettings(
+def _settings(source: KafkaCluster, target: KafkaCluster, remote: str) -> FlowSpec:
+    return FlowSpec(
         flow="A->B", source_alias="A", target_alias="B", policy=DefaultReplicationPolicy(),
         target_producer={"bootstrap.servers": target.bootstrap_servers},
         syncs_producer={"bootstrap.servers": source.bootstrap_servers},
         source_consumer={"bootstrap.servers": source.bootstrap_servers},
-        syncs_topic="bench-syncs", syncs_alias="A", remote_names={"bench": remote})
+        syncs=SyncsLocation("A", "bench-syncs"), remote_names={"bench": remote})
 
 
 def profile_copier(records: int, size: int, partitions: int, top: int = 25) -> dict[str, object]:
