@@ -56,6 +56,7 @@ class Replicator:
         self.client: Any = None  # the coordination Redis (None: run from a file)
         self._served: StraitConfig | None = None  # the configuration the last step served
         self._marks: MarkPublisher | None = None  # with the coordination Redis
+        self._planners_ended_for: frozenset[str | None] = frozenset()  # the queries running when they were ended
 
     def step(self, stop: threading.Event | None = None) -> None:
         """One control-loop pass: reconcile every flow, export progress; ``stop`` cuts planning short."""
@@ -103,9 +104,22 @@ class Replicator:
         for name in wanted:
             self._control(name, self.runners[name].start_copying)
             self._control(name, self.runners[name].observe)
+        self._end_idle_planners()
         if self._marks is not None:
             self._marks.refresh(lambda: {replicator_part(name): runner.restart_mark
                                          for name, runner in self.runners.items() if runner.serving})
+
+    def _end_idle_planners(self) -> None:
+        """Once every flow's query runs an epoch (its first one was planned), Spark's Python planner
+        daemons sit idle until a query starts again: end them (:meth:`SessionStarter.end_idle_planners`),
+        once per set of running queries."""
+        queries = frozenset(runner.running_query for runner in self.runners.values())
+        if not queries or None in queries or queries == self._planners_ended_for:
+            return
+        if self.session.running_jobs() < len(queries - {""}):  # a query's first epoch is still being planned
+            return
+        self._planners_ended_for = queries
+        self.session.end_idle_planners()
 
     @staticmethod
     def _control(name: str, step: Callable[[], Any]) -> None:

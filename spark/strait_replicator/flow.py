@@ -268,6 +268,16 @@ class FlowRunner:
             self._fail("checkpoint", str(exc), exc)
 
     @property
+    def running_query(self) -> str | None:
+        """The id of the query this runner started and runs; "" when it has no topic to copy; None
+        while its query is stopped or starting."""
+        if self._pending is not None:
+            return None
+        if self.query is None:
+            return "" if self.plan is not None and not self.plan.topics else None
+        return self._query_id
+
+    @property
     def shares_remotes(self) -> bool:
         """Whether another flow of the configuration writes into one of this flow's remote topics."""
         return self.plan is not None and bool(self.plan.spec.shared)

@@ -9,6 +9,7 @@ import time
 from collections.abc import Callable
 from pathlib import Path
 
+import psutil
 import pytest
 from confluent_kafka.admin import AlterConfigOpType, ConfigEntry, ConfigResource, ResourceType
 
@@ -21,6 +22,7 @@ from strait_lab.redis import RedisServer
 from strait_lab.services import StraitProcess
 from strait.offsets import PartitionTranslator, SyncPoint
 from strait.records import OffsetSync
+from strait_replicator.session import PLANNER_MODULES
 from tests.integration.compat_support import FULL as COMPAT_FULL
 from tests.support.cli import strait
 from tests.support.config import flow_config, write_config
@@ -140,6 +142,23 @@ def test_record_too_large_for_the_target_stops_the_flow_and_loses_nothing(
     wait_for(lambda: process.sample("strait_flow_state", flow="A->B", state="running") == 1, 60, "running state")
 
 
+def _planner_daemons(process: StraitProcess) -> list[str]:
+    """Spark's Python planner daemons and their workers under the replicator's process."""
+    found = []
+    for child in psutil.Process(process.process.pid).children(recursive=True):
+        try:
+            command = " ".join(child.cmdline())
+        except psutil.Error:  # ended meanwhile
+            continue
+        if any(module in command for module in PLANNER_MODULES):
+            found.append(command)
+    return found
+
+
+def _planners_ended(process: StraitProcess) -> int:
+    return process.log_text().count("ended Spark's idle planner daemons")
+
+
 def test_live_control_from_redis_without_restart(
     source_cluster: KafkaCluster, target_cluster: KafkaCluster, replicator: Callable[..., StraitProcess],
     unique_name: Callable[[str], str], tmp_path: Path, redis_url: str, redis_server: RedisServer,
@@ -159,6 +178,9 @@ def test_live_control_from_redis_without_restart(
     pid = process.process.pid
     produce(source_cluster.client_config(), first, [Record(b"k", b"1", partition=0)])
     wait_for(lambda: count(target_cluster, f"A.{first}") == 1, 120, "replication while enabled")
+    # Once the query runs its first epoch, Spark's planner daemons are ended (a restart starts them again).
+    wait_for(lambda: _planners_ended(process) == 1, 120, "Spark's idle planner daemons ended")
+    assert _planner_daemons(process) == []
 
     apply(enabled=False)
     wait_for(lambda: process.sample("strait_flow_state", flow="A->B", state="disabled") == 1, 60, "disabled")
@@ -181,6 +203,8 @@ def test_live_control_from_redis_without_restart(
     assert count(target_cluster, f"A.{second}") < 1 + 2000  # 200 records/s cannot copy 3,000 in 5 s
     wait_for(lambda: count(target_cluster, f"A.{second}") == 3001, 120, "the rest at the limited rate")
     assert process.process.pid == pid and process.process.alive()  # one process throughout
+    wait_for(lambda: _planners_ended(process) >= 2, 60, "the planner daemons ended again after the restarts")
+    wait_for(lambda: _planner_daemons(process) == [], 60, "no planner daemon left")
 
     # Each query start published where its topics resumed and on what evidence, for `strait status`.
     status = strait("status", "--redis-url", redis_url, "--json", timeout=60)

@@ -8,7 +8,6 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from strait.config.document import config_from_dict
 from strait.progress import (
     EVIDENCE, PartitionEvidence, Progress, Resume, ResumeError, decide_start, decide_starts, progress_record,
     summarize,
