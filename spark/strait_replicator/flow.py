@@ -620,9 +620,10 @@ class EpochCheck:
             since = self.stalled_since.setdefault(key, now)
             if now - since > self.read_timeout:
                 raise ReplicationReadError(
-                    f"flow {self.flow}: reading topic {key[0]} partition {key[1]} on cluster {self.source_alias} "
+                    f"flow {self.flow}: copying topic {key[0]} partition {key[1]} from cluster {self.source_alias} "
                     f"made no progress for {now - since:.0f}s at offset {start} (the source has records up to "
-                    f"{until}); check that its brokers are up and the partition has a leader")
+                    f"{until}); check that the source's brokers are up and the partition has a leader, and "
+                    f"that the target takes writes to its remote partition")
 
 
 def epoch_check(flow: str, plan: FlowPlan, checkpoint: CheckpointLog) -> EpochCheck:

@@ -368,8 +368,13 @@ class CopiedPartition:
 
     def next_offset(self) -> int:
         """Where the next epoch goes on: past the last record copied or the end seen, else the start
-        (everything below a task's start is on the target already); -1: unknown."""
-        copied = max(self.last + 1 if self.records else -1, self.reached)
+        (everything below a task's start is on the target already); -1: unknown.
+
+        An end seen counts only once every record sent is acknowledged: records sent and never
+        acknowledged (a copier that lapsed) were not copied, however far the fetch got.
+        """
+        reached = self.reached if not self.offsets else -1
+        copied = max(self.last + 1 if self.records else -1, reached)
         return copied if copied >= 0 or self.start is None else self.start
 
     def settled_position(self) -> int:

@@ -43,7 +43,7 @@ def test_a_partition_that_copies_nothing_while_its_source_has_records_fails_afte
     assert check.after_epoch(0, [_row(0, 5, 5), _row(1, 7, 7)]) == 0  # the clock starts
     time.sleep(0.4)
     offsets_log.epochs[1] = EpochOffsets(1, {("t", 0): 5, ("t", 1): 7}, {("t", 0): 12, ("t", 1): 7})
-    with pytest.raises(ReplicationReadError, match=r"topic t partition 0 on cluster A made no progress .* at "
+    with pytest.raises(ReplicationReadError, match=r"topic t partition 0 from cluster A made no progress .* at "
                                                    r"offset 5 \(the source has records up to 12\)"):
         check.after_epoch(1, [_row(0, 5, 5), _row(1, 7, 7)])
 

@@ -10,7 +10,8 @@ import pytest
 from confluent_kafka import KafkaError
 
 from strait_replicator import copier
-from strait_replicator.writer import PassingWriteError, ReplicationWriteError, is_passing, write_error
+from strait_replicator.writer import (CopiedPartition, CopyRange, PassingWriteError, ReplicationWriteError, is_passing,
+                                      write_error)
 
 pytestmark = pytest.mark.unit
 
@@ -65,3 +66,17 @@ def test_passing_failures_are_tolerated_for_the_flush_timeout_unless_a_copier_co
     assert _copier(5)._failing_for() == 0.0, "a copier that copied records failed from now on only"
     now[0] += 121
     assert _copier(0)._failing_for() == 0.0, "a failure more than the flush timeout after the last starts anew"
+
+
+def test_records_sent_but_never_acknowledged_are_not_copied_however_far_the_fetch_got() -> None:
+    """A copier that lapsed reports where its acknowledged copy ends, not the end of partition its
+    consumer saw: the epoch's loss and stall checks judge from there."""
+    errors: list = []
+    part = CopiedPartition(CopyRange("t", 0, 100), "A.t", errors)
+    part.offsets.extend([100, 101, 102])  # sent, never acknowledged
+    part.timestamps.extend([0, 0, 0])
+    part.reached = 103
+    assert part.next_offset() == 100 and part.summary()[7] == 100
+    part.offsets.clear()  # all acknowledged and settled: the end seen counts
+    part.timestamps.clear()
+    assert part.next_offset() == 103
