@@ -179,8 +179,8 @@ def test_live_control_from_redis_without_restart(
     produce(source_cluster.client_config(), first, [Record(b"k", b"1", partition=0)])
     wait_for(lambda: count(target_cluster, f"A.{first}") == 1, 120, "replication while enabled")
     # Once the query runs its first epoch, Spark's planner daemons are ended (a restart starts them again).
-    wait_for(lambda: _planners_ended(process) == 1, 120, "Spark's idle planner daemons ended")
-    assert _planner_daemons(process) == []
+    wait_for(lambda: _planners_ended(process) >= 1, 120, "Spark's idle planner daemons ended")
+    wait_for(lambda: _planner_daemons(process) == [], 30, "the planner daemons gone")  # they exit within moments
 
     apply(enabled=False)
     wait_for(lambda: process.sample("strait_flow_state", flow="A->B", state="disabled") == 1, 60, "disabled")
