@@ -83,6 +83,7 @@ def test_a_body_that_stops_on_sigterm_ends_at_once_with_code_0() -> None:
 def test_a_thread_left_running_after_a_clean_stop_does_not_keep_the_process() -> None:
     process = _start("lingering", grace="60")
     process.send_signal(signal.SIGTERM)
-    code, err = _ended_within(process, 30)
+    # 5 s expected; the bound only tells "ends by itself" from "hangs for the hour" on a loaded machine
+    code, err = _ended_within(process, 55)
     assert code == 0
     assert "still running 5s after its work ended: exiting now" in err
