@@ -227,10 +227,15 @@ class SessionStarter:
         return local_slots(self.master) or task_slots(self.get())
 
     def running_jobs(self) -> int:
-        """How many Spark jobs run now (an epoch of each query is one; 0 before the session is up)."""
+        """How many Spark jobs run now (an epoch of each query is one; 0 before the session is up, or
+        when Spark does not answer: the planner daemons are then left alone, never the process ended)."""
         if self._session is None:
             return 0
-        return len(self._session.sparkContext.statusTracker().getActiveJobsIds())
+        try:
+            return len(self._session.sparkContext.statusTracker().getActiveJobsIds())
+        except Exception as exc:  # noqa: BLE001 - a py4j failure here must not end the control loop
+            log.warning("Spark's running jobs not read (%s: %s)", type(exc).__name__, exc)
+            return 0
 
     def end_idle_planners(self) -> None:
         """:func:`end_idle_planners`, once the session is up; a failure is logged, never raised (the

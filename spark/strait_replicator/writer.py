@@ -187,8 +187,9 @@ def producer_settings(config: Mapping[str, str] | Pairs) -> dict[str, str]:
     Idempotence needs ``acks=all``; a user who asks for fewer acknowledgements (MM1 setups carry
     ``acks=1``) gets one request in flight instead, which keeps per-partition order the same way.
     """
-    settings = {**PRODUCER_DEFAULTS, **dict(config)}
-    if str(settings["acks"]).lower() not in ("all", "-1") and "enable.idempotence" not in dict(config):
+    given = dict(config)
+    settings = {**PRODUCER_DEFAULTS, **given}
+    if str(settings["acks"]).lower() not in ("all", "-1") and "enable.idempotence" not in given:
         settings["enable.idempotence"] = "false"
         settings.setdefault("max.in.flight.requests.per.connection", "1")
     return settings
