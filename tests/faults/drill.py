@@ -77,8 +77,8 @@ class Mode:
     restart_gap_seconds: float = 20.0  # from a broker's return to the next broker's stop
     outage_seconds: float = 45.0  # a SIGKILLed broker stays down this long
     long_outage_seconds: float = 240.0  # the long single-broker outage
-    # a rolling restart restarts every target broker, or (short) only the one leading the copy's partition 0
-    restart_every_target_broker: bool = True
+    # a rolling restart restarts every broker of both clusters, or (short) in each the one leading partition 0
+    restart_every_broker: bool = True
     epoch_seconds: float = 10.0  # the replicator's epochs: every drill runs through their boundaries
     boundaries: int = 3  # epoch boundaries the boundaries drill runs through
 
@@ -89,7 +89,7 @@ class Mode:
             return cls("full", rate=2000, warmup_seconds=10, between_seconds=15, injections=3)
         return cls("short", rate=500, warmup_seconds=2, between_seconds=2, injections=1, restart_down_seconds=3,
                    restart_gap_seconds=1, outage_seconds=15, long_outage_seconds=30,
-                   restart_every_target_broker=False, epoch_seconds=5.0)
+                   restart_every_broker=False, epoch_seconds=5.0)
 
 
 @dataclass(frozen=True)

@@ -52,9 +52,14 @@ def _restart_brokers(drill: Drill, cluster: KafkaCluster, mode: Mode, nodes: lis
         time.sleep(mode.restart_gap_seconds)
 
 
+def _brokers_to_restart(cluster: KafkaCluster, topic: str, mode: Mode) -> list[int]:
+    """Every broker of the cluster in turn, or (short form) the one leading the topic's partition 0."""
+    return list(range(len(cluster.nodes))) if mode.restart_every_broker else [leader_index(cluster, topic)]
+
+
 def _rolling_restart(rig: Rig, drill: Drill, mode: Mode, replicator: str) -> tuple[float, float]:
-    """Restart every broker of the source, then of the target (in the short form only the target broker
-    leading the copy's partition 0), while a direct producer writes to the target; returns the longest
+    """Restart every broker of the source, then of the target (in the short form only the broker of
+    each leading the copy's partition 0), while a direct producer writes to the target; returns the longest
     replication stall and the direct producer's longest ack gap."""
     direct_topic = f"{drill.topic}-direct"
     rig.create_topic(direct_topic, rig.target)
@@ -63,10 +68,8 @@ def _rolling_restart(rig: Rig, drill: Drill, mode: Mode, replicator: str) -> tup
     try:
         time.sleep(mode.warmup_seconds)
         started = time.monotonic()
-        _restart_brokers(drill, rig.source, mode, list(range(len(rig.source.nodes))))
-        remote = rig.remote(drill.topic)
-        _restart_brokers(drill, rig.target, mode, list(range(len(rig.target.nodes)))
-                         if mode.restart_every_target_broker else [leader_index(rig.target, remote)])
+        _restart_brokers(drill, rig.source, mode, _brokers_to_restart(rig.source, drill.topic, mode))
+        _restart_brokers(drill, rig.target, mode, _brokers_to_restart(rig.target, rig.remote(drill.topic), mode))
         ended = time.monotonic()
         direct.stop()
         stall = watch.longest_stall(drill.load, started, ended)
