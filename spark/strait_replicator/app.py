@@ -112,14 +112,14 @@ class Replicator:
     def _end_idle_planners(self) -> None:
         """Once every flow's query runs an epoch (its first one was planned), Spark's Python planner
         daemons sit idle until a query starts again: end them (:meth:`SessionStarter.end_idle_planners`),
-        once per set of running queries."""
+        once per set of running queries (again at the next step while one of them is busy)."""
         queries = frozenset(runner.running_query for runner in self.runners.values())
         if not queries or None in queries or queries == self._planners_ended_for:
             return
         if self.session.running_jobs() < len(queries - {""}):  # a query's first epoch is still being planned
             return
-        self._planners_ended_for = queries
-        self.session.end_idle_planners()
+        if self.session.end_idle_planners():
+            self._planners_ended_for = queries
 
     @staticmethod
     def _control(name: str, step: Callable[[], Any]) -> None:

@@ -14,7 +14,9 @@ import sys
 import threading
 import time
 from collections.abc import Sequence
+from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 from pyspark.sql import SparkSession
 
@@ -132,26 +134,60 @@ PLANNER_MODULES = ("pyspark.sql.worker.lookup_data_sources", "pyspark.sql.worker
                    "pyspark.sql.worker.plan_data_source_read")
 
 
-def end_idle_planners(session: SparkSession) -> list[str]:
-    """Stop the driver's Python planner daemons (PLANNER_MODULES) through Spark's own worker
-    factories; the modules whose daemon was stopped.
+@dataclass(frozen=True)
+class PlannersEnded:
+    """What :func:`end_idle_planners` did: the planner modules whose daemon it stopped, and those it
+    left because a worker of theirs was planning (a query starting)."""
+
+    stopped: tuple[str, ...]
+    busy: tuple[str, ...]
+
+
+def end_idle_planners(session: SparkSession) -> PlannersEnded:
+    """Stop the driver's idle Python planner daemons (PLANNER_MODULES) through Spark's own worker
+    factories; a factory with a worker out (planning now) is left alone.
 
     The factories are Spark internals (``SparkEnv.pythonWorkers``, read by reflection): if a Spark
     version has them otherwise this raises, and the daemons are simply left running.
     """
     jvm = session.sparkContext._jvm  # type: ignore[attr-defined]
     env = jvm.org.apache.spark.SparkEnv.get()
-    field = env.getClass().getDeclaredField("pythonWorkers")
-    field.setAccessible(True)
-    factories = field.get(env).iterator()
-    stopped = []
+    factories = _private_field(env, "pythonWorkers").iterator()
+    stopped, busy = [], []
     while factories.hasNext():
         entry = factories.next()
-        module = entry._1().workerModule()
-        if module in PLANNER_MODULES:
-            entry._2().stop()
-            stopped.append(module)
-    return stopped
+        module, factory = entry._1().workerModule(), entry._2()
+        if module not in PLANNER_MODULES:
+            continue
+        if planning(_private_field(factory, "daemonWorkers"), _private_field(factory, "idleWorkers")):
+            busy.append(module)
+            continue
+        factory.stop()
+        stopped.append(module)
+    return PlannersEnded(tuple(stopped), tuple(busy))
+
+
+def planning(workers: Any, idle: Any) -> bool:
+    """Whether a planner factory has a worker out planning: one of its ``workers`` (Spark's map of
+    worker to process handle) alive and not among its ``idle`` ones. Spark's idle timeout stops idle
+    workers without forgetting them: a known worker may be dead."""
+    entries = workers.iterator()
+    while entries.hasNext():
+        entry = entries.next()
+        if entry._2().isAlive() and not idle.contains(entry._1()):
+            return True
+    return False
+
+
+def _private_field(obj: Any, name: str) -> Any:
+    """A JVM object's private field, by reflection."""
+    field = obj.getClass().getDeclaredField(name)
+    field.setAccessible(True)
+    return field.get(obj)
+
+
+def _short(modules: tuple[str, ...]) -> str:
+    return ",".join(m.rsplit(".", 1)[1] for m in modules)
 
 
 def task_slots(session: SparkSession) -> int:
@@ -237,19 +273,23 @@ class SessionStarter:
             log.warning("Spark's running jobs not read (%s: %s)", type(exc).__name__, exc)
             return 0
 
-    def end_idle_planners(self) -> None:
-        """:func:`end_idle_planners`, once the session is up; a failure is logged, never raised (the
-        daemons then stay: memory, not a fault)."""
+    def end_idle_planners(self) -> bool:
+        """:func:`end_idle_planners`, once the session is up; False while a planner is busy (try again
+        later). A failure is logged, never raised, and counts as done (the daemons then stay: memory,
+        not a fault)."""
         if self._session is None:
-            return
+            return False
         try:
-            stopped = end_idle_planners(self._session)
+            ended = end_idle_planners(self._session)
         except Exception as exc:  # noqa: BLE001 - Spark's internals differ: keep copying, say so
             log.warning("Spark's idle planner daemons not ended (%s: %s); they hold about 280 MB",
                         type(exc).__name__, exc)
-            return
-        if stopped:
-            log.info("ended Spark's idle planner daemons modules=%s", ",".join(m.rsplit(".", 1)[1] for m in stopped))
+            return True
+        if ended.stopped:
+            log.info("ended Spark's idle planner daemons modules=%s", _short(ended.stopped))
+        if ended.busy:
+            log.info("left Spark's busy planner daemons modules=%s", _short(ended.busy))
+        return not ended.busy
 
     def stop(self) -> None:
         """Stop the session if it started."""

@@ -6,7 +6,7 @@ import os
 
 import pytest
 
-from strait_replicator.session import available_cores, local_slots, spark_master
+from strait_replicator.session import available_cores, local_slots, planning, spark_master
 
 pytestmark = pytest.mark.unit
 
@@ -29,3 +29,45 @@ def test_a_cluster_masters_slots_wait_for_its_executors_and_spark_submit_keeps_i
     assert spark_master("spark://10.0.0.1:7077") == "spark://10.0.0.1:7077"
     monkeypatch.setenv("PYSPARK_GATEWAY_PORT", "4242")
     assert spark_master(None) is None
+
+
+class _Scala:
+    """Just enough of Spark's Scala collections, as py4j shows them, for :func:`planning`."""
+
+    def __init__(self, items: list) -> None:
+        self.items = items
+
+    def iterator(self) -> _Scala:
+        self._left = list(self.items)
+        return self
+
+    def hasNext(self) -> bool:  # noqa: N802 - Scala's name
+        return bool(self._left)
+
+    def next(self) -> object:
+        return self._left.pop(0)
+
+    def contains(self, item: object) -> bool:
+        return item in self.items
+
+
+class _Entry:
+    def __init__(self, worker: str, alive: bool) -> None:
+        self.worker, self.alive = worker, alive
+
+    def _1(self) -> str:
+        return self.worker
+
+    def _2(self) -> _Entry:
+        return self
+
+    def isAlive(self) -> bool:  # noqa: N802 - Java's name
+        return self.alive
+
+
+def test_a_planner_daemon_counts_as_busy_only_while_a_live_worker_of_it_is_out() -> None:
+    idle = _Scala(["w1"])
+    assert not planning(_Scala([]), idle)
+    assert not planning(_Scala([_Entry("w1", True)]), idle)  # released: idle
+    assert not planning(_Scala([_Entry("w2", False)]), idle)  # stopped by Spark's idle timeout, still listed
+    assert planning(_Scala([_Entry("w1", True), _Entry("w2", True)]), idle)  # w2 plans now
