@@ -16,6 +16,7 @@ from confluent_kafka.admin import (
     ResourceType,
 )
 
+from strait_lab import class_archive
 from strait_lab.clients import Record, consume_all, create_topic, produce
 from strait_lab.kafka import KafkaCluster
 from tests.support.waiting import wait_for
@@ -40,6 +41,14 @@ def test_three_brokers_replicate_a_topic(secured_cluster: KafkaCluster, unique_n
                         "the topic's metadata on every broker")
     assert len(metadata.partitions) == 3
     assert all(len(p.replicas) == 3 for p in metadata.partitions.values())
+
+
+def test_every_broker_maps_the_class_archive_make_deps_recorded(secured_cluster: KafkaCluster) -> None:
+    archive = class_archive.archive_path("kafka")
+    assert archive.exists(), f"`make deps` recorded no class archive at {archive}"
+    for pid in secured_cluster.pids():
+        with open(f"/proc/{pid}/maps", encoding="utf-8") as maps:
+            assert str(archive) in maps.read(), f"broker pid {pid} did not map {archive}"
 
 
 def test_acls_are_enforced_for_scram_users(secured_cluster: KafkaCluster, unique_name: Callable[[str], str]) -> None:

@@ -192,6 +192,8 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("what", nargs="*", default=["system", "kafka"],
                         help="`system` for OS packages, or a jar set name (kafka, mm2, kafka-3.9, ...)")
     args = parser.parse_args(argv)
+    from strait_lab import class_archive  # it starts a broker: strait_lab.kafka imports this module
+
     logging.basicConfig(level="INFO", format="%(message)s")
     try:
         for item in args.what:
@@ -199,6 +201,8 @@ def main(argv: list[str] | None = None) -> int:
                 ensure_system_packages()
             else:
                 print(f"jars {item}: {ensure_jars(item)}")
+            if item == class_archive.JAR_SET:
+                class_archive.ensure_archive()
     except StraitError as exc:
         print(f"strait: error: {exc}", file=sys.stderr)
         return 1

@@ -30,7 +30,7 @@ from pathlib import Path
 from confluent_kafka.admin import AdminClient
 
 from strait_lab.errors import LabError, ProcessStartError
-from strait_lab import deps
+from strait_lab import class_archive, deps
 from strait_lab.ports import claim_port, free_port
 from strait_lab.process import ManagedProcess, console_log4j, console_log4j2, tail
 from strait_lab.tls import TlsFiles, make_tls_files
@@ -130,6 +130,7 @@ class KafkaClusterSpec:
             to learn which ACLs clients really use.
         overrides: extra broker properties, applied last.
         heap: Java heap size per node.
+        jvm_options: more options of each node's JVM (not of the format tool's).
         version: the Kafka release line, one of :data:`KAFKA_VERSIONS`: today's Kafka 4 in KRaft
             mode by default, or an older line in ZooKeeper mode (``"3.9"``, ``"2.4"``). Kafka 2.4
             cannot read the lab's PEM stores, so ``tls`` is refused for it.
@@ -147,6 +148,7 @@ class KafkaClusterSpec:
     overrides: Mapping[str, str] = field(default_factory=dict)
     heap: str = "512m"
     version: str = DEFAULT_KAFKA_VERSION
+    jvm_options: tuple[str, ...] = ()
 
     def __post_init__(self) -> None:
         version = kafka_version(self.version)  # a LabError for an unknown version
@@ -563,7 +565,7 @@ class KafkaCluster:
             (self.workdir / "log4j.properties").write_text(
                 console_log4j() + _BROKER_LOG4J.format(level="INFO") + audit)
 
-    def _java(self, cp: str, main: str, *args: str, heap: str = "256m") -> list[str]:
+    def _java(self, cp: str, main: str, *args: str, heap: str = "256m", options: tuple[str, ...] = ()) -> list[str]:
         java = shutil.which("java") or "java"
         if self.zookeeper_server is None:
             log_config = f"-Dlog4j2.configurationFile={self.workdir / 'log4j2.properties'}"
@@ -571,7 +573,7 @@ class KafkaCluster:
             log_config = f"-Dlog4j.configuration=file:{self.workdir / 'log4j.properties'}"
         return [
             java, f"-Xmx{heap}", "-XX:+UseG1GC", "-Djava.awt.headless=true", log_config,
-            "-cp", cp, main, *args,
+            *class_archive.archive_options(self._version.jar_set), *options, "-cp", cp, main, *args,
         ]
 
     def _format(self, cp: str, n: int) -> None:
@@ -607,5 +609,6 @@ class KafkaCluster:
         log.info("scram user added alias=%s user=%s", self.alias, user)
 
     def _node_process(self, cp: str, n: int) -> ManagedProcess:
-        argv = self._java(cp, BROKER_MAIN, str(self._node_dir(n) / "server.properties"), heap=self.spec.heap)
+        argv = self._java(cp, BROKER_MAIN, str(self._node_dir(n) / "server.properties"), heap=self.spec.heap,
+                          options=self.spec.jvm_options)
         return ManagedProcess(f"Kafka cluster {self.alias} node {n + 1}", argv, self._node_dir(n) / "server.log")
