@@ -64,6 +64,9 @@ RENEW_NEXT_DOOR = True
 DOOR_ANSWER_SECONDS = 2.0  # a copier next door that does not answer a renewal this fast is taken for frozen
 DOOR_BEAT_SECONDS = 1.0  # how often a copier next door tells its task it is alive
 DOOR_SILENCE_SECONDS = 5.0  # a task whose copier next door stays silent this long copies itself
+# A copier whose writes failed for the moment (lapsed) is followed within its task, this long after:
+# the partitions would otherwise wait for the next epoch (up to its length: 60 s by default).
+SUCCESSOR_SECONDS = 1.0
 
 
 class HandOffError(StraitError):
@@ -370,25 +373,59 @@ def copy_task(plan: SourcePlan, task: CopyTask) -> list[tuple[Any, ...]]:
         if rows is not None:
             return rows
         copier = _started(plan, task)
-    return _watched(copier, task.limits)
+    return _watched(copier, task.limits, successor=lambda: _started(plan, task))
 
 
-def _watched(copier: Copier, limits: EpochLimits, beat: Callable[[], None] | None = None) -> list[tuple[Any, ...]]:
+def _watched(copier: Copier, limits: EpochLimits, beat: Callable[[], None] | None = None,
+             successor: Callable[[], Copier] | None = None) -> list[tuple[Any, ...]]:
     """Watch a renewed or new copier until the epoch ends, its record cap or its end (``beat`` is
-    called about every DOOR_BEAT_SECONDS meanwhile); the epoch's rows, or the copier's error."""
-    mark = copier.mark()  # {} while a new copier claims: its rows then count from its start
+    called about every DOOR_BEAT_SECONDS meanwhile); the epoch's rows, or the copier's error. A
+    copier that lapsed is followed by a ``successor`` while the epoch lasts: one row per partition
+    sums them up (:func:`merged_rows`)."""
     now = time.monotonic()
     deadline, next_beat = now + limits.task_seconds(), now + DOOR_BEAT_SECONDS
-    while not copier.ended.wait(WAIT_SECONDS):
-        now = time.monotonic()
-        if now >= deadline or copier.records_since(mark) >= limits.max_records:
-            break
-        if beat is not None and now >= next_beat:
-            beat()
-            next_beat = now + DOOR_BEAT_SECONDS
-    if copier.error is not None:
-        raise copier.error
-    return copier.rows_since(mark)
+    earlier: list[tuple[Any, ...]] = []
+    while True:
+        mark = copier.mark()  # {} while a new copier claims: its rows then count from its start
+        while not copier.ended.wait(WAIT_SECONDS):
+            now = time.monotonic()
+            if now >= deadline or _records(earlier) + copier.records_since(mark) >= limits.max_records:
+                break
+            if beat is not None and now >= next_beat:
+                beat()
+                next_beat = now + DOOR_BEAT_SECONDS
+        if copier.error is not None:
+            raise copier.error
+        rows = merged_rows(earlier, copier.rows_since(mark))
+        if (successor is None or copier.reason != "lapsed"
+                or time.monotonic() + SUCCESSOR_SECONDS >= deadline or _records(rows) >= limits.max_records):
+            return rows
+        earlier = rows
+        time.sleep(SUCCESSOR_SECONDS)
+        copier = successor()
+        log.info("flow=%s copier=%s goes on after a lapsed copier of partitions=%s in the same epoch",
+                 copier.settings.flow, copier.id, _named(copier.keys))
+
+
+def merged_rows(earlier: list[tuple[Any, ...]], later: list[tuple[Any, ...]]) -> list[tuple[Any, ...]]:
+    """The summary rows (``writer.SUMMARY_FIELDS``) of two copiers of the same partitions, one after
+    the other, as one row per partition: counts add up, the offsets span both."""
+    merged = {(row[0], row[1]): row for row in earlier}
+    for row in later:
+        before = merged.get((row[0], row[1]))
+        if before is None:
+            merged[(row[0], row[1])] = row
+            continue
+        merged[(row[0], row[1])] = (
+            row[0], row[1], row[2], before[3] + row[3], before[4] + row[4],
+            before[5] if before[5] is not None else row[5], row[6] if row[6] is not None else before[6],
+            row[7], before[8] + row[8], [a + b for a, b in zip(before[9], row[9])], before[10] + row[10],
+            row[11], before[12])
+    return list(merged.values())
+
+
+def _records(rows: list[tuple[Any, ...]]) -> int:
+    return sum(row[3] for row in rows)
 
 
 def _renewed(plan: SourcePlan, task: CopyTask) -> Copier | None:

@@ -80,3 +80,20 @@ def test_records_sent_but_never_acknowledged_are_not_copied_however_far_the_fetc
     part.offsets.clear()  # all acknowledged and settled: the end seen counts
     part.timestamps.clear()
     assert part.next_offset() == 103
+
+
+def _row(partition: int, records: int, first: int | None, last: int | None, next_offset: int, start: int,
+         syncs: int = 1, lag: int = 0) -> tuple:
+    return ("t", partition, "A.t", records, records * 10, first, last, next_offset, syncs, [records, 0], 0.5 * records,
+            lag, start)
+
+
+def test_a_lapsed_copier_and_its_successor_in_one_epoch_sum_up_to_one_row_per_partition() -> None:
+    lapsed = [_row(0, 100, 0, 99, 100, 0), _row(1, 0, None, None, 50, 50)]
+    # the successor resumes partition 0 from the progress (80: 20 copied again), copies nothing of 1 yet
+    successor = [_row(0, 70, 80, 149, 150, 80, lag=3), _row(1, 0, None, None, 50, 50)]
+    merged = {row[1]: row for row in copier.merged_rows(lapsed, successor)}
+    assert merged[0] == ("t", 0, "A.t", 170, 1700, 0, 149, 150, 2, [170, 0], 85.0, 3, 0)
+    assert merged[1] == ("t", 1, "A.t", 0, 0, None, None, 50, 2, [0, 0], 0.0, 0, 50)
+    # a successor still claiming has no rows yet: the lapsed one's stand
+    assert copier.merged_rows(lapsed, []) == lapsed and copier.merged_rows([], successor) == successor
