@@ -81,7 +81,7 @@ class Copier(threading.Thread):
     """Copies one task group's partitions until no task renews it, a stop of its query, or a newer
     claim on one of its partitions (see the module's text)."""
 
-    def __init__(self, plan: SourcePlan, task: CopyTask, door: bool = True) -> None:
+    def __init__(self, plan: SourcePlan, task: CopyTask, door: bool = True, successor: bool = False) -> None:
         self.id = uuid.uuid4().hex[:12]
         super().__init__(name=f"strait-copier-{self.id}", daemon=True)
         progress_log = plan.progress
@@ -111,7 +111,9 @@ class Copier(threading.Thread):
         self._process = process_identity()
         self._released = False
         self._loop: CopyLoop | None = None
-        self._contended = False  # another copier held one of its partitions since the epoch was planned
+        # another copier held one of its partitions since the epoch was planned (a successor's predecessor
+        # did, even when its hold and release are both read at the claim): start where the progress says
+        self._contended = successor
         self.door = _Door(self)
         if not door:  # no task renews it through one: closed for good
             self.door.close()
@@ -363,8 +365,9 @@ _registry_lock = threading.Lock()
 
 def copy_task(plan: SourcePlan, task: CopyTask) -> list[tuple[Any, ...]]:
     """An epoch's task: renew the copier of its partitions (in this Python worker, else in another
-    of this host) or start one; watch it until the epoch ends (or its record cap, or a stop); one
-    summary row per partition of what it copied meanwhile."""
+    of this host) or start one; watch it until the epoch ends (or its record cap, or a stop), with a
+    successor after a copier that lapsed here; one summary row per partition of what they copied
+    meanwhile."""
     install_lazy_zip_invalidation()  # a Python worker's: the driver copies nothing
     setup_logging()
     copier = _renewed(plan, task)
@@ -373,7 +376,7 @@ def copy_task(plan: SourcePlan, task: CopyTask) -> list[tuple[Any, ...]]:
         if rows is not None:
             return rows
         copier = _started(plan, task)
-    return _watched(copier, task.limits, successor=lambda: _started(plan, task))
+    return _watched(copier, task.limits, successor=lambda: _started(plan, task, successor=True))
 
 
 def _watched(copier: Copier, limits: EpochLimits, beat: Callable[[], None] | None = None,
@@ -385,6 +388,7 @@ def _watched(copier: Copier, limits: EpochLimits, beat: Callable[[], None] | Non
     now = time.monotonic()
     deadline, next_beat = now + limits.task_seconds(), now + DOOR_BEAT_SECONDS
     earlier: list[tuple[Any, ...]] = []
+    followed = False  # the copier watched is a successor
     while True:
         mark = copier.mark()  # {} while a new copier claims: its rows then count from its start
         while not copier.ended.wait(WAIT_SECONDS):
@@ -395,6 +399,10 @@ def _watched(copier: Copier, limits: EpochLimits, beat: Callable[[], None] | Non
                 beat()
                 next_beat = now + DOOR_BEAT_SECONDS
         if copier.error is not None:
+            if followed and not copier.claimed.is_set():  # a successor the target did not take a claim of yet
+                log.warning("flow=%s copier=%s (a successor) not claimed: the next epoch's copier goes on (%s)",
+                            copier.settings.flow, copier.id, copier.error)
+                return earlier
             raise copier.error
         rows = merged_rows(earlier, copier.rows_since(mark))
         if (successor is None or copier.reason != "lapsed"
@@ -402,14 +410,22 @@ def _watched(copier: Copier, limits: EpochLimits, beat: Callable[[], None] | Non
             return rows
         earlier = rows
         time.sleep(SUCCESSOR_SECONDS)
-        copier = successor()
+        try:
+            copier = successor()
+        except Exception as exc:  # noqa: BLE001 - the lapsed copier's epoch stands; the next one goes on
+            log.warning("flow=%s no successor of copier=%s started: the next epoch's copier goes on (%s: %s)",
+                        copier.settings.flow, copier.id, type(exc).__name__, exc)
+            return rows
+        followed = True
         log.info("flow=%s copier=%s goes on after a lapsed copier of partitions=%s in the same epoch",
                  copier.settings.flow, copier.id, _named(copier.keys))
 
 
 def merged_rows(earlier: list[tuple[Any, ...]], later: list[tuple[Any, ...]]) -> list[tuple[Any, ...]]:
     """The summary rows (``writer.SUMMARY_FIELDS``) of two copiers of the same partitions, one after
-    the other, as one row per partition: counts add up, the offsets span both."""
+    the other, as one row per partition: counts add up, the offsets span both (a successor that has
+    copied nothing yet starts where the progress says, which may be short of its predecessor's
+    acknowledged end, and knows no lag yet)."""
     merged = {(row[0], row[1]): row for row in earlier}
     for row in later:
         before = merged.get((row[0], row[1]))
@@ -419,8 +435,8 @@ def merged_rows(earlier: list[tuple[Any, ...]], later: list[tuple[Any, ...]]) ->
         merged[(row[0], row[1])] = (
             row[0], row[1], row[2], before[3] + row[3], before[4] + row[4],
             before[5] if before[5] is not None else row[5], row[6] if row[6] is not None else before[6],
-            row[7], before[8] + row[8], [a + b for a, b in zip(before[9], row[9])], before[10] + row[10],
-            row[11], before[12])
+            max(before[7], row[7]), before[8] + row[8], [a + b for a, b in zip(before[9], row[9])],
+            before[10] + row[10], row[11] if row[11] >= 0 else before[11], before[12])
     return list(merged.values())
 
 
@@ -436,13 +452,13 @@ def _renewed(plan: SourcePlan, task: CopyTask) -> Copier | None:
     return next((copier for copier in found if copier.renew(task.epoch, task.limits)), None)
 
 
-def _started(plan: SourcePlan, task: CopyTask) -> Copier:
+def _started(plan: SourcePlan, task: CopyTask, successor: bool = False) -> Copier:
     # A full collection walks every object of the worker (PySpark, NumPy, confluent-kafka: measured
     # 100-380 ms, once or twice every 10 s while copying), holding the GIL: the copy stood still
     # meanwhile, the main part of its p99 latency. What exists before the copy is long-lived: frozen,
     # the collector skips it.
     gc.freeze()
-    copier = Copier(plan, task)
+    copier = Copier(plan, task, successor=successor)
     with _registry_lock:
         _copiers[copier.id] = copier
     copier.start()

@@ -18,6 +18,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from py4j.protocol import Py4JError
 from pyspark.sql import SparkSession
 
 from strait.errors import StraitError
@@ -145,7 +146,8 @@ class PlannersEnded:
 
 def end_idle_planners(session: SparkSession) -> PlannersEnded:
     """Stop the driver's idle Python planner daemons (PLANNER_MODULES) through Spark's own worker
-    factories; a factory with a worker out (planning now) is left alone.
+    factories; a factory with a worker out (planning now) is left alone. (A planner asked for in the
+    moment between the look and the stop fails its query's start once; the start is retried.)
 
     The factories are Spark internals (``SparkEnv.pythonWorkers``, read by reflection): if a Spark
     version has them otherwise this raises, and the daemons are simply left running.
@@ -159,7 +161,12 @@ def end_idle_planners(session: SparkSession) -> PlannersEnded:
         module, factory = entry._1().workerModule(), entry._2()
         if module not in PLANNER_MODULES:
             continue
-        if planning(_private_field(factory, "daemonWorkers"), _private_field(factory, "idleWorkers")):
+        workers, idle = _private_field(factory, "daemonWorkers"), _private_field(factory, "idleWorkers")
+        try:
+            busy_now = planning(workers, idle)
+        except Py4JError:  # read without the factory's lock: changed while read, so in use
+            busy_now = True
+        if busy_now:
             busy.append(module)
             continue
         factory.stop()
@@ -227,6 +234,7 @@ class SessionStarter:
     def __init__(self, master: str | None, local_checkpoints: bool) -> None:
         self.master = spark_master(master)
         self._local_checkpoints = local_checkpoints
+        self._planners_busy: PlannersEnded | None = None  # what the last try left busy
         self._session: SparkSession | None = None
         self._error: BaseException | None = None
         self._ready = threading.Event()
@@ -285,11 +293,15 @@ class SessionStarter:
             log.warning("Spark's idle planner daemons not ended (%s: %s); they hold about 280 MB",
                         type(exc).__name__, exc)
             return True
+        if ended.busy:
+            if ended != self._planners_busy:  # tried again every control step meanwhile: said once
+                log.info("left Spark's busy planner daemons modules=%s", _short(ended.busy))
+            self._planners_busy = ended
+            return False
+        self._planners_busy = None
         if ended.stopped:
             log.info("ended Spark's idle planner daemons modules=%s", _short(ended.stopped))
-        if ended.busy:
-            log.info("left Spark's busy planner daemons modules=%s", _short(ended.busy))
-        return not ended.busy
+        return True
 
     def stop(self) -> None:
         """Stop the session if it started."""

@@ -95,5 +95,9 @@ def test_a_lapsed_copier_and_its_successor_in_one_epoch_sum_up_to_one_row_per_pa
     merged = {row[1]: row for row in copier.merged_rows(lapsed, successor)}
     assert merged[0] == ("t", 0, "A.t", 170, 1700, 0, 149, 150, 2, [170, 0], 85.0, 3, 0)
     assert merged[1] == ("t", 1, "A.t", 0, 0, None, None, 50, 2, [0, 0], 0.0, 0, 50)
+    # a successor that has copied nothing yet starts where the progress says (80) and knows no lag:
+    # the lapsed one's acknowledged end and lag stand
+    waiting = {row[1]: row for row in copier.merged_rows(lapsed, [_row(0, 0, None, None, 80, 80, syncs=0, lag=-1)])}
+    assert waiting[0][7] == 100 and waiting[0][11] == 0 and waiting[0][3] == 100
     # a successor still claiming has no rows yet: the lapsed one's stand
     assert copier.merged_rows(lapsed, []) == lapsed and copier.merged_rows([], successor) == successor
