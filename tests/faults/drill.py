@@ -38,6 +38,7 @@ from confluent_kafka import Consumer, Producer, TopicPartition
 from confluent_kafka.admin import OffsetSpec
 
 from strait.config import load_config
+from strait.kafka.admin import KafkaRetriableError
 from strait_lab.clients import create_topic
 from strait_lab.kafka import KafkaCluster
 from strait_lab.redis import RedisServer
@@ -385,6 +386,16 @@ class Rig:
         """The consumer group of a drill (matched by the flow's groups)."""
         return f"{self.prefix}-{drill}-g"
 
+    def epochs(self) -> float:
+        """How many epochs (micro-batches) of the flow's queries have ended so far."""
+        assert self.replicator is not None, "the rig's replicator is not running"
+        return self.replicator.sample("strait_replicator_batch_duration_seconds_count", flow=FLOW) or 0.0
+
+    def wait_epochs(self, count: int, timeout: float) -> None:
+        """Wait until ``count`` more epochs ended: the flow's (restarted) query runs."""
+        first = self.epochs()
+        wait_for(lambda: self.epochs() >= first + count, timeout, f"{count} epochs of flow {FLOW} ending")
+
     def build_config(self, topics: list[str], rate_limit: float | None = None) -> dict[str, Any]:
         """The configuration: one flow C->D over ``topics`` with fast schedules for the drills."""
         limit = {} if rate_limit is None else {"rate_limit_records_per_second": rate_limit}
@@ -491,7 +502,11 @@ def verify(rig: Rig, topic: str, timeout: float = 180.0) -> FlowParity:
     flow = config.flow(FLOW)
 
     def settled() -> FlowParity | None:
-        parity = verify_flow(config, flow, [topic], timeout=15)
+        try:
+            parity = verify_flow(config, flow, [topic], timeout=15)
+        except KafkaRetriableError as exc:  # a leader moving after the drill's fault: read again
+            log.info("verify of %s read again: %s", topic, exc)
+            return None
         return parity if parity.partitions and not parity.total("pending") else None
 
     return wait_for(settled, timeout, f"offset syncs of {topic} to catch up", interval=2.0)

@@ -105,6 +105,9 @@ def test_rolling_restart_of_source_then_target(rig: Rig, mode: Mode,
     # measured window, which is about broker restarts.
     heartbeats = rig.remote("heartbeats")
     wait_for(lambda: count(rig.target, heartbeats) > 0, 120, f"heartbeats copied to {heartbeats}")
+    # the head start copies them while the new query starts (on a busy machine its start failed and
+    # was retried 30 s later, inside the window): the query runs epochs before the window opens
+    rig.wait_epochs(2, 180)
     drill = Drill.begin(rig, "rolling-restart", mode)
     try:
         failures = _query_failures(rig)

@@ -14,7 +14,7 @@ from confluent_kafka import Consumer, Producer, TopicPartition
 from confluent_kafka.admin import NewPartitions
 
 from strait.kafka.admin import list_offsets_per_leader
-from tests.faults.drill import FLOW, PARTITIONS, CopyWatch, Drill, KeyedLoad, Mode, Rig, leader_index, wait_copied
+from tests.faults.drill import PARTITIONS, CopyWatch, Drill, KeyedLoad, Mode, Rig, leader_index, wait_copied
 from tests.support.kafka import NumberedLoad, count, numbered_copies
 from tests.support.waiting import wait_for
 
@@ -162,17 +162,12 @@ def test_epoch_boundaries_do_not_pause_the_copy(rig: Rig, mode: Mode) -> None:
     watch = CopyWatch(rig.target, rig.remote(drill.topic)).start()
     try:
         assert rig.replicator is not None
-        replicator = rig.replicator
-
-        def epochs() -> float:
-            return replicator.sample("strait_replicator_batch_duration_seconds_count", flow=FLOW) or 0.0
-        first = epochs()
+        first = rig.epochs()
         started = time.monotonic()
-        wait_for(lambda: epochs() >= first + mode.boundaries, mode.boundaries * mode.epoch_seconds * 4,
-                 f"{mode.boundaries} epochs ending")
+        rig.wait_epochs(mode.boundaries, mode.boundaries * mode.epoch_seconds * 4)
         ended = time.monotonic()
-        boundaries = int(epochs() - first)
-        handoffs = replicator.log_text().count(" hands partitions=")
+        boundaries = int(rig.epochs() - first)
+        handoffs = rig.replicator.log_text().count(" hands partitions=")
         stall = watch.longest_stall(drill.load, started, ended)
         gap = direct.longest_ack_gap(started, ended)
         note = (f"{boundaries} epoch boundaries in {ended - started:.0f} s: longest copy stall {stall:.2f} s, "
