@@ -84,9 +84,9 @@ def ensure_archive(jar_set: str = JAR_SET) -> Path | None:
 def _record(partial: Path) -> None:
     """Run one broker that records the classes it loads into ``partial`` as it exits; make it serve
     a topic, a producer and a consumer first, so their classes are in it."""
-    from confluent_kafka import Consumer, Producer
-    from confluent_kafka.admin import NewTopic
+    from confluent_kafka import Consumer
 
+    from strait_lab.clients import Record, create_topic, produce
     from strait_lab.kafka import KafkaCluster, KafkaClusterSpec
 
     with tempfile.TemporaryDirectory(prefix="strait-class-archive-") as workdir:
@@ -96,12 +96,10 @@ def _record(partial: Path) -> None:
             cluster.launch()
             cluster.wait_ready(180)
             admin = cluster.admin()
-            for future in admin.create_topics([NewTopic("classes", 2, 1)]).values():
-                future.result(timeout=60)
-            producer = Producer({**cluster.client_config(), "enable.idempotence": True})
-            for i in range(100):
-                producer.produce("classes", key=b"%d" % i, value=b"x" * 100, headers=[("h", b"v")])
-            producer.flush(30)
+            create_topic(admin, "classes", partitions=2, timeout=60)
+            produce(cluster.client_config(), "classes",
+                    [Record(b"%d" % i, b"x" * 100, headers=(("h", b"v"),)) for i in range(100)])
+            # a group that commits, as the tests' consumers do (strait_lab.clients reads without one)
             consumer = Consumer({**cluster.client_config(), "group.id": "classes", "auto.offset.reset": "earliest"})
             consumer.subscribe(["classes"])
             deadline, read = time.monotonic() + 30, 0
@@ -109,7 +107,7 @@ def _record(partial: Path) -> None:
                 read += len(consumer.consume(100, 1.0))
             consumer.commit(asynchronous=False)
             consumer.close()
-            del admin, producer  # no client left to retry a broker that stops
+            del admin  # no client left to retry a broker that stops
         finally:
             for node in cluster.nodes:
                 node.stop(timeout=120)  # SIGTERM: the JVM writes the archive as it exits
