@@ -89,12 +89,13 @@ _SLOWEST_SECONDS = {
     "tests/integration/test_failover.py": 51,
     "tests/integration/test_replicator_faults.py": 47,
 }
-# Both run alone on the machine for minutes once set up (see tests/support/machine.py), and the
-# compose lab first builds its images for minutes (6 on a fresh machine), holding its shared share.
-# Drills asking to be alone behind that build would keep a worker idle through it and then hold the
-# compose lab back: the compose lab starts first, and the drills after this much of the other work
-# per other worker, when the compose lab has had its turn alone.
+# The compose lab first builds its images for minutes (6 on a fresh machine), then holds the machine
+# in a shared span (tests/support/machine.py): the other workers' tests run beside it, but no timed
+# (exclusive) region starts until it ends. So the tests that run first beside it are ones without a
+# timed region, about this much of them per other worker; the drills (alone for minutes) come after
+# this much of other work per other worker.
 _COMPOSE_LAB, _DRILLS = "tests/compose/test_compose_lab.py", "tests/faults/"
+_COMPOSE_SPAN_SECONDS = 450
 _DRILLS_AFTER_SECONDS = 600
 
 
@@ -105,20 +106,32 @@ def _scope(nodeid: str) -> str:
 
 
 def _run_order(items: list[pytest.Item], workers: int) -> None:
-    """Sort the tests by file (or package), the slowest first, but the compose lab first of all and
-    the drills after ``_DRILLS_AFTER_SECONDS`` of other work per other worker."""
+    """Sort the tests by file (or package), the slowest first, but the compose lab first of all, then
+    files without a timed region (they run beside the lab), and the drills after
+    ``_DRILLS_AFTER_SECONDS`` of other work per other worker."""
     ranked = sorted({_scope(item.nodeid) for item in items}, key=lambda scope: (-_SLOWEST_SECONDS.get(scope, 0), scope))
     if _COMPOSE_LAB in ranked and _DRILLS in ranked:
+        timed = {_scope(item.nodeid) for item in items if "machine" in getattr(item, "fixturenames", ())}
         ranked.remove(_COMPOSE_LAB)
         ranked.remove(_DRILLS)
-        before, position = 0.0, 0
-        while position < len(ranked) and before < _DRILLS_AFTER_SECONDS * max(1, workers - 1):
-            before += _SLOWEST_SECONDS.get(ranked[position], 0)
-            position += 1
-        ranked.insert(position, _DRILLS)
+        beside = _first_seconds([scope for scope in ranked if scope not in timed], _COMPOSE_SPAN_SECONDS * max(1, workers - 1))
+        ranked = beside + [scope for scope in ranked if scope not in beside]
+        before = _first_seconds(ranked, _DRILLS_AFTER_SECONDS * max(1, workers - 1))
+        ranked.insert(len(before), _DRILLS)
         ranked.insert(0, _COMPOSE_LAB)
     order = {scope: i for i, scope in enumerate(ranked)}
     items.sort(key=lambda item: order[_scope(item.nodeid)])
+
+
+def _first_seconds(scopes: list[str], seconds: float) -> list[str]:
+    """The leading scopes whose measured seconds (``_SLOWEST_SECONDS``) first reach ``seconds``."""
+    taken, total = [], 0.0
+    for scope in scopes:
+        if total >= seconds:
+            break
+        taken.append(scope)
+        total += _SLOWEST_SECONDS.get(scope, 0)
+    return taken
 
 
 class _ByFileOrPackage(LoadScopeScheduling):

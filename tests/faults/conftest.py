@@ -10,6 +10,8 @@ from pathlib import Path
 
 import pytest
 
+from strait.kafka.admin import create_topics, internal_topic
+from strait.policy import HEARTBEATS_TOPIC
 from strait_lab.kafka import KafkaCluster, KafkaClusterSpec
 from strait_lab.redis import RedisServer
 from strait_lab.services import StraitProcess
@@ -67,6 +69,9 @@ def _rig(lab_root: Path, machine: MachineShare) -> Iterator[Rig]:
         rig.topics = [rig.topic(name) for name in DRILL_TOPICS]
         for topic in rig.topics:
             rig.create_topic(topic)
+        # As configsync creates it: in the replicator's first query, so the heartbeat replicas the
+        # drills start do not restart that query for a new topic inside a drill's window.
+        create_topics(rig.source.admin(), rig.source.alias, [internal_topic(HEARTBEATS_TOPIC, 3)])
         rig.apply(rig.build_config(rig.topics))
         rig.start_replicator()
         _warm_up(rig)

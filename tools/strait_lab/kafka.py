@@ -410,9 +410,11 @@ class KafkaCluster:
             log.info("waiting for a killed broker's zookeeper session to expire alias=%s node=%d seconds=%.0f",
                      self.alias, n + 1, seconds)
             time.sleep(seconds)
+        began = time.monotonic()
         self.nodes[n] = self._node_process(self._classpath(), n)
         self.nodes[n].start()
         self.wait_ready(timeout)
+        log.info("kafka node restarted alias=%s node=%d seconds_to_ready=%.1f", self.alias, n + 1, time.monotonic() - began)
 
     def pids(self) -> list[int]:
         """Pids of the running nodes, and of the ZooKeeper server in ZooKeeper mode."""
