@@ -14,3 +14,11 @@ class StraitError(Exception):
 
 class ConfigError(StraitError):
     """A configuration file or value is invalid; the message names the file and key."""
+
+
+class CoordinationError(StraitError):
+    """A coordination operation on Redis failed (strait.coord)."""
+
+
+class CoordinationUnavailableError(CoordinationError):
+    """Redis could not be reached or did not answer in time; the message names it (no password)."""

@@ -18,8 +18,7 @@ from typing import TypeVar
 
 from confluent_kafka import KafkaError, KafkaException
 
-from strait.coord.redis_client import CoordinationError
-from strait.errors import ConfigError
+from strait.errors import ConfigError, CoordinationError
 from strait.kafka.acls import AuthorizerDisabledError
 from strait.kafka.configs import ConfigRejectedError
 from strait.kafka.admin import ClusterUnreachableError, KafkaAdminError, KafkaPermissionError, KafkaRetriableError

@@ -22,13 +22,15 @@ import os
 from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from strait.config import load_config
 from strait.config.model import DEFAULT_REDIS_URL
-from strait.config.durable import DEFAULT_TOPIC, DurableLocation
 from strait.config.secrets import resolve_value
 from strait.errors import ConfigError
+
+if TYPE_CHECKING:
+    from strait.config.durable import DurableLocation
 
 STOP_GRACE_SECONDS = 9.0
 DEFAULT_LEASE_TTL = 15.0
@@ -101,6 +103,8 @@ def _durable_location(environ: Mapping[str, str]) -> DurableLocation | None:
     bootstrap = environ.get("STRAIT_CONFIG_KAFKA", "").strip()
     if not bootstrap:
         return None
+    from strait.config.durable import DEFAULT_TOPIC, DurableLocation  # Redis and Kafka clients: only when configured
+
     properties = environ.get("STRAIT_CONFIG_KAFKA_PROPERTIES", "").strip()
     return DurableLocation(bootstrap, environ.get("STRAIT_CONFIG_TOPIC", "").strip() or DEFAULT_TOPIC,
                            Path(properties) if properties else None)

@@ -10,42 +10,38 @@
 
 from __future__ import annotations
 
+import importlib
 from pathlib import Path
+from typing import TYPE_CHECKING, Any
 
-from strait.config.document import config_from_dict, config_to_dict
-from strait.config.mm2_properties import load_mm2_properties
-from strait.config.model import (
-    DEFAULT_REDIS_URL,
-    ClusterConfig,
-    FlowConfig,
-    Schedule,
-    Selection,
-    StraitConfig,
-)
-from strait.config.secrets import MASK, Secret, SecretRef, is_secret_key, mask_url
-from strait.config.yaml_loader import load_yaml
 from strait.errors import ConfigError
 
-__all__ = [
-    "DEFAULT_REDIS_URL",
-    "MASK",
-    "ClusterConfig",
-    "ConfigError",
-    "FlowConfig",
-    "Schedule",
-    "Secret",
-    "SecretRef",
-    "Selection",
-    "StraitConfig",
-    "config_from_dict",
-    "config_to_dict",
-    "file_format",
-    "is_secret_key",
-    "load_config",
-    "load_mm2_properties",
-    "load_yaml",
-    "mask_url",
-]
+if TYPE_CHECKING:
+    from strait.config.model import StraitConfig
+
+# Exported names and their modules, imported on first use: the replicator's Spark workers need the
+# model alone, not the file formats (YAML) nor their dependencies.
+_EXPORTS = {
+    "config_from_dict": "strait.config.document", "config_to_dict": "strait.config.document",
+    "load_mm2_properties": "strait.config.mm2_properties",
+    "DEFAULT_REDIS_URL": "strait.config.model", "ClusterConfig": "strait.config.model",
+    "FlowConfig": "strait.config.model", "Schedule": "strait.config.model", "Selection": "strait.config.model",
+    "StraitConfig": "strait.config.model",
+    "MASK": "strait.config.secrets", "Secret": "strait.config.secrets", "SecretRef": "strait.config.secrets",
+    "is_secret_key": "strait.config.secrets", "mask_url": "strait.config.secrets",
+    "load_yaml": "strait.config.yaml_loader",
+}
+
+__all__ = sorted([*_EXPORTS, "ConfigError", "file_format", "load_config"])
+
+
+def __getattr__(name: str) -> Any:
+    if name not in _EXPORTS:
+        raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+    value = getattr(importlib.import_module(_EXPORTS[name]), name)
+    globals()[name] = value
+    return value
+
 
 _YAML_SUFFIXES = (".yaml", ".yml")
 
@@ -68,4 +64,8 @@ def file_format(path: str | Path) -> str:
 
 def load_config(path: str | Path) -> StraitConfig:
     """Load a strait YAML file or an MM2 properties file (see :func:`file_format`)."""
-    return load_yaml(path) if file_format(path) == "yaml" else load_mm2_properties(path)
+    if file_format(path) == "yaml":
+        from strait.config.yaml_loader import load_yaml
+        return load_yaml(path)
+    from strait.config.mm2_properties import load_mm2_properties
+    return load_mm2_properties(path)

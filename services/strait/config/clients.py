@@ -12,7 +12,6 @@ import logging
 import re
 from collections.abc import Callable
 
-from strait.config.keystores import read_keystore, read_truststore
 from strait.errors import ConfigError
 
 log = logging.getLogger(__name__)
@@ -85,6 +84,8 @@ def _translate_truststore(out: dict[str, str]) -> None:
     if kind == "PEM" or location.lower().endswith((".pem", ".crt")):
         out.setdefault("ssl.ca.location", location)
         return
+    from strait.config.keystores import read_truststore  # cryptography: only for a Java store
+
     out.setdefault("ssl.ca.pem", read_truststore(location, kind, password))
 
 
@@ -105,6 +106,8 @@ def _translate_keystore(out: dict[str, str]) -> None:
         out.setdefault("ssl.certificate.location", location)
         out.setdefault("ssl.key.location", location)
         return
+    from strait.config.keystores import read_keystore
+
     # Java's ssl.key.password is the key's password inside the store; librdkafka's would decrypt a PEM key
     store = read_keystore(location, kind or "JKS", out.pop("ssl.keystore.password", None),
                           out.pop("ssl.key.password", None))

@@ -10,11 +10,28 @@ If Redis is down, calls raise :class:`CoordinationUnavailableError`; background 
 watchers log and retry, and holders keep working until their local lease deadline.
 """
 
-from strait.coord.assignment import Share, ShareTracker, assign
-from strait.coord.documents import Document, VersionedDocuments, Watcher
-from strait.coord.leases import Lease, LeaseKeeper, LeaseLostError, LeaseOwner, Leases
-from strait.coord.membership import GroupView, Heartbeat, Member, MemberKeeper, Membership
-from strait.coord.redis_client import CoordinationError, CoordinationUnavailableError, connect
+import importlib
+from typing import Any
+
+# Exported names and their modules, imported on first use: code that only catches a coordination
+# error (the replicator's Spark workers) does not import Redis's asyncio client and the rest.
+_EXPORTS = {
+    "Share": "assignment", "ShareTracker": "assignment", "assign": "assignment",
+    "Document": "documents", "VersionedDocuments": "documents", "Watcher": "documents",
+    "Lease": "leases", "LeaseKeeper": "leases", "LeaseLostError": "leases", "LeaseOwner": "leases", "Leases": "leases",
+    "GroupView": "membership", "Heartbeat": "membership", "Member": "membership", "MemberKeeper": "membership",
+    "Membership": "membership",
+    "CoordinationError": "redis_client", "CoordinationUnavailableError": "redis_client", "connect": "redis_client",
+}
+
+
+def __getattr__(name: str) -> Any:
+    if name not in _EXPORTS:
+        raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+    value = getattr(importlib.import_module(f"{__name__}.{_EXPORTS[name]}"), name)
+    globals()[name] = value
+    return value
+
 
 __all__ = [
     "CoordinationError",

@@ -16,7 +16,7 @@ import redis
 from redis.backoff import ExponentialBackoff
 from redis.retry import Retry
 
-from strait.errors import StraitError
+from strait.errors import CoordinationError, CoordinationUnavailableError  # defined with the root, raised here
 
 log = logging.getLogger(__name__)
 
@@ -41,14 +41,6 @@ local function BUMP(key)
   return INT(next)
 end
 """
-
-
-class CoordinationError(StraitError):
-    """A coordination operation on Redis failed."""
-
-
-class CoordinationUnavailableError(CoordinationError):
-    """Redis could not be reached or did not answer in time; the message names it (no password)."""
 
 
 def redact_url(url: str) -> str:
