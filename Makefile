@@ -26,7 +26,7 @@ $(INSTALLED): pyproject.toml tools/pyproject.toml
 	touch $@
 
 deps: $(INSTALLED) ## virtualenv, Python packages, Kafka jars, redis-server, prometheus (only what is missing)
-	$(PY) -m strait_lab.deps system kafka mm2
+	$(PY) -m strait_lab.deps system kafka mm2 spark
 
 lab: deps ## run the embedded lab (clusters A and B, Redis, Prometheus) until Ctrl-C
 	$(VENV)/bin/strait lab up

@@ -15,6 +15,7 @@ from confluent_kafka.admin import AlterConfigOpType, ConfigEntry, ConfigResource
 
 from strait.config import load_config
 from strait.config.store import apply_config
+from strait_lab import class_archive
 from strait_lab.clients import Record, consume_all, create_topic, produce
 from strait_lab.kafka import KafkaCluster
 from strait_lab.ports import free_port
@@ -155,6 +156,15 @@ def _planner_daemons(process: StraitProcess) -> list[str]:
     return found
 
 
+def _driver_jvm_maps(process: StraitProcess) -> str:
+    """The memory map of the replicator's Spark driver JVM (its java child)."""
+    for child in psutil.Process(process.process.pid).children(recursive=True):
+        if child.name() == "java":
+            with open(f"/proc/{child.pid}/maps", encoding="utf-8") as maps:
+                return maps.read()
+    raise AssertionError("the replicator has no java child process")
+
+
 def _planners_ended(process: StraitProcess) -> int:
     return process.log_text().count("ended Spark's idle planner daemons")
 
@@ -178,6 +188,9 @@ def test_live_control_from_redis_without_restart(
     pid = process.process.pid
     produce(source_cluster.client_config(), first, [Record(b"k", b"1", partition=0)])
     wait_for(lambda: count(target_cluster, f"A.{first}") == 1, 120, "replication while enabled")
+    archive = class_archive.archive_path(class_archive.SPARK)
+    assert archive.exists(), f"`make deps` recorded no Spark class archive at {archive}"
+    assert str(archive) in _driver_jvm_maps(process), f"the Spark driver did not map {archive}"
     # Once the query runs its first epoch, Spark's planner daemons are ended (a restart starts them again).
     wait_for(lambda: _planners_ended(process) >= 1, 120, "Spark's idle planner daemons ended")
     wait_for(lambda: _planner_daemons(process) == [], 30, "the planner daemons gone")  # they exit within moments

@@ -13,14 +13,19 @@ import os
 from collections.abc import Iterator
 from contextlib import contextmanager
 
+from strait_lab import class_archive
+
 # Read by every `java` launcher (JDK 9+), Spark's spark-class and Kafka's scripts included.
 JVM_OPTIONS_VARIABLE = "JDK_JAVA_OPTIONS"
 TEST_JVM_OPTIONS = "-XX:TieredStopAtLevel=1"
 
 
 def use_quick_jvms() -> None:
-    """Make JVMs started from now on compile with C1 only (unless the variable is set already)."""
+    """Make JVMs started from now on compile with C1 only (unless the variable is set already), and
+    Spark drivers map the class archive `make deps` recorded (strait_lab.class_archive)."""
     os.environ.setdefault(JVM_OPTIONS_VARIABLE, TEST_JVM_OPTIONS)
+    for name, value in class_archive.spark_archive_env().items():
+        os.environ.setdefault(name, value)
 
 
 @contextmanager

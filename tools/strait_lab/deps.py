@@ -187,10 +187,11 @@ def _apt_install(packages: list[str]) -> None:
 
 
 def main(argv: list[str] | None = None) -> int:
-    """Command line: ``python -m strait_lab.deps [system] [jars NAME ...]``."""
+    """Command line: ``python -m strait_lab.deps [system] [spark] [NAME ...]`` (NAME: a jar set)."""
     parser = argparse.ArgumentParser(prog="python -m strait_lab.deps", description=__doc__)
     parser.add_argument("what", nargs="*", default=["system", "kafka"],
-                        help="`system` for OS packages, or a jar set name (kafka, mm2, kafka-3.9, ...)")
+                        help="`system` for OS packages, `spark` for the Spark driver's class archive, or a jar "
+                             "set name (kafka, mm2, kafka-3.9, ...)")
     args = parser.parse_args(argv)
     from strait_lab import class_archive  # it starts a broker: strait_lab.kafka imports this module
 
@@ -199,10 +200,12 @@ def main(argv: list[str] | None = None) -> int:
         for item in args.what:
             if item == "system":
                 ensure_system_packages()
+            elif item == class_archive.SPARK:
+                class_archive.ensure_archive(class_archive.SPARK)
             else:
                 print(f"jars {item}: {ensure_jars(item)}")
-            if item == class_archive.JAR_SET:
-                class_archive.ensure_archive()
+                if item == class_archive.KAFKA:
+                    class_archive.ensure_archive(class_archive.KAFKA)
     except StraitError as exc:
         print(f"strait: error: {exc}", file=sys.stderr)
         return 1

@@ -9,6 +9,7 @@ from pathlib import Path
 
 from prometheus_client.parser import text_string_to_metric_families
 
+from strait_lab import class_archive
 from strait_lab.ports import free_port
 from strait_lab.process import ManagedProcess
 from strait.settings import STOP_GRACE_SECONDS
@@ -35,6 +36,8 @@ class StraitProcess:
         self.metrics_port = metrics_port or free_port()
         argv = [sys.executable, "-m", "strait.cli", "run", component,
                 "--metrics-port", str(self.metrics_port), *args]
+        if component == "replicator":  # its Spark driver maps the lab's class archive, when recorded
+            env = {**class_archive.spark_archive_env(), **(env or {})}
         self.process = ManagedProcess(name or f"strait {component}", argv, workdir / f"{name or component}.log",
                                       env=env)
 
