@@ -311,6 +311,15 @@ def compare_partition(ref: PartitionRef, source: Iterable[KafkaRecord], target: 
     return _parity(ref, tally, unchecked_below)
 
 
+def _before_first_sync(history: PartitionHistory | None, floor: int | None) -> str:
+    """Why a record below the first offset sync counts as never copied, with where that sync points:
+    target records before its target offset are copies the syncs do not explain."""
+    if history is None or floor is None:
+        return "never copied: the partition has no offset sync"
+    return (f"never copied: before the first offset sync of the partition (source offset {floor} at target "
+            f"offset {history.translate(floor)})")
+
+
 def _check_record(tally: _Tally, cursor: _TargetCursor, history: PartitionHistory | None,
                   floor: int | None, record: KafkaRecord) -> None:
     """Compare one copied source record with its newest copy."""
@@ -318,8 +327,7 @@ def _check_record(tally: _Tally, cursor: _TargetCursor, history: PartitionHistor
     target_offset = history.translate(record.offset) if history is not None else None
     if floor is None or record.offset < floor or target_offset is None:
         tally.counts["missing"] += 1
-        tally.problem("missing", record.offset, None,
-                      "never copied: before the first offset sync of the partition")
+        tally.problem("missing", record.offset, None, _before_first_sync(history, floor))
         return
     if target_offset <= tally.last_target:
         tally.counts["mismatched"] += 1

@@ -284,6 +284,19 @@ def test_source_records_before_the_first_sync_were_never_copied() -> None:
         == ("missing", None)
 
 
+def test_records_copied_before_the_first_sync_are_missing_with_where_that_sync_points() -> None:
+    source = _source(range(10))
+    replicator = _Replicator(source)
+    replicator.dark(range(4))  # on the target, but no sync explains them
+    replicator.batch(range(4, 10))
+
+    result = _compare(source, replicator)
+
+    assert (result.missing, result.matched) == (4, 6)
+    assert result.first_mismatch is not None and result.first_mismatch.detail.endswith(
+        "(source offset 4 at target offset 4)")
+
+
 def test_a_record_the_replicator_never_wrote_is_unexpected() -> None:
     source = _source(range(10))
     replicator = _Replicator(source)
