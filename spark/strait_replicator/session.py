@@ -135,6 +135,10 @@ def _class_archive_option() -> str:
     if not Path(path).is_file():
         log.warning("%s=%s is not a file: the Spark driver starts without a class archive", CLASS_ARCHIVE_VARIABLE, path)
         return ""
+    if any(c.isspace() or c in "\"'" for c in path):  # Spark splits its Java options on blanks and quotes
+        log.warning("%s=%s: a path with blanks or quotes cannot be a Java option; the Spark driver starts without "
+                    "a class archive (move it)", CLASS_ARCHIVE_VARIABLE, path)
+        return ""
     return f"-XX:SharedArchiveFile={path}"
 
 

@@ -6,9 +6,10 @@ TTL) holds it exclusively through :func:`alone`: the other workers finish the te
 wait. A turnstile lock keeps new shared holders out while an exclusive holder waits, so a drill is
 never starved. Without xdist every call is a no-op: a single worker is always alone.
 
-A module whose lab runs between its tests (the compose lab's containers) holds the machine shared
-for its whole span through :func:`shared_span`: other workers' tests run beside it, but no exclusive
-region starts until the span ends, so no timed drill runs beside the lab's containers.
+A module whose lab runs between its tests (the compose lab's containers) keeps other workers'
+exclusive regions out for its whole span through :func:`shared_span` (a gate lock every exclusive
+region of another worker takes shared before the turnstile): their tests run beside it, no timed
+drill does, and the span's own exclusive regions get through at once.
 
 With ``STRAIT_TEST_TIMELINE=<file>`` every test and every exclusive region is written to that file as
 JSON lines (worker, what, start, end): where a run's workers waited (``tools/test_timeline.py``).
@@ -41,33 +42,28 @@ class MachineShare:
     def __init__(self, folder: Path | None) -> None:
         self._main: int | None = None
         self._turnstile: int | None = None
+        self._gate: int | None = None  # shared by exclusive regions, exclusive through a span
         if folder is not None:
             folder.mkdir(parents=True, exist_ok=True)
             self._main = os.open(folder / "machine.lock", os.O_RDWR | os.O_CREAT, 0o644)
             self._turnstile = os.open(folder / "turnstile.lock", os.O_RDWR | os.O_CREAT, 0o644)
-        self._folder = folder
-        self._span: int | None = None  # a second hold on the machine lock, through a span of tests
+            self._gate = os.open(folder / "span.lock", os.O_RDWR | os.O_CREAT, 0o644)
+        self._in_span = False
         self._in_test = False
         self._alone_depth = 0
 
-    def _through_turnstile(self, mode: int, lock: int | None = None) -> None:
+    def _through_turnstile(self, mode: int) -> None:
         assert self._main is not None and self._turnstile is not None
         fcntl.flock(self._turnstile, fcntl.LOCK_EX)
         try:
-            fcntl.flock(self._main if lock is None else lock, mode)
+            fcntl.flock(self._main, mode)
         finally:
             fcntl.flock(self._turnstile, fcntl.LOCK_UN)
 
     def begin_test(self) -> None:
         """Take the shared hold for one test (kept as is inside an exclusive region)."""
         self._in_test = True
-        if self._main is None or self._alone_depth > 0:
-            return
-        if self._span is not None:
-            # Held shared already: an exclusive waiter in the turnstile waits for this span to end,
-            # so going through the turnstile would wait for ourselves.
-            fcntl.flock(self._main, fcntl.LOCK_SH)
-        else:
+        if self._main is not None and self._alone_depth == 0:
             self._through_turnstile(fcntl.LOCK_SH)
 
     def end_test(self) -> None:
@@ -86,12 +82,12 @@ class MachineShare:
             finally:
                 self._alone_depth -= 1
             return
-        # Drop our own shared holds first: two workers each waiting to be alone must not wait on each
-        # other, and a span's hold would conflict with our own exclusive one.
+        assert self._gate is not None
+        # Drop our own shared hold first: two workers each waiting to be alone must not wait on each other.
         fcntl.flock(self._main, fcntl.LOCK_UN)
-        if self._span is not None:
-            fcntl.flock(self._span, fcntl.LOCK_UN)
         asked = time.time()
+        if not self._in_span:  # another worker's span keeps us out of the turnstile until it ends
+            fcntl.flock(self._gate, fcntl.LOCK_SH)
         self._through_turnstile(fcntl.LOCK_EX)
         began = time.time()
         note_in_timeline("waiting to be alone", asked, began)
@@ -100,31 +96,34 @@ class MachineShare:
             yield
         finally:
             self._alone_depth = 0
-            fcntl.flock(self._main, fcntl.LOCK_SH if self._in_test or self._span is not None else fcntl.LOCK_UN)
-            if self._span is not None:
-                fcntl.flock(self._span, fcntl.LOCK_SH)  # our main hold, shared now, keeps exclusive waiters out
-                if not self._in_test:
-                    fcntl.flock(self._main, fcntl.LOCK_UN)
+            fcntl.flock(self._main, fcntl.LOCK_SH if self._in_test else fcntl.LOCK_UN)
+            if not self._in_span:
+                fcntl.flock(self._gate, fcntl.LOCK_UN)
             note_in_timeline("alone", began, time.time())
 
     @contextmanager
     def shared_span(self, what: str) -> Iterator[None]:
-        """Hold the machine shared from here to the block's end, across tests (see the module's text)."""
-        if self._main is None or self._span is not None or self._alone_depth > 0:
+        """Keep other workers' exclusive regions out from here to the block's end, across tests (see
+        the module's text); exclusive regions inside it, our own, still run alone."""
+        if self._main is None or self._in_span or self._alone_depth > 0:
             yield
             return
-        assert self._folder is not None
-        span = os.open(self._folder / "machine.lock", os.O_RDWR)
+        assert self._gate is not None
         began = time.time()
-        if self._in_test:  # held shared already (an exclusive waiter in the turnstile waits for us)
-            fcntl.flock(span, fcntl.LOCK_SH)
-        else:
-            self._through_turnstile(fcntl.LOCK_SH, span)
-        self._span = span
+        try:
+            fcntl.flock(self._gate, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except BlockingIOError:
+            # Another worker waits for (or runs) an exclusive region, perhaps for our test's hold:
+            # let it have its turn first.
+            if self._in_test:
+                fcntl.flock(self._main, fcntl.LOCK_UN)
+            fcntl.flock(self._gate, fcntl.LOCK_EX)
+            if self._in_test:
+                self._through_turnstile(fcntl.LOCK_SH)
+        self._in_span = True
         try:
             yield
         finally:
-            self._span = None
-            fcntl.flock(span, fcntl.LOCK_UN)
-            os.close(span)
+            self._in_span = False
+            fcntl.flock(self._gate, fcntl.LOCK_UN)
             note_in_timeline(f"shared span: {what}", began, time.time())

@@ -67,3 +67,45 @@ def test_another_workers_test_runs_beside_a_span(tmp_path: Path) -> None:
         thread.start()
         assert began.wait(5), "a shared test waited for another worker's span"
         thread.join(5)
+
+
+def test_the_spans_own_exclusive_region_goes_before_another_workers_waiting_one(tmp_path: Path) -> None:
+    lab, drill = MachineShare(tmp_path), MachineShare(tmp_path)
+    entered, leave = threading.Event(), threading.Event()
+    with lab.shared_span("lab"):
+        waiting = _alone_in_thread(drill, entered, leave)
+        time.sleep(SETTLE)
+        lab.begin_test()
+        began = time.monotonic()
+        with lab.alone():
+            assert time.monotonic() - began < 2, "the span's own exclusive region waited"
+            assert not entered.is_set(), "another worker's exclusive region ran inside the span"
+        lab.end_test()
+        time.sleep(SETTLE)
+        assert not entered.is_set()
+    assert entered.wait(5)
+    leave.set()
+    waiting.join(5)
+
+
+def test_a_span_begun_while_another_worker_waits_to_be_alone_lets_it_go_first(tmp_path: Path) -> None:
+    lab, drill = MachineShare(tmp_path), MachineShare(tmp_path)
+    entered, leave = threading.Event(), threading.Event()
+    lab.begin_test()  # the drill now waits for this test's hold
+    waiting = _alone_in_thread(drill, entered, leave)
+    time.sleep(SETTLE)
+    spanned = threading.Event()
+
+    def span() -> None:
+        with lab.shared_span("lab"):
+            spanned.set()
+    spanning = threading.Thread(target=span, daemon=True)
+    spanning.start()
+    assert entered.wait(5), "the span and the waiting exclusive region waited on each other"
+    assert not spanned.is_set(), "the span began inside another worker's exclusive region"
+    leave.set()
+    assert spanned.wait(5), "the span did not begin after the exclusive region"
+    spanning.join(5)
+    waiting.join(5)
+    lab.end_test()
+

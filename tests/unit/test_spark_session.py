@@ -3,10 +3,18 @@
 from __future__ import annotations
 
 import os
+from pathlib import Path
 
 import pytest
 
-from strait_replicator.session import available_cores, local_slots, planning, spark_master
+from strait_replicator.session import (
+    CLASS_ARCHIVE_VARIABLE,
+    _class_archive_option,
+    available_cores,
+    local_slots,
+    planning,
+    spark_master,
+)
 
 pytestmark = pytest.mark.unit
 
@@ -71,3 +79,20 @@ def test_a_planner_daemon_counts_as_busy_only_while_a_live_worker_of_it_is_out()
     assert not planning(_Scala([_Entry("w1", True)]), idle)  # released: idle
     assert not planning(_Scala([_Entry("w2", False)]), idle)  # stopped by Spark's idle timeout, still listed
     assert planning(_Scala([_Entry("w1", True), _Entry("w2", True)]), idle)  # w2 plans now
+
+
+def test_the_driver_maps_a_class_archive_only_when_it_is_a_file_its_java_option_can_name(
+        monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
+    monkeypatch.delenv(CLASS_ARCHIVE_VARIABLE, raising=False)
+    assert _class_archive_option() == ""
+    archive = tmp_path / "spark.jsa"
+    monkeypatch.setenv(CLASS_ARCHIVE_VARIABLE, str(archive))
+    assert _class_archive_option() == ""  # not recorded (yet)
+    archive.write_bytes(b"x")
+    assert _class_archive_option() == f"-XX:SharedArchiveFile={archive}"
+    blank = tmp_path / "my archives"
+    blank.mkdir()
+    (blank / "spark.jsa").write_bytes(b"x")
+    monkeypatch.setenv(CLASS_ARCHIVE_VARIABLE, str(blank / "spark.jsa"))
+    assert _class_archive_option() == ""  # Spark would split the option at the blank
+

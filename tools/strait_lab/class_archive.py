@@ -51,8 +51,12 @@ def archive_options(jar_set: str) -> list[str]:
 
 
 def spark_archive_env() -> dict[str, str]:
-    """The replicator's environment entry that maps the Spark driver's archive, when one was recorded."""
-    path = archive_path(SPARK)
+    """The replicator's environment entry that maps the Spark driver's archive, when one was recorded
+    (none without Java or pyspark)."""
+    try:
+        path = archive_path(SPARK)
+    except (OSError, ImportError):
+        return {}
     return {ARCHIVE_VARIABLE: str(path)} if path.exists() else {}
 
 
@@ -79,7 +83,11 @@ def archive_path(name: str) -> Path:
 def ensure_archive(name: str = KAFKA) -> Path | None:
     """Record the archive ``name`` unless it exists; None (and a warning) when recording failed: its
     JVMs then start without it, as before."""
-    path = archive_path(name)
+    try:
+        path = archive_path(name)
+    except (OSError, ImportError) as exc:
+        log.warning("no %s class archive (%s: %s): its JVMs start without one", name, type(exc).__name__, exc)
+        return None
     if path.exists():
         return path
     path.parent.mkdir(parents=True, exist_ok=True)
@@ -97,7 +105,7 @@ def ensure_archive(name: str = KAFKA) -> Path | None:
         return None
     finally:
         partial.unlink(missing_ok=True)
-    for old in path.parent.glob(f"{name}-*.jsa"):
+    for old in path.parent.glob(f"{name}-*.jsa*"):  # older archives, and what a killed recording left
         if old != path:
             old.unlink(missing_ok=True)
     log.info("recorded the %s class archive %s in %.0fs", name, path, time.monotonic() - started)

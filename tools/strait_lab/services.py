@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 import sys
 import urllib.request
 from collections.abc import Mapping, Sequence
@@ -36,8 +37,8 @@ class StraitProcess:
         self.metrics_port = metrics_port or free_port()
         argv = [sys.executable, "-m", "strait.cli", "run", component,
                 "--metrics-port", str(self.metrics_port), *args]
-        if component == "replicator":  # its Spark driver maps the lab's class archive, when recorded
-            env = {**class_archive.spark_archive_env(), **(env or {})}
+        if component == "replicator" and class_archive.ARCHIVE_VARIABLE not in os.environ:
+            env = {**class_archive.spark_archive_env(), **(env or {})}  # its Spark driver maps the lab's archive
         self.process = ManagedProcess(name or f"strait {component}", argv, workdir / f"{name or component}.log",
                                       env=env)
 
