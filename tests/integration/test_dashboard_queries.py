@@ -28,6 +28,7 @@ from strait_lab.prometheus import PrometheusServer
 from strait_lab.redis import RedisServer
 from strait_lab.services import StraitProcess
 from strait.paths import repo_root
+from tests.integration.test_configsync_support import alter
 from tests.support.config import flow_config, write_config
 from tests.support.kafka import consume_and_commit, count
 from tests.support.waiting import wait_for
@@ -127,6 +128,7 @@ def test_every_dashboard_query_returns_data_from_running_services(
     config = flow_config(source_cluster, target_cluster, [topic, doomed], redis_url=redis_url,
                          groups={"include": [group]},
                          sync_group_offsets={"enabled": True, "interval_seconds": 1},
+                         sync_topic_configs={"enabled": True, "interval_seconds": 2},
                          emit_checkpoints={"enabled": True, "interval_seconds": 1})
     path = write_config(tmp_path / "strait.yaml", config)
     apply_config(redis_server.client(), load_config(path), str(path))
@@ -141,6 +143,9 @@ def test_every_dashboard_query_returns_data_from_running_services(
         wait_for(lambda: count(target_cluster, f"A.{topic}") > 0 and count(target_cluster, f"A.{doomed}") == 10,
                  180, "records replicated to the target")
         assert consume_and_commit(source_cluster, group, [topic], 200, timeout=15) > 0
+        # A change only configsync makes, for its actions' panel: the replicator may have created the
+        # remote topics before configsync's first pass (a quick driver start did, once).
+        alter(source_cluster, topic, {"retention.ms": "86400001"})
         admin = source_cluster.admin()  # kept alive until the deletion's result arrives
         admin.delete_topics([doomed])[doomed].result(30)
 
