@@ -25,8 +25,8 @@ $(INSTALLED): pyproject.toml tools/pyproject.toml
 	$(PY) -m pip install --quiet --disable-pip-version-check -e '.[dev]' -e ./tools
 	touch $@
 
-deps: $(INSTALLED) ## virtualenv, Python packages, Kafka jars, redis-server, prometheus (only what is missing)
-	$(PY) -m strait_lab.deps system kafka mm2 spark
+deps: $(INSTALLED) ## virtualenv, Python packages, the native copy loop, Kafka jars, redis-server, prometheus (only what is missing)
+	$(PY) -m strait_lab.deps system native kafka mm2 spark
 
 lab: deps ## run the embedded lab (clusters A and B, Redis, Prometheus) until Ctrl-C
 	$(VENV)/bin/strait lab up

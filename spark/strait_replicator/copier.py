@@ -39,16 +39,16 @@ from collections.abc import Callable, Mapping
 from typing import Any
 
 import numpy as np
-from confluent_kafka import Consumer, KafkaError, Producer
+from confluent_kafka import KafkaError, Producer
 
 from strait.errors import StraitError
 from strait.logs import setup_logging
 from strait_replicator.live import Hold, LiveRun, hold_record, process_gone, process_identity, release_record
 from strait_replicator.planner import CopyTask, SourcePlan, resumed_ranges
 from strait_replicator.writer import (STOP_FLUSH_SECONDS, CopiedPartition, CopyLoop, CopyRange, EpochLimits,
-                                      PassingWriteError, ProgressWriter, SyncWriter, consumer_settings,
-                                      copied_partitions, finish_copy, install_lazy_zip_invalidation,
-                                      producer_settings, syncs_producer_settings, write_error)
+                                      PassingWriteError, ProgressWriter, SourceCopy, SyncWriter, finish_copy,
+                                      install_lazy_zip_invalidation, producer_settings, syncs_producer_settings,
+                                      write_error)
 
 log = logging.getLogger(__name__)
 
@@ -111,6 +111,7 @@ class Copier(threading.Thread):
         self._process = process_identity()
         self._released = False
         self._loop: CopyLoop | None = None
+        self._unacknowledged = 0  # records its copy left unacknowledged when it ended
         # another copier held one of its partitions since the epoch was planned (a successor's predecessor
         # did, even when its hold and release are both read at the claim): start where the progress says
         self._contended = successor
@@ -187,7 +188,8 @@ class Copier(threading.Thread):
             self.door.close()
             with _registry_lock:
                 _copiers.pop(self.id, None)
-            if not self._released and self._since >= 0 and self.producer.flush(STOP_FLUSH_SECONDS) == 0:
+            if (not self._released and self._since >= 0 and not self._unacknowledged
+                    and self.producer.flush(STOP_FLUSH_SECONDS) == 0):
                 self._release()  # nothing of its own is left to arrive: the next copier need not wait
             self.watch.close()
             self.ended.set()
@@ -248,17 +250,16 @@ class Copier(threading.Thread):
 
     def _copy(self, ranges: list[CopyRange]) -> None:
         settings = self.settings
-        errors: list[tuple[str, int, Any]] = []
-        self.copied = copied_partitions(ranges, settings, errors)
         syncs_producer = Producer({**syncs_producer_settings(settings.syncs_producer),
                                    "logger": logging.getLogger("strait.librdkafka")})
         syncs = SyncWriter(settings, syncs_producer)
         with self._lock:
             self._progress = ProgressWriter(settings, self.producer, self._run)
-        consumer = Consumer(consumer_settings(settings))
+        source = SourceCopy(ranges, settings)
+        self.copied = source.copied
         limits = EpochLimits(seconds=math.inf, max_records=sys.maxsize,
                              records_per_second=self.task.limits.records_per_second)
-        loop = CopyLoop(consumer, self.producer, syncs, self.copied, settings, limits, errors, self._progress)
+        loop = CopyLoop(source, self.producer, syncs, limits, self._progress)
         loop.stop = self._check
         loop.write_until = self._valid_until
         self._loop = loop
@@ -268,9 +269,9 @@ class Copier(threading.Thread):
             if self.reason == "lapsed" or time.time() > self._valid_until:
                 return  # it may no longer write: another copier may be copying
             flush = settings.flush_timeout if self.reason == "linger" else STOP_FLUSH_SECONDS
-            finish_copy(self.copied, self.producer, syncs, self._progress, errors, flush)
+            finish_copy(source, self.producer, syncs, self._progress, flush)
         finally:
-            consumer.close()
+            self._unacknowledged = source.close(STOP_FLUSH_SECONDS)
             syncs_producer.flush(1.0)
 
     def _check(self) -> bool:

@@ -1,12 +1,13 @@
 """The copy itself: source partitions to the target, record by record, in order.
 
-A copier (:mod:`strait_replicator.copier`) runs a :class:`CopyLoop`: it reads each partition from
-its start offset with a librdkafka consumer and produces every record as it arrives to the same
-partition number of its remote topic (or, repartitioned, by key) with key, value, headers and
-timestamp unchanged and in order (idempotent producer). About every half second the exact offset
-syncs of what the target has acknowledged are produced and the progress is written to the target
-(:class:`ProgressWriter`). Records never pass through the JVM or Arrow. Any read or delivery error
-fails the copier and its task, so Spark never commits an epoch that is not on the target.
+A copier (:mod:`strait_replicator.copier`) runs a :class:`CopyLoop` over a :class:`SourceCopy`: the
+native copy loop (``_copyloop.c``, C on librdkafka) reads each partition from its start offset and
+produces every record as it arrives to the same partition number of its remote topic (or,
+repartitioned, by key) with key, value, headers and timestamp unchanged and in order (idempotent
+producer); no Python runs per record. About every half second Python takes the records the target
+acknowledged, as arrays, produces their exact offset syncs and writes the progress to the target
+(:class:`ProgressWriter`). Any read or delivery error fails the copier and its task, so Spark never
+commits an epoch that is not on the target.
 """
 
 from __future__ import annotations
@@ -19,11 +20,10 @@ import time
 import zipimport
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
-from functools import partial
 from typing import Any
 
 import numpy as np
-from confluent_kafka import Consumer, KafkaError, KafkaException, Producer, TopicPartition
+from confluent_kafka import KafkaError, KafkaException, Producer
 
 from strait.config.model import SyncsLocation
 from strait.errors import StraitError
@@ -33,6 +33,7 @@ from strait.offsets import OffsetTranslationError, SyncPoint
 from strait.progress import Progress, progress_record
 from strait.records import EXACT_SYNC_HEADER, OffsetSync
 from strait_replicator.live import LiveRun, PartitionReport, live_value
+from strait_replicator.native import native_copy_class
 
 log = logging.getLogger(__name__)
 
@@ -203,8 +204,7 @@ def syncs_producer_settings(config: Mapping[str, str] | Pairs) -> dict[str, str]
 def consumer_settings(settings: FlowSpec) -> dict[str, Any]:
     """The copy's source consumer settings: strait's defaults under the user's, the copy loop's own
     over them. It never joins a group nor commits: each copy assigns its partitions' offsets itself."""
-    return {**CONSUMER_DEFAULTS, **dict(settings.source_consumer), **CONSUMER_FIXED, "group.id": SOURCE_GROUP,
-            "logger": logging.getLogger("strait.librdkafka")}
+    return {**CONSUMER_DEFAULTS, **dict(settings.source_consumer), **CONSUMER_FIXED, "group.id": SOURCE_GROUP}
 
 
 EXACT_SYNC_HEADERS = [(EXACT_SYNC_HEADER, b"1")]
@@ -294,89 +294,81 @@ class ProgressWriter:
                               f"on cluster {where.alias} failed: {self.errors[0].str()}", self.errors)
 
 
-class CopiedPartition:
-    """What one task copied of one source partition.
+@dataclass(frozen=True)
+class SentState:
+    """A partition's records sent and not yet settled, and how far its fetch got (:meth:`CopiedPartition.sent`)."""
 
-    Offsets and timestamps of sent records wait in lists until the target acknowledges them;
-    acknowledgements of one target partition arrive in send order (idempotent producer), so the
-    i-th acknowledged offset belongs to the i-th record sent. ``settle`` turns the acknowledged
-    ones into offset syncs and latency counts and drops them, so memory stays bounded however
-    long the epoch.
+    unsettled: int = 0
+    first_unsettled: int = -1  # the source offset of the oldest of them (-1: none)
+    last_sent: int = -1
+    bytes: int = 0  # of keys and values sent
+    reached: int = -1  # an end of partition seen at this offset (-1: none)
+
+
+class CopiedPartition:
+    """What one copy copied of one source partition.
+
+    The native copy keeps every record it sent until :meth:`settle` takes it: the records the target
+    acknowledged, in send order, as arrays, which become offset syncs and latency counts and count
+    as copied; memory stays bounded however long the copy. A repartitioned flow's records go to the
+    partition the producer's partitioner picks (Kafka's murmur2 of the key), so only the unbroken run
+    of acknowledged records from the oldest one counts, and it writes no offset syncs: target offsets
+    no longer follow source offsets.
     """
 
-    __slots__ = ("topic", "partition", "remote", "start", "offsets", "timestamps", "bytes", "acked",
-                 "ack_times", "on_delivery", "lag", "records", "first", "last", "reached", "syncs", "counts",
-                 "latency_sum", "target_partition", "last_target", "first_since_mark")
+    __slots__ = ("topic", "partition", "remote", "start", "index", "native", "repartitioned", "lag", "records",
+                 "syncs", "first", "last", "first_since_mark", "counts", "latency_sum", "target_partition",
+                 "last_target")
 
-    def __init__(self, copy: CopyRange, remote: str, errors: list[tuple[str, int, Any]]) -> None:
+    def __init__(self, copy: CopyRange, remote: str, index: int, repartitioned: bool = False) -> None:
         self.topic, self.partition, self.remote, self.start = copy.topic, copy.partition, remote, copy.start
-        self.target_partition = copy.partition  # -1: the producer's partitioner places each record
+        self.index = index  # its place in the native copy
+        self.native: Any = None  # the NativeCopy sending its records (bound by SourceCopy)
+        self.repartitioned = repartitioned
+        self.target_partition = -1 if repartitioned else copy.partition  # -1: the producer's partitioner
         self.last_target = -1  # the target offset of the last record settled (-1: none, or not one partition)
-        self.offsets: list[int] = []
-        self.timestamps: list[int] = []
-        self.bytes = 0
-        self.acked: list[int] = []
-        self.ack_times: list[float] = []
         self.lag = -1  # records on the source past what was copied; -1: unknown
         self.records = self.syncs = 0
-        self.first = self.last = self.reached = -1  # reached: an end of partition seen at this offset
+        self.first = self.last = -1
         self.first_since_mark = -1  # the first record settled since the last Copier.mark (-1: none)
         self.counts = np.zeros(len(LATENCY_BUCKETS) + 1, dtype=np.int64)
         self.latency_sum = 0.0
-        acked, ack_times, now = self.acked.append, self.ack_times.append, time.time
 
-        def on_delivery(err: KafkaError | None, msg: Any) -> None:
-            if err is not None:
-                errors.append((msg.topic(), msg.partition(), err))
-                return
-            acked(msg.offset())
-            ack_times(now())
-        self.on_delivery = on_delivery
+    def sent(self) -> SentState:
+        """What is sent and not settled, from the native copy (nothing before it starts)."""
+        return SentState() if self.native is None else SentState(*self.native.state(self.index))
+
+    @property
+    def bytes(self) -> int:
+        """Bytes of keys and values sent."""
+        return self.sent().bytes
 
     def settle(self, syncs: SyncWriter) -> None:
-        """Emit the offset syncs of the acknowledged records and count their latencies."""
-        done = len(self.acked)
+        """Take the acknowledged records: emit their offset syncs, count them and their latencies."""
+        if self.native is None:
+            return
+        offsets, timestamps, targets, ack_times = (
+            np.frombuffer(data, dtype=kind)
+            for data, kind in zip(self.native.take(self.index), (np.int64, np.int64, np.int64, np.float64)))
+        done = len(offsets)
         if not done:
             return
-        offsets = np.array(self.offsets[:done], dtype=np.int64)
-        points = sync_points_of(offsets, np.array(self.acked, dtype=np.int64))
-        self.syncs += syncs.send(self.topic, self.partition, points)
-        self.last_target = self.acked[-1]
-        self._count_settled(done, self.ack_times)
-        self.acked.clear()
-        self.ack_times.clear()
-
-    def _count_settled(self, done: int, ack_times: list[float]) -> None:
-        """Count the first ``done`` records sent as copied (latencies from their acknowledgement times)."""
-        latencies = np.array(ack_times) - np.array(self.timestamps[:done], dtype=np.float64) / 1000.0
+        if not self.repartitioned:
+            self.syncs += syncs.send(self.topic, self.partition, sync_points_of(offsets, targets))
+            self.last_target = int(targets[-1])
+        latencies = ack_times - timestamps / 1000.0
         self.counts += np.histogram(latencies, bins=(-np.inf, *LATENCY_BUCKETS, np.inf))[0]
         self.latency_sum += float(latencies.sum())
         self.records += done
-        self.first = self.offsets[0] if self.first < 0 else self.first
-        self.first_since_mark = self.offsets[0] if self.first_since_mark < 0 else self.first_since_mark
-        self.last = self.offsets[done - 1]
-        del self.offsets[:done], self.timestamps[:done]
-
-    def delivery_of(self, offset: int) -> Callable[[KafkaError | None, Any], None]:
-        """The delivery callback of one record (only partitioned copies need to know which one it was)."""
-        return self.on_delivery
-
-    def position(self) -> int | None:
-        """The offset of the next record the consumer hands out: past the last one sent, else the start."""
-        if self.offsets:
-            return self.offsets[-1] + 1
-        return self.last + 1 if self.records else self.start
+        first = int(offsets[0])
+        self.first = first if self.first < 0 else self.first
+        self.first_since_mark = first if self.first_since_mark < 0 else self.first_since_mark
+        self.last = int(offsets[-1])
 
     def next_offset(self) -> int:
         """Where the next epoch goes on: past the last record copied or the end seen, else the start
-        (everything below a task's start is on the target already); -1: unknown.
-
-        An end seen counts only once every record sent is acknowledged: records sent and never
-        acknowledged (a copier that lapsed) were not copied, however far the fetch got.
-        """
-        reached = self.reached if not self.offsets else -1
-        copied = max(self.last + 1 if self.records else -1, reached)
-        return copied if copied >= 0 or self.start is None else self.start
+        (everything below a task's start is on the target already); -1: unknown (:func:`next_offset_of`)."""
+        return next_offset_of(self.sent(), self.records, self.last, self.start)
 
     def settled_position(self) -> int:
         """Every record below this offset is acknowledged and settled; -1: unknown.
@@ -384,7 +376,8 @@ class CopiedPartition:
         Right after :meth:`settle` the records still waiting are the unacknowledged ones, and the
         offsets below the first of them are copied records or gaps (compaction, markers).
         """
-        return self.offsets[0] if self.offsets else self.next_offset()
+        state = self.sent()
+        return state.first_unsettled if state.unsettled else next_offset_of(state, self.records, self.last, self.start)
 
     def settled(self) -> tuple[int, int]:
         """(:meth:`settled_position`, the target offset of the last record settled)."""
@@ -403,48 +396,119 @@ class CopiedPartition:
                 -1 if self.start is None else self.start)
 
 
-class RepartitionedPartition(CopiedPartition):
-    """A partition of a repartitioning flow: the producer's partitioner places each record by its key
-    (Kafka's murmur2, keyless ones at random), so one source partition feeds several target partitions
-    whose acknowledgements interleave. Each record's callback notes its own source offset, and only the
-    unbroken run of acknowledged records from the oldest one counts as copied. No offset syncs: target
-    offsets no longer follow source offsets."""
+def next_offset_of(state: SentState, records: int, last: int, start: int | None) -> int:
+    """Where a partition's copy goes on: past the last record copied (``records`` settled, the last at
+    ``last``) or the end of partition seen, else ``start``; -1: unknown.
 
-    __slots__ = ("ack_at", "_deliver")
-
-    def __init__(self, copy: CopyRange, remote: str, errors: list[tuple[str, int, Any]]) -> None:
-        super().__init__(copy, remote, errors)
-        self.target_partition = -1
-        self.ack_at: dict[int, float] = {}
-        ack_at, now = self.ack_at, time.time
-
-        def deliver(offset: int, err: KafkaError | None, msg: Any) -> None:
-            if err is not None:
-                errors.append((msg.topic(), msg.partition(), err))
-            else:
-                ack_at[offset] = now()
-        self._deliver = deliver
-
-    def delivery_of(self, offset: int) -> Callable[[KafkaError | None, Any], None]:
-        """A callback that knows which source record it acknowledges."""
-        return partial(self._deliver, offset)
-
-    def settle(self, syncs: SyncWriter) -> None:
-        """Count the acknowledged records up to the first one still waiting."""
-        offsets, ack_at = self.offsets, self.ack_at
-        done = 0
-        while done < len(offsets) and offsets[done] in ack_at:
-            done += 1
-        if done:
-            self._count_settled(done, [ack_at.pop(offset) for offset in offsets[:done]])
+    An end seen counts only once nothing sent waits for its acknowledgement: records sent and never
+    acknowledged (a copier that lapsed) were not copied, however far the fetch got.
+    """
+    reached = state.reached if not state.unsettled else -1
+    copied = max(last + 1 if records else -1, reached)
+    return copied if copied >= 0 or start is None else start
 
 
-def copied_partitions(ranges: list[CopyRange], settings: FlowSpec,
-                      errors: list[tuple[str, int, Any]]) -> dict[tuple[str, int], CopiedPartition]:
-    """What a copy of ``ranges`` keeps per partition (repartitioned or not, as the flow copies)."""
-    kind = RepartitionedPartition if settings.repartition else CopiedPartition
-    return {(r.topic, r.partition): kind(r, settings.remote_topic(r.topic), errors) for r in ranges}
+class CopySetupError(StraitError):
+    """The copy's clients could not be made from the flow's settings."""
 
+
+class SourceCopy:
+    """A task's source partitions copied by the native loop (``_copyloop.c``), and what each copied.
+
+    Errors the loop met are turned into Python's here: a failed delivery goes to :attr:`errors`
+    (the copy loop raises it), a read error fails the copy unless librdkafka retries it by itself,
+    and a partition whose topic was deleted is copied no more.
+    """
+
+    def __init__(self, ranges: list[CopyRange], settings: FlowSpec) -> None:
+        self.settings = settings
+        self.errors: list[tuple[str, int, KafkaError]] = []  # (remote topic, target partition, error)
+        self._parts = [CopiedPartition(r, settings.remote_topic(r.topic), i, settings.repartition)
+                       for i, r in enumerate(ranges)]
+        self.copied = {(part.topic, part.partition): part for part in self._parts}
+        self.pending = dict(self.copied)  # partitions still copied
+        try:
+            self.native = native_copy_class()(
+                consumer_settings(settings), producer_settings(settings.target_producer),
+                [(p.topic, p.partition, -2 if p.start is None else p.start, p.remote, p.target_partition)
+                 for p in self._parts])
+        except ValueError as exc:
+            raise CopySetupError(f"flow {settings.flow}: the copy from cluster {settings.source_alias} to cluster "
+                                 f"{settings.target_alias} cannot start: {exc}") from exc
+        for part in self._parts:
+            part.native = self.native
+
+    def copy(self, want: int, wait: float, write_until: float) -> tuple[int, int]:
+        """Send what waited, then consume up to ``want`` records (waiting up to ``wait`` s for the first)
+        and send them until ``write_until`` (wall clock); (records sent, records fetched)."""
+        sent, fetched = self.native.copy(want, wait, write_until)
+        self._take_failures()
+        return sent, fetched
+
+    def poll(self, timeout: float) -> None:
+        """Serve the target's acknowledgements for up to ``timeout`` s."""
+        self.native.poll(timeout)
+        self._take_failures()
+
+    def flush(self, timeout: float) -> None:
+        """Wait until the target acknowledged every record sent; a write error when one failed or is missing."""
+        remaining = self.native.flush(timeout)
+        self._take_failures()
+        if self.errors:
+            _raise_write_error(self.settings, self.errors)
+        if remaining:
+            raise PassingWriteError(f"flow {self.settings.flow}: {remaining} records not acknowledged by cluster "
+                                    f"{self.settings.target_alias} within {timeout:.0f}s")
+
+    def note_lag(self) -> None:
+        """Each partition's lag from the end offset the last fetch reported (no request to the broker)."""
+        for part in self._parts:
+            _low, high = self.native.watermarks(part.index)
+            reached = part.next_offset()
+            position = reached if reached >= 0 else part.start
+            if high >= 0 and position is not None:
+                part.lag = max(0, high - position)
+
+    def pass_logs(self) -> None:
+        """Hand the clients' log lines to Python's logging (librdkafka's syslog levels)."""
+        for level, facility, text in self.native.logs():
+            _librdkafka.log(_LOG_LEVELS.get(level, logging.DEBUG), "%s: %s", facility, text)
+
+    def close(self, flush_timeout: float) -> int:
+        """End the clients, after up to ``flush_timeout`` s for the target's acknowledgements; how many
+        records sent were left unacknowledged (0: nothing of this copy can arrive later)."""
+        remaining = self.native.flush(flush_timeout)
+        self.native.close()
+        self.pass_logs()
+        return remaining
+
+    def _take_failures(self) -> None:
+        reads, deliveries = self.native.failures()
+        for index, code, fatal, text in deliveries:
+            part = self._parts[index]
+            self.errors.append((part.remote, part.target_partition, KafkaError(code, text, fatal=bool(fatal))))
+        for index, code, fatal, text in reads:
+            self._on_read_error(self._parts[index], KafkaError(code, text, fatal=bool(fatal)))
+
+    def _on_read_error(self, part: CopiedPartition, error: KafkaError) -> None:
+        """A deleted partition is copied no more; errors librdkafka does not retry fail the copy."""
+        if error.code() in (KafkaError.UNKNOWN_TOPIC_OR_PART, KafkaError._UNKNOWN_TOPIC, KafkaError._UNKNOWN_PARTITION):
+            log.warning("topic=%s partition=%d is gone from the source (deleted?): copying it ends at offset %d",
+                        part.topic, part.partition, part.last + 1 if part.records else part.start or -1)
+            self.native.drop(part.index)
+            self.pending.pop((part.topic, part.partition), None)
+            return
+        if error.fatal() or error.code() == KafkaError.TOPIC_AUTHORIZATION_FAILED:
+            raise ReplicationReadError(f"reading topic {part.topic} partition {part.partition}: {error.str()} "
+                                       f"({error.name()})")
+        # Anything else (a broker down, a leader moving) librdkafka retries by itself; the driver fails
+        # the flow when a partition with records makes no progress for the read timeout.
+        log.warning("topic=%s partition=%d reading goes on after: %s", part.topic, part.partition, error.str())
+
+
+_librdkafka = logging.getLogger("strait.librdkafka")
+_LOG_LEVELS = {0: logging.CRITICAL, 1: logging.CRITICAL, 2: logging.CRITICAL, 3: logging.ERROR, 4: logging.WARNING,
+               5: logging.INFO, 6: logging.INFO, 7: logging.DEBUG}
 
 def produce_when_ready(producer: Producer, topic: str, **kwargs: Any) -> None:
     """Produce one record, waiting while the local queue is full or the partition is not yet known."""
@@ -463,103 +527,91 @@ def produce_when_ready(producer: Producer, topic: str, **kwargs: Any) -> None:
             producer.poll(0.1)
 
 
-def finish_copy(copied: Mapping[tuple[str, int], CopiedPartition], producer: Producer, syncs: SyncWriter,
-                progress: ProgressWriter, errors: list[tuple[str, int, Any]], flush_timeout: float) -> None:
+def finish_copy(source: SourceCopy, producer: Producer, syncs: SyncWriter, progress: ProgressWriter,
+                flush_timeout: float) -> None:
     """Wait until every record sent, its offset syncs and the final progress are on the target;
     a ReplicationWriteError when one is not."""
     settings = progress.settings
-    _flush(producer, settings, errors, flush_timeout)
-    for part in copied.values():
+    source.flush(flush_timeout)
+    for part in source.copied.values():
         part.settle(syncs)
-        if part.offsets:
+        unsettled = part.sent().unsettled
+        if unsettled:
             raise ReplicationWriteError(
-                f"flow {settings.flow}: {len(part.offsets)} records sent to {part.remote}[{part.partition}] were "
+                f"flow {settings.flow}: {unsettled} records sent to {part.remote}[{part.partition}] were "
                 f"not acknowledged")
     syncs.flush(flush_timeout)
     if settings.progress is not None:
-        progress.write({key: (part.report(part.settled_position()), part.last_target) for key, part in copied.items()},
-                       final=True)
-        _flush(producer, settings, errors, flush_timeout)
+        progress.write({key: (part.report(part.settled_position()), part.last_target)
+                        for key, part in source.copied.items()}, final=True)
+        _flush(producer, settings, flush_timeout)
         progress.check()
 
 
 class CopyLoop:
-    """Consumes the ranges and produces each record as it comes, until the epoch or every range ends."""
+    """Copies the source's partitions as their records come, until the epoch or every partition ends.
 
-    def __init__(self, consumer: Consumer, producer: Producer, syncs: SyncWriter,
-                 copied: dict[tuple[str, int], CopiedPartition], settings: FlowSpec, limits: EpochLimits,
-                 errors: list[tuple[str, int, Any]], progress: ProgressWriter | None = None) -> None:
-        self.consumer, self.producer, self.syncs, self.copied = consumer, producer, syncs, copied
-        self.settings, self.limits, self.errors = settings, limits, errors
-        self.progress = progress if progress is not None and settings.progress is not None else None
-        self.pending = dict(copied)
+    ``producer`` writes to the target what is not a copied record (progress; a copier's holds),
+    ``syncs`` the offset syncs."""
+
+    def __init__(self, source: SourceCopy, producer: Producer, syncs: SyncWriter, limits: EpochLimits,
+                 progress: ProgressWriter | None = None) -> None:
+        self.source, self.producer, self.syncs, self.limits = source, producer, syncs, limits
+        self.settings, self.copied = source.settings, source.copied
+        self.progress = progress if progress is not None and self.settings.progress is not None else None
         self.sent = 0
         # (syncs sent, each partition's settled position and last target offset) at each settle, until
         # those syncs are acknowledged
         self._settles: list[tuple[int, dict[tuple[str, int], tuple[int, int]]]] = []
-        self._acked = {key: (-1, -1) for key in copied}
+        self._acked = {key: (-1, -1) for key in self.copied}
         self.stop: Callable[[], bool] | None = None
-        # Nothing is written after this (wall clock): a copier's lease (strait_replicator.copier). It is
-        # checked before every record, so a copier frozen mid-batch (its host stopped) sends no more of
-        # it once thawed; what was fetched and not sent is fetched again.
+        # Nothing is written after this (wall clock): a copier's lease (strait_replicator.copier). The
+        # native loop checks it before every record, so a copier frozen mid-batch (its host stopped)
+        # sends no more of it once thawed; what it fetched and did not send waits for the lease.
         self.write_until = math.inf
 
     def copy(self) -> None:
-        """Assign every range's start and copy until the loop ends; note each partition's lag."""
-        self.consumer.assign([TopicPartition(p.topic, p.partition, -2 if p.start is None else p.start)
-                              for p in self.copied.values()])
+        """Copy until the loop ends; note each partition's lag."""
         self._loop()
-        _note_lag(self.consumer, self.copied)
+        self.source.note_lag()
 
     def _loop(self) -> None:
         began = now = time.monotonic()
-        limits = self.limits
+        limits, source = self.limits, self.source
         deadline = began + limits.task_seconds()
         cap = limits.max_records
         next_settle = next_stop_check = now
-        while self.pending and now < deadline and self.sent < cap:
+        while source.pending and now < deadline and self.sent < cap:
             if now >= next_stop_check:
                 if self.stop is not None and self.stop():
                     return
                 next_stop_check = now + STOP_CHECK_SECONDS
-            if self.errors:
-                _raise_write_error(self.settings, self.errors)
+            if source.errors:
+                _raise_write_error(self.settings, source.errors)
             want = min(CONSUME_BATCH, cap - self.sent)
             if limits.records_per_second:
                 want = min(want, int(limits.records_per_second * (now - began)) - self.sent)
                 if want <= 0:
-                    self.producer.poll(0.02)
+                    source.poll(0.02)
+                    self.producer.poll(0)
                     now = time.monotonic()
                     continue
-            messages = self.consumer.consume(want, 0) or self.consumer.consume(1, IDLE_WAIT_SECONDS)
+            sent, fetched = source.copy(want, IDLE_WAIT_SECONDS, self.write_until)
+            self.sent += sent
             now = time.monotonic()
-            if messages:
-                sent, handled = _send_messages(messages, self.producer, self.pending, self.write_until)
-                self.sent += sent
-                if handled < len(messages):
-                    self._rewind(messages[handled:])
             self.producer.poll(0)
             if time.time() > self.write_until:
                 next_stop_check = now  # writes nothing more until the copier's lease is renewed there
                 continue
-            if now >= next_settle or not messages:  # idle: syncs follow their records closely
+            if now >= next_settle or not fetched:  # idle: syncs follow their records closely
                 self._settle()
                 if now >= next_settle:
                     self._report()
                 next_settle = now + SETTLE_SECONDS if now >= next_settle else next_settle
 
-    def _rewind(self, unsent: list[Any]) -> None:
-        """Fetch these messages again: the copier may not write them now."""
-        first: dict[tuple[str, int], int] = {}
-        for message in unsent:
-            if message.error() is None:
-                first.setdefault((message.topic(), message.partition()), message.offset())
-        for (topic, partition), offset in first.items():
-            self.consumer.seek(TopicPartition(topic, partition, offset))
-
     def _settle(self) -> None:
         """Turn acknowledged records into offset syncs and latency counts."""
-        if self.errors:  # a record failed: the acknowledgements no longer pair with the records in send order
+        if self.source.errors:  # a record failed: what was acknowledged after it is not a copy in order
             return
         for part in self.copied.values():
             part.settle(self.syncs)
@@ -569,83 +621,17 @@ class CopyLoop:
     def _report(self) -> None:
         """Write the progress with the live totals: positions of the newest settle whose offset syncs
         are all acknowledged."""
+        self.source.pass_logs()
         if self.progress is None:
             return
-        if self.syncs.producer is not self.producer:
-            self.syncs.producer.poll(0)
+        self.syncs.producer.poll(0)
         self.syncs.check()
         while self._settles and self._settles[0][0] <= self.syncs.delivered:
             self._acked = self._settles.pop(0)[1]
-        _note_lag(self.consumer, self.copied)
+        self.source.note_lag()
         self.progress.write({key: (part.report(self._acked[key][0]), self._acked[key][1])
                              for key, part in self.copied.items()})
         self.progress.check()
-
-
-def _note_lag(consumer: Consumer, copied: dict[tuple[str, int], CopiedPartition]) -> None:
-    """Each partition's lag from the end offset the last fetch reported (no request to the broker)."""
-    for part in copied.values():
-        try:
-            _low, high = consumer.get_watermark_offsets(TopicPartition(part.topic, part.partition), cached=True)
-        except Exception:  # noqa: BLE001 - a lag is nice to have, never a reason to fail a copy
-            continue
-        reached = part.next_offset()
-        position = reached if reached >= 0 else part.start
-        if high >= 0 and position is not None:
-            part.lag = max(0, high - position)
-
-
-def _send_messages(messages: list[Any], producer: Producer, pending: dict[tuple[str, int], CopiedPartition],
-                   write_until: float = math.inf) -> tuple[int, int]:
-    """Produce the messages of partitions still copied (a deleted one is not), until ``write_until``
-    (wall clock) passes; how many were sent, and how many messages were handled."""
-    produce, clock = producer.produce, time.time
-    sent = 0
-    for handled, message in enumerate(messages):
-        if clock() > write_until:
-            return sent, handled
-        part = pending.get((message.topic(), message.partition()))
-        if part is None:  # its topic was deleted meanwhile
-            continue
-        offset = message.offset()
-        error = message.error()
-        if error is not None:
-            _on_consume_error(error, offset, part, pending)
-            continue
-        value, key, timestamp = message.value(), message.key(), message.timestamp()[1]
-        headers = message.headers()
-        target = part.target_partition
-        delivered = part.on_delivery if target >= 0 else part.delivery_of(offset)
-        try:
-            produce(part.remote, value, key, target, delivered, timestamp=timestamp, headers=headers)
-        except (BufferError, KafkaException):  # queue full or partition not yet known: wait, then send it
-            produce_when_ready(producer, part.remote, value=value, key=key, partition=target,
-                               on_delivery=delivered, timestamp=timestamp, headers=headers)
-        part.offsets.append(offset)
-        part.timestamps.append(timestamp)
-        part.bytes += len(value or b"") + len(key or b"")
-        sent += 1
-    return sent, len(messages)
-
-
-def _on_consume_error(error: KafkaError, offset: int, part: CopiedPartition,
-                      pending: dict[tuple[str, int], CopiedPartition]) -> None:
-    """An end of partition is noted, a deleted partition no longer copied; other errors fail the task."""
-    if error.code() == KafkaError._PARTITION_EOF:
-        part.reached = max(part.reached, offset)
-        return
-    if error.code() in (KafkaError.UNKNOWN_TOPIC_OR_PART, KafkaError._UNKNOWN_TOPIC, KafkaError._UNKNOWN_PARTITION):
-        log.warning("topic=%s partition=%d is gone from the source (deleted?): copying it ends at offset %d",
-                    part.topic, part.partition, part.last + 1 if part.records else part.start or -1)
-        del pending[(part.topic, part.partition)]
-        return
-    if error.fatal() or error.code() == KafkaError.TOPIC_AUTHORIZATION_FAILED:
-        raise ReplicationReadError(f"reading topic {part.topic} partition {part.partition}: {error.str()} "
-                                   f"({error.name()})")
-    # Anything else (a broker down, a leader moving) librdkafka retries by itself; the driver fails
-    # the flow when a partition with records makes no progress for the read timeout.
-    log.warning("topic=%s partition=%d reading goes on after: %s", part.topic, part.partition, error.str())
-
 
 def sync_points_of(source_offsets: np.ndarray, target_offsets: np.ndarray) -> list[SyncPoint]:
     """:func:`strait.offsets.sync_points`, vectorised: both batch ends and both sides of every break."""
@@ -666,17 +652,14 @@ def sync_points_of(source_offsets: np.ndarray, target_offsets: np.ndarray) -> li
     return [SyncPoint(int(up), int(down)) for up, down in zip(source_offsets[keep], target_offsets[keep])]
 
 
-def _raise_write_error(settings: FlowSpec, errors: list[tuple[str, int, Any]]) -> None:
+def _raise_write_error(settings: FlowSpec, errors: list[tuple[str, int, KafkaError]]) -> None:
     topic, partition, err = errors[0]
     raise write_error(f"flow {settings.flow}: writing to topic {topic} partition {partition} on cluster "
                       f"{settings.target_alias} failed: {err.str()} ({err.name()})", [e for _t, _p, e in errors])
 
 
-def _flush(producer: Producer, settings: FlowSpec, errors: list[tuple[str, int, Any]],
-           timeout: float) -> None:
+def _flush(producer: Producer, settings: FlowSpec, timeout: float) -> None:
     remaining = producer.flush(timeout)
-    if errors:
-        _raise_write_error(settings, errors)
     if remaining:
         raise PassingWriteError(f"flow {settings.flow}: {remaining} records not acknowledged by cluster "
                                 f"{settings.target_alias} within {timeout:.0f}s")

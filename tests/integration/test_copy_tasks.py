@@ -26,6 +26,7 @@ from strait_replicator import copier, writer
 from strait.config.model import SyncsLocation
 from strait.flow_spec import FlowSpec
 from strait.progress import OffsetsTopic
+from strait.verify_keys import key_partition
 from strait_replicator.live import Hold, hold_named, stop_record
 from strait_replicator.source import CopyStreamReader, CopyTask, SourcePlan
 from strait_replicator.state import EpochOffsets
@@ -101,6 +102,40 @@ def test_the_copy_loop_copies_exactly_from_each_start_in_order(
     copied = records_by_partition(target_cluster, remote)
     assert [(r.key, r.value) for r in copied[0]] == [(r.key, r.value) for r in sent if r.partition == 0][20:]
     assert [r.value for r in copied[1]] == _values(sent, 1)
+
+
+def test_the_native_loop_keeps_every_field_and_a_repartitioned_copy_places_records_by_key(
+        source_cluster: KafkaCluster, target_cluster: KafkaCluster, topics: tuple[str, str, str],
+        unique_name: Callable[[str], str]) -> None:
+    """The C copy loop (writer.SourceCopy) sends key, value, headers (repeated names, empty and null
+    values) and timestamp as they are, keyless records and tombstones included; repartitioned, each
+    keyed record lands where Kafka's partitioner puts its key, every record once."""
+    topic, remote, syncs = topics
+    sent = [Record(f"k{i}".encode() if i % 5 else None, None if i % 7 == 3 else f"v{i}".encode() * (i % 4),
+                   (("h", b"1"), ("h", f"{i}".encode()), ("empty", b""), ("null", None)) if i % 3 else (),
+                   1_600_000_000_000 + i, i % 2) for i in range(60)]
+    produce(source_cluster.client_config(), topic, sent)
+    settings = _settings(source_cluster, target_cluster, topic, remote, syncs)
+    rows = copy_ranges([CopyRange(topic, 0, 0), CopyRange(topic, 1, 0)], settings,
+                       EpochLimits(seconds=60.0, max_records=60))
+    assert _ends(rows) == {0: 30, 1: 30} and sum(row[3] for row in rows) == 60
+    fields = ["key", "value", "headers", "timestamp_ms"]
+    copied = records_by_partition(target_cluster, remote)
+    for partition in (0, 1):
+        assert [[getattr(r, f) for f in fields] for r in copied[partition]] == \
+            [[getattr(r, f) for f in fields] for r in sent if r.partition == partition]
+
+    spread = unique_name("spread")
+    create_topic(target_cluster.admin(), spread, 3)
+    rows = copy_ranges([CopyRange(topic, 0, 0), CopyRange(topic, 1, 0)],
+                       replace(settings, repartition=True, remote_names={topic: spread},
+                               target_producer={**dict(settings.target_producer), "partitioner": "murmur2_random"}),
+                       EpochLimits(seconds=60.0, max_records=60))
+    assert _ends(rows) == {0: 30, 1: 30} and sum(row[8] for row in rows) == 0, "no offset syncs when repartitioned"
+    placed = records_by_partition(target_cluster, spread)
+    assert sorted(r.timestamp_ms for records in placed.values() for r in records) == [r.timestamp_ms for r in sent]
+    for partition, records in placed.items():
+        assert all(key_partition(r.key, 3) == partition for r in records if r.key is not None)
 
 
 def test_a_stop_record_ends_the_running_task_and_the_planner_plans_no_epoch_after_it(

@@ -40,8 +40,13 @@ _PROBE = _REFUSE_DEV_ONLY + textwrap.dedent("""
         for info in pkgutil.walk_packages(root.__path__, prefix=package + "."):
             if info.name.rsplit(".", 1)[-1] == "__main__":
                 continue  # running it would start the component; its imports are its app's
+            if info.name == "strait_replicator._copyloop":
+                continue  # loaded below as the replicator loads it: after confluent-kafka's librdkafka
             importlib.import_module(info.name)
             modules.append(info.name)
+    from strait_replicator.native import native_copy_class
+    native_copy_class()
+    modules.append("strait_replicator._copyloop")
     loaded = sorted(name for name in sys.modules if name.split(".")[0] in dev_only)
     assert not loaded, loaded
     print(len(modules))

@@ -4,13 +4,17 @@ most; a record the target refuses is not."""
 
 from __future__ import annotations
 
+from dataclasses import replace
 from types import SimpleNamespace
 
 import pytest
 from confluent_kafka import KafkaError
 
 from strait_replicator import copier
-from strait_replicator.writer import (CopiedPartition, CopyRange, PassingWriteError, ReplicationWriteError, is_passing,
+from strait.flow_spec import FlowSpec
+from strait.policy import DefaultReplicationPolicy
+from strait_replicator.writer import (CopiedPartition, CopyRange, CopySetupError, PassingWriteError,
+                                      ReplicationWriteError, SentState, SourceCopy, is_passing, next_offset_of,
                                       write_error)
 
 pytestmark = pytest.mark.unit
@@ -71,15 +75,14 @@ def test_passing_failures_are_tolerated_for_the_flush_timeout_unless_a_copier_co
 def test_records_sent_but_never_acknowledged_are_not_copied_however_far_the_fetch_got() -> None:
     """A copier that lapsed reports where its acknowledged copy ends, not the end of partition its
     consumer saw: the epoch's loss and stall checks judge from there."""
-    errors: list = []
-    part = CopiedPartition(CopyRange("t", 0, 100), "A.t", errors)
-    part.offsets.extend([100, 101, 102])  # sent, never acknowledged
-    part.timestamps.extend([0, 0, 0])
-    part.reached = 103
-    assert part.next_offset() == 100 and part.summary()[7] == 100
-    part.offsets.clear()  # all acknowledged and settled: the end seen counts
-    part.timestamps.clear()
-    assert part.next_offset() == 103
+    unsettled = SentState(unsettled=3, first_unsettled=100, last_sent=102, reached=103)
+    assert next_offset_of(unsettled, records=0, last=-1, start=100) == 100
+    assert next_offset_of(unsettled, records=5, last=99, start=95) == 100
+    settled = SentState(last_sent=102, reached=103)  # all acknowledged and settled: the end seen counts
+    assert next_offset_of(settled, records=8, last=102, start=95) == 103
+    assert next_offset_of(SentState(), records=0, last=-1, start=None) == -1, "nothing known of an earliest start"
+    part = CopiedPartition(CopyRange("t", 0, 100), "A.t", 0)
+    assert part.next_offset() == 100 and part.summary()[7] == 100 and part.bytes == 0, "before the copy starts"
 
 
 def _row(partition: int, records: int, first: int | None, last: int | None, next_offset: int, start: int,
@@ -101,3 +104,17 @@ def test_a_lapsed_copier_and_its_successor_in_one_epoch_sum_up_to_one_row_per_pa
     assert waiting[0][7] == 100 and waiting[0][11] == 0 and waiting[0][3] == 100
     # a successor still claiming has no rows yet: the lapsed one's stand
     assert copier.merged_rows(lapsed, []) == lapsed and copier.merged_rows([], successor) == successor
+
+
+def test_a_client_setting_librdkafka_refuses_stops_the_copy_at_once_naming_flow_side_and_setting() -> None:
+    """The native loop makes its clients from the flow's settings: one librdkafka refuses is named
+    with the flow and the client it was meant for, before anything is read or written."""
+    spec = FlowSpec(flow="A->B", source_alias="A", target_alias="B", policy=DefaultReplicationPolicy(),
+                    source_consumer={"bootstrap.servers": "127.0.0.1:1", "fetch.wait.max.ms": "often"},
+                    target_producer={"bootstrap.servers": "127.0.0.1:1"})
+    with pytest.raises(CopySetupError, match=r"flow A->B: .* cluster A .*source consumer setting fetch.wait.max.ms"):
+        SourceCopy([CopyRange("t", 0, 0)], spec)
+    spec = replace(spec, source_consumer={"bootstrap.servers": "127.0.0.1:1"},
+                   target_producer={"bootstrap.servers": "127.0.0.1:1", "linger.ms": "-5"})
+    with pytest.raises(CopySetupError, match=r"target producer setting linger.ms"):
+        SourceCopy([CopyRange("t", 0, 0)], spec)

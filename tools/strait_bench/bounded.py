@@ -6,12 +6,12 @@ from __future__ import annotations
 import logging
 from typing import Any
 
-from confluent_kafka import Consumer, Producer
+from confluent_kafka import Producer
 
 from strait.flow_spec import FlowSpec
-from strait_replicator.writer import (CopyLoop, CopyRange, EpochLimits, ProgressWriter, SyncWriter,
-                                      consumer_settings, copied_partitions, finish_copy,
-                                      install_lazy_zip_invalidation, producer_settings, syncs_producer_settings)
+from strait_replicator.writer import (CopyLoop, CopyRange, EpochLimits, ProgressWriter, SourceCopy, SyncWriter,
+                                      finish_copy, install_lazy_zip_invalidation, producer_settings,
+                                      syncs_producer_settings)
 
 _librdkafka = logging.getLogger("strait.librdkafka")
 
@@ -22,12 +22,10 @@ def copy_ranges(ranges: list[CopyRange], settings: FlowSpec, limits: EpochLimits
     install_lazy_zip_invalidation()  # in a Spark task: the Python worker's imports stay cheap
     producer = Producer({**producer_settings(settings.target_producer), "logger": _librdkafka})
     syncs = SyncWriter(settings, Producer({**syncs_producer_settings(settings.syncs_producer), "logger": _librdkafka}))
-    consumer = Consumer(consumer_settings(settings))
-    errors: list[tuple[str, int, Any]] = []
-    copied = copied_partitions(ranges, settings, errors)
+    source = SourceCopy(ranges, settings)
     try:
-        CopyLoop(consumer, producer, syncs, copied, settings, limits, errors).copy()
-        finish_copy(copied, producer, syncs, ProgressWriter(settings, producer, None), errors, settings.flush_timeout)
+        CopyLoop(source, producer, syncs, limits).copy()
+        finish_copy(source, producer, syncs, ProgressWriter(settings, producer, None), settings.flush_timeout)
     finally:
-        consumer.close()
-    return [part.summary() for part in copied.values()]
+        source.close(0.0)
+    return [part.summary() for part in source.copied.values()]

@@ -1,4 +1,5 @@
-"""Installs and checks what the lab needs outside Python: Java, Kafka jars, redis-server, prometheus.
+"""Installs and checks what the lab needs outside Python: Java, Kafka jars, redis-server, prometheus,
+and the replicator's native copy loop (its compiler and librdkafka's headers).
 
 Jar sets are resolved by Maven from Maven Central into the git-ignored cache, once per pom change;
 binaries come from the OS packages when missing. Run as ``python -m strait_lab.deps`` (the
@@ -38,7 +39,11 @@ SYSTEM_PACKAGES = {
     "redis-server": "redis-server",
     "prometheus": "prometheus",
     "promtool": "prometheus",
+    "gcc": "gcc",
 }
+# What the native copy loop (spark/strait_replicator/_copyloop.c) includes beyond Python's headers.
+LIBRDKAFKA_HEADER = Path("/usr/include/librdkafka/rdkafka.h")
+NATIVE = "native"
 
 
 def jars_dir(name: str) -> Path:
@@ -186,12 +191,50 @@ def _apt_install(packages: list[str]) -> None:
             subprocess.run(sudo + ["service", service, "stop"], capture_output=True)
 
 
+def ensure_native_loop() -> None:
+    """Build the replicator's copy loop when it is missing or older than its C source (an editable
+    install: ``pip install -e .`` again, which compiles it), after installing librdkafka's headers
+    when they are missing; raise unless it then loads."""
+    import sysconfig
+
+    if not LIBRDKAFKA_HEADER.exists():
+        _apt_install(["librdkafka-dev"])
+    if not (Path(sysconfig.get_paths()["include"]) / "Python.h").exists():
+        _apt_install(["python3-dev"])
+    if _native_loop_stale():
+        log.info("building the native copy loop (pip install -e .)")
+        root = Path(__file__).resolve().parents[2]
+        proc = subprocess.run([sys.executable, "-m", "pip", "install", "--quiet", "--disable-pip-version-check",
+                               "--no-deps", "-e", str(root)], capture_output=True, text=True)
+        if proc.returncode != 0:
+            raise SetupError(f"building the native copy loop failed: {(proc.stderr or proc.stdout).strip()[-600:]}")
+    try:
+        from strait_replicator.native import native_copy_class
+
+        native_copy_class()
+    except StraitError as exc:
+        raise SetupError(f"{exc} (gcc and {LIBRDKAFKA_HEADER} were there: see pip's build output)") from exc
+
+
+def _native_loop_stale() -> bool:
+    """Whether the copy loop's extension is missing, or older than the C source beside it."""
+    import importlib.util
+
+    import strait_replicator
+
+    source = Path(strait_replicator.__file__).with_name("_copyloop.c")
+    spec = importlib.util.find_spec("strait_replicator._copyloop")
+    if spec is None or spec.origin is None:
+        return True
+    return source.exists() and source.stat().st_mtime > Path(spec.origin).stat().st_mtime
+
+
 def main(argv: list[str] | None = None) -> int:
     """Command line: ``python -m strait_lab.deps [system] [spark] [NAME ...]`` (NAME: a jar set)."""
     parser = argparse.ArgumentParser(prog="python -m strait_lab.deps", description=__doc__)
     parser.add_argument("what", nargs="*", default=["system", "kafka"],
-                        help="`system` for OS packages, `spark` for the Spark driver's class archive, or a jar "
-                             "set name (kafka, mm2, kafka-3.9, ...)")
+                        help="`system` for OS packages, `native` for the replicator's copy loop, `spark` for the "
+                             "Spark driver's class archive, or a jar set name (kafka, mm2, kafka-3.9, ...)")
     args = parser.parse_args(argv)
     from strait_lab import class_archive  # it starts a broker: strait_lab.kafka imports this module
 
@@ -200,6 +243,8 @@ def main(argv: list[str] | None = None) -> int:
         for item in args.what:
             if item == "system":
                 ensure_system_packages()
+            elif item == NATIVE:
+                ensure_native_loop()
             elif item == class_archive.SPARK:
                 class_archive.ensure_archive(class_archive.SPARK)
             else:
