@@ -151,6 +151,7 @@ def run_service(service: str, settings: Settings, body: Callable[[threading.Even
 
     for sig in (signal.SIGINT, signal.SIGTERM):
         signal.signal(sig, on_signal)
+    _watch_stop_signals(on_signal)
     # In containers Prometheus scrapes from another host: STRAIT_METRICS_ADDR=0.0.0.0 there.
     port = serve_metrics(settings.metrics_port, addr=settings.metrics_addr)
     print(f"{service} metrics on http://127.0.0.1:{port}/metrics", flush=True)
@@ -163,6 +164,28 @@ def run_service(service: str, settings: Settings, body: Callable[[threading.Even
         SERVICE_UP.labels(service=service).set(0)
         _exit_after(service, END_GRACE_SECONDS, "a fatal error" if failed else "its work ended", code=int(failed))
     return 0
+
+
+def _watch_stop_signals(on_signal: Callable[[int, object], None]) -> None:
+    """Take SIGINT and SIGTERM in a thread of their own too, through the interpreter's wakeup file.
+
+    Python runs a signal's handler in the main thread between two bytecodes, so a signal that lands
+    just as the main thread enters a blocking call (a sleep, a wait without timeout) waits until that
+    call returns: seen in a test, a SIGTERM was still unhandled 30 s later. The interpreter's C-level
+    handler writes each signal's number to the wakeup file as it arrives, so this thread sees it
+    whatever the main thread is doing (the handler then runs twice, which changes nothing).
+    """
+    read_end, write_end = os.pipe()
+    os.set_blocking(write_end, False)
+    signal.set_wakeup_fd(write_end, warn_on_full_buffer=False)
+
+    def watch() -> None:
+        while True:
+            for signum in os.read(read_end, 64):
+                if signum in (signal.SIGINT, signal.SIGTERM):
+                    on_signal(signum, None)
+
+    threading.Thread(target=watch, name="stop-signals", daemon=True).start()
 
 
 def _exit_after(service: str, seconds: float, cause: str, code: int) -> None:

@@ -187,7 +187,8 @@ static Py_ssize_t find_part(NativeCopy *self, const rd_kafka_message_t *message)
     return -1;
 }
 
-/* Produce one record; 0 when librdkafka took it, else the error (nothing of it left queued). */
+/* Produce one record; 0 when librdkafka took it, else the error (nothing of it left queued).
+ * Called with the lock held (it may let go of it while it waits for the target's metadata). */
 static rd_kafka_resp_err_t send_record(NativeCopy *self, Py_ssize_t index, const rd_kafka_message_t *message) {
     Part *part = &self->parts[index];
     if (part->len == part->cap && ring_grow(part) != 0)
@@ -229,8 +230,10 @@ static rd_kafka_resp_err_t send_record(NativeCopy *self, Py_ssize_t index, const
                 deadline = now + UNKNOWN_PARTITION_WAIT_MS / 1000.0;
             if (now < deadline) {
                 const struct rd_kafka_metadata *metadata = NULL;
+                pthread_mutex_unlock(&self->lock); /* the task's reports need not wait for the broker */
                 if (rd_kafka_metadata(self->producer, 0, part->rkt, &metadata, 5000) == RD_KAFKA_RESP_ERR_NO_ERROR)
                     rd_kafka_metadata_destroy(metadata);
+                pthread_mutex_lock(&self->lock);
                 rd_kafka_poll(self->producer, 100);
                 continue;
             }
