@@ -9,6 +9,11 @@
  *
  * The librdkafka it calls is confluent-kafka's own (strait_replicator.native loads it first, global):
  * one library, one version, for the Python clients and this loop.
+ *
+ * Two locks: `client` is held by the calls that use the clients (copy, poll, flush, close: the
+ * copier's thread), for as long as they wait on a broker; `ring` guards the partitions' rings,
+ * counters and failures for moments only, so state() from the task's thread never waits on a broker.
+ * Lock order: client, then ring. Neither is ever waited for while holding the GIL.
  */
 #define PY_SSIZE_T_CLEAN
 #include <Python.h>
@@ -17,6 +22,8 @@
 #include <stdint.h>
 #include <string.h>
 #include <time.h>
+
+_Static_assert(sizeof(uintptr_t) == 8, "a delivery's tag packs a partition index and a sequence number in 64 bits");
 
 #define PART_BITS 20
 #define SEQ_BITS (64 - PART_BITS)
@@ -79,7 +86,8 @@ typedef struct {
     rd_kafka_message_t **held;
     size_t held_from, held_len, held_cap;
     Failures delivery_failures, read_failures;
-    pthread_mutex_t lock;
+    pthread_mutex_t client;
+    pthread_mutex_t ring;
     pthread_mutex_t log_lock;
     LogLine logs[LOG_LINES];
     size_t nlogs, logs_dropped;
@@ -92,6 +100,7 @@ static double wall_clock(void) {
     return (double)ts.tv_sec + (double)ts.tv_nsec / 1e9;
 }
 
+/* Ring lock held. */
 static void add_failure(Failures *failures, Py_ssize_t part, int code, int fatal, const char *text) {
     if (failures->len == failures->cap) {
         size_t cap = failures->cap ? failures->cap * 2 : 16;
@@ -142,26 +151,28 @@ static int ring_grow(Part *part) {
     return 0;
 }
 
-/* Served on the copy's own thread, inside rd_kafka_poll/flush, with the object's lock held. */
+/* Served on the copier's thread, inside rd_kafka_poll/flush (client lock held). A failed record stays
+ * unacknowledged in its ring, so take() never passes it. */
 static void on_delivery(rd_kafka_t *rk, const rd_kafka_message_t *message, void *opaque) {
     NativeCopy *self = opaque;
     uint64_t tag = (uint64_t)(uintptr_t)message->_private;
     Py_ssize_t index = (Py_ssize_t)(tag >> SEQ_BITS);
     uint64_t seq = tag & SEQ_MASK;
+    double now = wall_clock();
     (void)rk;
     if (index >= self->nparts)
         return;
     Part *part = &self->parts[index];
+    pthread_mutex_lock(&self->ring);
     if (message->err) {
         add_failure(&self->delivery_failures, index, message->err, 0, rd_kafka_err2str(message->err));
-        return;
+    } else if (seq >= part->base_seq && seq - part->base_seq < part->len) {
+        Slot *slot = slot_at(part, (size_t)(seq - part->base_seq));
+        slot->acked = 1;
+        slot->target = message->offset;
+        slot->ack_time = now;
     }
-    if (seq < part->base_seq || seq - part->base_seq >= part->len)
-        return;
-    Slot *slot = slot_at(part, (size_t)(seq - part->base_seq));
-    slot->acked = 1;
-    slot->target = message->offset;
-    slot->ack_time = wall_clock();
+    pthread_mutex_unlock(&self->ring);
 }
 
 static Py_ssize_t find_part(NativeCopy *self, const rd_kafka_message_t *message) {
@@ -187,64 +198,67 @@ static Py_ssize_t find_part(NativeCopy *self, const rd_kafka_message_t *message)
     return -1;
 }
 
-/* Produce one record; 0 when librdkafka took it, else the error (nothing of it left queued).
- * Called with the lock held (it may let go of it while it waits for the target's metadata). */
-static rd_kafka_resp_err_t send_record(NativeCopy *self, Py_ssize_t index, const rd_kafka_message_t *message) {
+typedef enum { SENT, LEASE_ENDED, REFUSED } Sent;
+
+/* Produce one record unless the lease (write_until, wall clock) ends first, also while it waits for
+ * room in the producer's queue or for a grown remote topic's metadata; REFUSED with *err when
+ * librdkafka did not take it. Client lock held. */
+static Sent send_record(NativeCopy *self, Py_ssize_t index, const rd_kafka_message_t *message, double write_until,
+                        rd_kafka_resp_err_t *err) {
     Part *part = &self->parts[index];
-    if (part->len == part->cap && ring_grow(part) != 0)
-        return RD_KAFKA_RESP_ERR__FAIL; /* no memory for the slot: reported, and the copy stops */
-    uint64_t seq = part->base_seq + part->len;
+    pthread_mutex_lock(&self->ring);
+    int room = part->len < part->cap || ring_grow(part) == 0;
+    uint64_t seq = part->base_seq + part->len; /* only this thread adds slots or takes them */
+    pthread_mutex_unlock(&self->ring);
+    if (!room) {
+        *err = RD_KAFKA_RESP_ERR__FAIL; /* no memory for the slot: the copy stops */
+        return REFUSED;
+    }
     void *tag = (void *)(uintptr_t)(((uint64_t)index << SEQ_BITS) | (seq & SEQ_MASK));
     int64_t timestamp = rd_kafka_message_timestamp(message, NULL);
     rd_kafka_headers_t *headers = NULL;
     const rd_kafka_headers_t *given = NULL;
     if (rd_kafka_message_headers(message, (rd_kafka_headers_t **)&given) == RD_KAFKA_RESP_ERR_NO_ERROR && given)
         headers = rd_kafka_headers_copy(given);
-    rd_kafka_resp_err_t err;
     double deadline = 0.0;
     for (;;) {
         if (headers != NULL)
-            err = rd_kafka_producev(self->producer, RD_KAFKA_V_RKT(part->rkt),
-                                    RD_KAFKA_V_PARTITION(part->target_partition),
-                                    RD_KAFKA_V_VALUE(message->payload, message->len),
-                                    RD_KAFKA_V_KEY(message->key, message->key_len),
-                                    RD_KAFKA_V_MSGFLAGS(RD_KAFKA_MSG_F_COPY),
-                                    RD_KAFKA_V_TIMESTAMP(timestamp > 0 ? timestamp : 0),
-                                    RD_KAFKA_V_HEADERS(headers), RD_KAFKA_V_OPAQUE(tag), RD_KAFKA_V_END);
+            *err = rd_kafka_producev(self->producer, RD_KAFKA_V_RKT(part->rkt),
+                                     RD_KAFKA_V_PARTITION(part->target_partition),
+                                     RD_KAFKA_V_VALUE(message->payload, message->len),
+                                     RD_KAFKA_V_KEY(message->key, message->key_len),
+                                     RD_KAFKA_V_MSGFLAGS(RD_KAFKA_MSG_F_COPY),
+                                     RD_KAFKA_V_TIMESTAMP(timestamp > 0 ? timestamp : 0),
+                                     RD_KAFKA_V_HEADERS(headers), RD_KAFKA_V_OPAQUE(tag), RD_KAFKA_V_END);
         else
-            err = rd_kafka_producev(self->producer, RD_KAFKA_V_RKT(part->rkt),
-                                    RD_KAFKA_V_PARTITION(part->target_partition),
-                                    RD_KAFKA_V_VALUE(message->payload, message->len),
-                                    RD_KAFKA_V_KEY(message->key, message->key_len),
-                                    RD_KAFKA_V_MSGFLAGS(RD_KAFKA_MSG_F_COPY),
-                                    RD_KAFKA_V_TIMESTAMP(timestamp > 0 ? timestamp : 0),
-                                    RD_KAFKA_V_OPAQUE(tag), RD_KAFKA_V_END);
-        if (err == RD_KAFKA_RESP_ERR__QUEUE_FULL) {
-            rd_kafka_poll(self->producer, 50); /* let deliveries drain */
-            continue;
+            *err = rd_kafka_producev(self->producer, RD_KAFKA_V_RKT(part->rkt),
+                                     RD_KAFKA_V_PARTITION(part->target_partition),
+                                     RD_KAFKA_V_VALUE(message->payload, message->len),
+                                     RD_KAFKA_V_KEY(message->key, message->key_len),
+                                     RD_KAFKA_V_MSGFLAGS(RD_KAFKA_MSG_F_COPY),
+                                     RD_KAFKA_V_TIMESTAMP(timestamp > 0 ? timestamp : 0),
+                                     RD_KAFKA_V_OPAQUE(tag), RD_KAFKA_V_END);
+        if (*err == RD_KAFKA_RESP_ERR_NO_ERROR)
+            break;
+        double now = wall_clock();
+        if (*err == RD_KAFKA_RESP_ERR__UNKNOWN_PARTITION && deadline == 0.0)
+            deadline = now + UNKNOWN_PARTITION_WAIT_MS / 1000.0;
+        int waits = *err == RD_KAFKA_RESP_ERR__QUEUE_FULL
+                    || (*err == RD_KAFKA_RESP_ERR__UNKNOWN_PARTITION && now < deadline);
+        if (!waits || now > write_until) {
+            if (headers != NULL)
+                rd_kafka_headers_destroy(headers);
+            return waits ? LEASE_ENDED : REFUSED;
         }
-        if (err == RD_KAFKA_RESP_ERR__UNKNOWN_PARTITION) {
+        if (*err == RD_KAFKA_RESP_ERR__UNKNOWN_PARTITION) {
             /* a remote topic just grown (new source partition): the producer's metadata lags behind */
-            double now = wall_clock();
-            if (deadline == 0.0)
-                deadline = now + UNKNOWN_PARTITION_WAIT_MS / 1000.0;
-            if (now < deadline) {
-                const struct rd_kafka_metadata *metadata = NULL;
-                pthread_mutex_unlock(&self->lock); /* the task's reports need not wait for the broker */
-                if (rd_kafka_metadata(self->producer, 0, part->rkt, &metadata, 5000) == RD_KAFKA_RESP_ERR_NO_ERROR)
-                    rd_kafka_metadata_destroy(metadata);
-                pthread_mutex_lock(&self->lock);
-                rd_kafka_poll(self->producer, 100);
-                continue;
-            }
+            const struct rd_kafka_metadata *metadata = NULL;
+            if (rd_kafka_metadata(self->producer, 0, part->rkt, &metadata, 5000) == RD_KAFKA_RESP_ERR_NO_ERROR)
+                rd_kafka_metadata_destroy(metadata);
         }
-        break;
+        rd_kafka_poll(self->producer, 50); /* lets deliveries drain from a full queue */
     }
-    if (err != RD_KAFKA_RESP_ERR_NO_ERROR) {
-        if (headers != NULL)
-            rd_kafka_headers_destroy(headers);
-        return err;
-    }
+    pthread_mutex_lock(&self->ring);
     Slot *slot = slot_at(part, part->len++);
     slot->offset = message->offset;
     slot->timestamp = timestamp;
@@ -253,7 +267,8 @@ static rd_kafka_resp_err_t send_record(NativeCopy *self, Py_ssize_t index, const
     slot->acked = 0;
     part->bytes += (int64_t)message->len + (int64_t)message->key_len;
     part->last_sent = message->offset;
-    return RD_KAFKA_RESP_ERR_NO_ERROR;
+    pthread_mutex_unlock(&self->ring);
+    return SENT;
 }
 
 static void hold(NativeCopy *self, rd_kafka_message_t **messages, size_t count) {
@@ -261,9 +276,12 @@ static void hold(NativeCopy *self, rd_kafka_message_t **messages, size_t count) 
         return;
     if (self->held_cap < count) {
         rd_kafka_message_t **held = realloc(self->held, count * sizeof(*held));
-        if (held == NULL) { /* cannot keep them: the next copier reads them again from the progress */
+        if (held == NULL) { /* cannot keep them: the copy must stop, the next copier reads them again */
             for (size_t i = 0; i < count; i++)
                 rd_kafka_message_destroy(messages[i]);
+            pthread_mutex_lock(&self->ring);
+            add_failure(&self->delivery_failures, 0, RD_KAFKA_RESP_ERR__FAIL, 1, "out of memory holding records");
+            pthread_mutex_unlock(&self->ring);
             return;
         }
         self->held = held;
@@ -274,8 +292,13 @@ static void hold(NativeCopy *self, rd_kafka_message_t **messages, size_t count) 
     self->held_len = count;
 }
 
-/* Send messages[0..count) in order until write_until passes or a send fails; the unsent rest is held.
- * Returns how many were sent; consumed messages are destroyed once handled. Lock held. */
+static int is_gone_error(rd_kafka_resp_err_t err) {
+    return err == RD_KAFKA_RESP_ERR_UNKNOWN_TOPIC_OR_PART || err == RD_KAFKA_RESP_ERR__UNKNOWN_TOPIC
+           || err == RD_KAFKA_RESP_ERR__UNKNOWN_PARTITION;
+}
+
+/* Send messages[0..count) in order until write_until passes or a send is refused; the unsent rest is
+ * held. Returns how many were sent; consumed messages are destroyed once handled. Client lock held. */
 static size_t send_batch(NativeCopy *self, rd_kafka_message_t **messages, size_t count, double write_until,
                          rd_kafka_resp_err_t *failed, Py_ssize_t *failed_part) {
     size_t sent = 0, i;
@@ -284,31 +307,40 @@ static size_t send_batch(NativeCopy *self, rd_kafka_message_t **messages, size_t
         if (wall_clock() > write_until)
             break;
         Py_ssize_t index = find_part(self, message);
-        if (index < 0 || self->parts[index].gone) {
-            rd_kafka_message_destroy(message); /* not a partition it copies (deleted meanwhile), or no partition */
+        if (index < 0) {
+            rd_kafka_message_destroy(message); /* not of a partition it copies */
             continue;
         }
         Part *part = &self->parts[index];
+        pthread_mutex_lock(&self->ring);
+        int skip = part->gone || message->err;
         if (message->err == RD_KAFKA_RESP_ERR__PARTITION_EOF) {
             if (message->offset > part->reached)
                 part->reached = message->offset;
-            rd_kafka_message_destroy(message);
-            continue;
-        }
-        if (message->err) {
+        } else if (message->err && !part->gone) {
             int fatal = message->err == RD_KAFKA_RESP_ERR__FATAL;
             rd_kafka_resp_err_t code = message->err;
-            char text[256];
+            char text[256] = "";
             if (fatal)
                 code = rd_kafka_fatal_error(self->consumer, text, sizeof(text));
             else
                 snprintf(text, sizeof(text), "%s", rd_kafka_message_errstr(message));
+            if (is_gone_error(code)) { /* its topic was deleted: no more of it, Python says so */
+                part->gone = 1;
+                self->active--;
+            }
             add_failure(&self->read_failures, index, code, fatal, text);
+        }
+        pthread_mutex_unlock(&self->ring);
+        if (skip) {
             rd_kafka_message_destroy(message);
             continue;
         }
-        rd_kafka_resp_err_t err = send_record(self, index, message);
-        if (err != RD_KAFKA_RESP_ERR_NO_ERROR) {
+        rd_kafka_resp_err_t err = RD_KAFKA_RESP_ERR_NO_ERROR;
+        Sent result = send_record(self, index, message, write_until, &err);
+        if (result == LEASE_ENDED)
+            break;
+        if (result == REFUSED) {
             *failed = err;
             *failed_part = index;
             break;
@@ -320,13 +352,18 @@ static size_t send_batch(NativeCopy *self, rd_kafka_message_t **messages, size_t
     return sent;
 }
 
+/* A str of C text that may have been cut inside a UTF-8 character. */
+static PyObject *text_of(const char *text) {
+    return PyUnicode_DecodeUTF8(text, (Py_ssize_t)strlen(text), "replace");
+}
+
 static PyObject *failure_list(Failures *failures) {
     PyObject *list = PyList_New((Py_ssize_t)failures->len);
     if (list == NULL)
         return NULL;
     for (size_t i = 0; i < failures->len; i++) {
         Failure *f = &failures->items[i];
-        PyObject *item = Py_BuildValue("(niis)", f->part, f->code, f->fatal, f->text);
+        PyObject *item = Py_BuildValue("(niiN)", f->part, f->code, f->fatal, text_of(f->text));
         if (item == NULL) {
             Py_DECREF(list);
             return NULL;
@@ -337,11 +374,12 @@ static PyObject *failure_list(Failures *failures) {
     return list;
 }
 
-static void lock(NativeCopy *self) {
-    if (pthread_mutex_trylock(&self->lock) == 0)
+/* Take the ring lock from Python: without the GIL while it waits. */
+static void lock_ring(NativeCopy *self) {
+    if (pthread_mutex_trylock(&self->ring) == 0)
         return;
     Py_BEGIN_ALLOW_THREADS
-    pthread_mutex_lock(&self->lock);
+    pthread_mutex_lock(&self->ring);
     Py_END_ALLOW_THREADS
 }
 
@@ -452,7 +490,8 @@ static void NativeCopy_dealloc(NativeCopy *self) {
     free(self->held);
     free(self->delivery_failures.items);
     free(self->read_failures.items);
-    pthread_mutex_destroy(&self->lock);
+    pthread_mutex_destroy(&self->client);
+    pthread_mutex_destroy(&self->ring);
     pthread_mutex_destroy(&self->log_lock);
     Py_TYPE(self)->tp_free((PyObject *)self);
 }
@@ -462,7 +501,8 @@ static PyObject *NativeCopy_new(PyTypeObject *type, PyObject *args, PyObject *kw
     (void)kwds;
     NativeCopy *self = (NativeCopy *)type->tp_alloc(type, 0);
     if (self != NULL) {
-        pthread_mutex_init(&self->lock, NULL);
+        pthread_mutex_init(&self->client, NULL);
+        pthread_mutex_init(&self->ring, NULL);
         pthread_mutex_init(&self->log_lock, NULL);
         self->closed = 1; /* until __init__ made the clients */
     }
@@ -501,7 +541,9 @@ static int NativeCopy_init(NativeCopy *self, PyObject *args, PyObject *kwds) {
     self->nparts = self->active = count;
     rd_kafka_topic_partition_list_t *assignment = rd_kafka_topic_partition_list_new((int)count);
     const char **remotes = calloc((size_t)count, sizeof(char *));
-    int failed = remotes == NULL;
+    int failed = remotes == NULL || assignment == NULL;
+    if (failed)
+        PyErr_NoMemory();
     for (Py_ssize_t i = 0; i < count && !failed; i++) {
         const char *topic, *remote;
         int partition, target;
@@ -512,6 +554,11 @@ static int NativeCopy_init(NativeCopy *self, PyObject *args, PyObject *kwds) {
         }
         Part *part = &self->parts[i];
         part->topic = strdup(topic);
+        if (part->topic == NULL) {
+            PyErr_NoMemory();
+            failed = 1;
+            break;
+        }
         part->partition = partition;
         part->target_partition = target < 0 ? RD_KAFKA_PARTITION_UA : target;
         part->reached = part->last_sent = -1;
@@ -544,7 +591,8 @@ static int NativeCopy_init(NativeCopy *self, PyObject *args, PyObject *kwds) {
             failed = 1;
         }
     }
-    rd_kafka_topic_partition_list_destroy(assignment);
+    if (assignment != NULL)
+        rd_kafka_topic_partition_list_destroy(assignment);
     free(remotes);
     if (failed) {
         Py_BEGIN_ALLOW_THREADS
@@ -574,7 +622,7 @@ static PyObject *NativeCopy_copy(NativeCopy *self, PyObject *args) {
     if (batch == NULL)
         return PyErr_NoMemory();
     Py_BEGIN_ALLOW_THREADS
-    pthread_mutex_lock(&self->lock);
+    pthread_mutex_lock(&self->client);
     if (self->held_len) {
         size_t count = self->held_len;
         rd_kafka_message_t **again = malloc(count * sizeof(*again));
@@ -585,31 +633,25 @@ static PyObject *NativeCopy_copy(NativeCopy *self, PyObject *args) {
             free(again);
         }
     }
-    int go_on = self->held_len == 0 && failed == RD_KAFKA_RESP_ERR_NO_ERROR;
-    pthread_mutex_unlock(&self->lock);
-    if (go_on) {
+    if (self->held_len == 0 && failed == RD_KAFKA_RESP_ERR_NO_ERROR) {
         ssize_t got = rd_kafka_consume_batch_queue(self->queue, 0, batch, (size_t)max_records);
         double until = wall_clock() + wait;
         while (got == 0) {
-            pthread_mutex_lock(&self->lock);
             rd_kafka_poll(self->producer, 0); /* acknowledgements are timed when served: serve them while idle */
-            pthread_mutex_unlock(&self->lock);
             if (wall_clock() >= until)
                 break;
             got = rd_kafka_consume_batch_queue(self->queue, IDLE_SLICE_MS, batch, 1);
         }
         fetched = got > 0 ? (size_t)got : 0;
-        pthread_mutex_lock(&self->lock);
         sent += send_batch(self, batch, fetched, write_until, &failed, &failed_part);
-        if (failed != RD_KAFKA_RESP_ERR_NO_ERROR)
-            add_failure(&self->delivery_failures, failed_part, failed, 1, rd_kafka_err2str(failed));
-        rd_kafka_poll(self->producer, 0);
-        pthread_mutex_unlock(&self->lock);
-    } else if (failed != RD_KAFKA_RESP_ERR_NO_ERROR) {
-        pthread_mutex_lock(&self->lock);
-        add_failure(&self->delivery_failures, failed_part, failed, 1, rd_kafka_err2str(failed));
-        pthread_mutex_unlock(&self->lock);
     }
+    if (failed != RD_KAFKA_RESP_ERR_NO_ERROR) {
+        pthread_mutex_lock(&self->ring);
+        add_failure(&self->delivery_failures, failed_part, failed, 1, rd_kafka_err2str(failed));
+        pthread_mutex_unlock(&self->ring);
+    }
+    rd_kafka_poll(self->producer, 0);
+    pthread_mutex_unlock(&self->client);
     Py_END_ALLOW_THREADS
     free(batch);
     return Py_BuildValue("(nn)", (Py_ssize_t)sent, (Py_ssize_t)fetched);
@@ -619,10 +661,10 @@ static PyObject *NativeCopy_copy(NativeCopy *self, PyObject *args) {
  * (part index, librdkafka error code, fatal, text); a record librdkafka refused to take is fatal. */
 static PyObject *NativeCopy_failures(NativeCopy *self, PyObject *noargs) {
     (void)noargs;
-    lock(self);
+    lock_ring(self);
     PyObject *reads = failure_list(&self->read_failures);
     PyObject *deliveries = reads ? failure_list(&self->delivery_failures) : NULL;
-    pthread_mutex_unlock(&self->lock);
+    pthread_mutex_unlock(&self->ring);
     if (deliveries == NULL) {
         Py_XDECREF(reads);
         return NULL;
@@ -636,9 +678,9 @@ static PyObject *NativeCopy_poll(NativeCopy *self, PyObject *args) {
     if (!PyArg_ParseTuple(args, "d", &timeout) || check_open(self) != 0)
         return NULL;
     Py_BEGIN_ALLOW_THREADS
-    pthread_mutex_lock(&self->lock);
+    pthread_mutex_lock(&self->client);
     rd_kafka_poll(self->producer, (int)(timeout * 1000));
-    pthread_mutex_unlock(&self->lock);
+    pthread_mutex_unlock(&self->client);
     Py_END_ALLOW_THREADS
     Py_RETURN_NONE;
 }
@@ -649,7 +691,7 @@ static PyObject *NativeCopy_take(NativeCopy *self, PyObject *args) {
     Py_ssize_t index;
     if (part_index(self, args, &index) != 0)
         return NULL;
-    lock(self);
+    lock_ring(self);
     Part *part = &self->parts[index];
     size_t done = 0;
     while (done < part->len && slot_at(part, done)->acked)
@@ -673,7 +715,7 @@ static PyObject *NativeCopy_take(NativeCopy *self, PyObject *args) {
         part->len -= done;
         part->base_seq += done;
     }
-    pthread_mutex_unlock(&self->lock);
+    pthread_mutex_unlock(&self->ring);
     if (!(offsets && timestamps && targets && times)) {
         Py_XDECREF(offsets);
         Py_XDECREF(timestamps);
@@ -690,12 +732,12 @@ static PyObject *NativeCopy_state(NativeCopy *self, PyObject *args) {
     Py_ssize_t index;
     if (part_index(self, args, &index) != 0)
         return NULL;
-    lock(self);
+    lock_ring(self);
     Part *part = &self->parts[index];
     long long first = part->len ? (long long)slot_at(part, 0)->offset : -1;
     PyObject *state = Py_BuildValue("(nLLLL)", (Py_ssize_t)part->len, first, (long long)part->last_sent,
                                     (long long)part->bytes, (long long)part->reached);
-    pthread_mutex_unlock(&self->lock);
+    pthread_mutex_unlock(&self->ring);
     return state;
 }
 
@@ -704,13 +746,13 @@ static PyObject *NativeCopy_drop(NativeCopy *self, PyObject *args) {
     Py_ssize_t index;
     if (part_index(self, args, &index) != 0)
         return NULL;
-    lock(self);
+    lock_ring(self);
     if (!self->parts[index].gone) {
         self->parts[index].gone = 1;
         self->active--;
     }
     Py_ssize_t active = self->active;
-    pthread_mutex_unlock(&self->lock);
+    pthread_mutex_unlock(&self->ring);
     return PyLong_FromSsize_t(active);
 }
 
@@ -735,10 +777,10 @@ static PyObject *NativeCopy_flush(NativeCopy *self, PyObject *args) {
     Py_BEGIN_ALLOW_THREADS
     double deadline = wall_clock() + timeout;
     for (;;) {
-        pthread_mutex_lock(&self->lock);
+        pthread_mutex_lock(&self->client);
         rd_kafka_flush(self->producer, 100);
         remaining = rd_kafka_outq_len(self->producer);
-        pthread_mutex_unlock(&self->lock);
+        pthread_mutex_unlock(&self->client);
         if (remaining == 0 || wall_clock() >= deadline)
             break;
     }
@@ -750,20 +792,32 @@ static PyObject *NativeCopy_flush(NativeCopy *self, PyObject *args) {
 static PyObject *NativeCopy_logs(NativeCopy *self, PyObject *noargs) {
     (void)noargs;
     pthread_mutex_lock(&self->log_lock);
-    PyObject *list = PyList_New((Py_ssize_t)self->nlogs + (self->logs_dropped ? 1 : 0));
-    if (list != NULL) {
-        for (size_t i = 0; i < self->nlogs; i++) {
-            LogLine *line = &self->logs[i];
-            PyList_SET_ITEM(list, (Py_ssize_t)i, Py_BuildValue("(iss)", line->level, line->facility, line->text));
-        }
-        if (self->logs_dropped) {
-            char text[96];
-            snprintf(text, sizeof(text), "%zu more librdkafka log lines dropped", self->logs_dropped);
-            PyList_SET_ITEM(list, (Py_ssize_t)self->nlogs, Py_BuildValue("(iss)", 4, "LOG", text));
-        }
+    size_t count = self->nlogs, dropped = self->logs_dropped;
+    LogLine *lines = malloc((count ? count : 1) * sizeof(LogLine));
+    if (lines != NULL) {
+        memcpy(lines, self->logs, count * sizeof(LogLine));
         self->nlogs = self->logs_dropped = 0;
     }
     pthread_mutex_unlock(&self->log_lock);
+    if (lines == NULL)
+        return PyErr_NoMemory();
+    PyObject *list = PyList_New(0);
+    for (size_t i = 0; list != NULL && i <= count; i++) {
+        PyObject *item = NULL;
+        if (i < count) {
+            item = Py_BuildValue("(iNN)", lines[i].level, text_of(lines[i].facility), text_of(lines[i].text));
+        } else if (dropped) {
+            char text[96];
+            snprintf(text, sizeof(text), "%zu more librdkafka log lines dropped", dropped);
+            item = Py_BuildValue("(iss)", 4, "LOG", text);
+        } else {
+            break;
+        }
+        if (item == NULL || PyList_Append(list, item) != 0)
+            Py_CLEAR(list);
+        Py_XDECREF(item);
+    }
+    free(lines);
     return list;
 }
 
@@ -773,10 +827,10 @@ static PyObject *NativeCopy_close(NativeCopy *self, PyObject *noargs) {
     if (self->closed)
         Py_RETURN_NONE;
     Py_BEGIN_ALLOW_THREADS
-    pthread_mutex_lock(&self->lock);
+    pthread_mutex_lock(&self->client);
     self->closed = 1;
     release_all(self);
-    pthread_mutex_unlock(&self->lock);
+    pthread_mutex_unlock(&self->client);
     Py_END_ALLOW_THREADS
     Py_RETURN_NONE;
 }

@@ -111,7 +111,7 @@ class Copier(threading.Thread):
         self._process = process_identity()
         self._released = False
         self._loop: CopyLoop | None = None
-        self._unacknowledged = 0  # records its copy left unacknowledged when it ended
+        self._unacknowledged = 0  # records its copy left unacknowledged when it ended (-1: unknown)
         # another copier held one of its partitions since the epoch was planned (a successor's predecessor
         # did, even when its hold and release are both read at the claim): start where the progress says
         self._contended = successor
@@ -256,6 +256,7 @@ class Copier(threading.Thread):
         with self._lock:
             self._progress = ProgressWriter(settings, self.producer, self._run)
         source = SourceCopy(ranges, settings)
+        self._unacknowledged = -1  # until its close says what it left: no release before that
         self.copied = source.copied
         limits = EpochLimits(seconds=math.inf, max_records=sys.maxsize,
                              records_per_second=self.task.limits.records_per_second)
@@ -291,6 +292,8 @@ class Copier(threading.Thread):
             self._extend_lease()
             if now <= self._valid_until:
                 return False
+            if self._loop is not None:
+                self._loop.source.poll(0)  # acknowledgements of its copy are timed when served
             self.producer.poll(WAIT_SECONDS)
 
     def _stop_reason(self, now: float, claiming: bool = False) -> str:

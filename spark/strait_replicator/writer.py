@@ -477,9 +477,12 @@ class SourceCopy:
     def close(self, flush_timeout: float) -> int:
         """End the clients, after up to ``flush_timeout`` s for the target's acknowledgements; how many
         records sent were left unacknowledged (0: nothing of this copy can arrive later)."""
-        remaining = self.native.flush(flush_timeout)
-        self.native.close()
-        self.pass_logs()
+        remaining = -1  # unknown, when the flush itself failed
+        try:
+            remaining = self.native.flush(flush_timeout)
+        finally:
+            self.native.close()
+            self.pass_logs()
         return remaining
 
     def _take_failures(self) -> None:
