@@ -55,12 +55,23 @@ def other_hosts(lab_root: Path, tmp_path: Path) -> Iterator[SparkStandalone]:
         cluster.stop()
 
 
-def _spark_python_processes() -> set[psutil.Process]:
-    """The Python daemons and workers Spark runs beside its JVMs (the copiers live in them)."""
+def _spark_python_processes(*roots: ManagedProcess) -> set[psutil.Process]:
+    """The Python daemons and workers Spark runs under ``roots`` (the driver's submission, the
+    workers: the copiers live in them); never another test's Spark on the suite's other worker."""
     found = set()
-    for process in psutil.process_iter(["cmdline"]):
-        if any(part.startswith("pyspark.") for part in process.info["cmdline"] or ()):
-            found.add(process)
+    for root in roots:
+        if root.pid is None:
+            continue
+        try:
+            family = psutil.Process(root.pid).children(recursive=True)
+        except psutil.NoSuchProcess:
+            continue
+        for process in family:
+            try:
+                if any(part.startswith("pyspark.") for part in process.cmdline()):
+                    found.add(process)
+            except psutil.Error:  # gone meanwhile
+                continue
     return found
 
 
@@ -140,7 +151,7 @@ def test_workers_that_share_no_disk_with_the_driver_copy_under_load_and_survive_
         wait_for(lambda: count(target_cluster, remote) > before + 3 * RATE, 180, "copying after the worker loss")
 
         time.sleep(5)
-        copiers = _spark_python_processes()
+        copiers = _spark_python_processes(submitted, *other_hosts.workers)
         assert copiers, "no Python worker of Spark found"
         submitted.kill()  # the driver lost mid-epoch
         killed_at = time.monotonic()
