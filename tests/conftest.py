@@ -27,7 +27,7 @@ from strait_lab.redis import RedisServer
 from strait_lab.services import StraitProcess
 from tests.oracle.mm2_oracle import ORACLE_SOURCE, Mm2Oracle
 from tests.support.jvm import use_quick_jvms
-from tests.support.machine import MachineShare, note_in_timeline
+from tests.support.machine import MachineShare, cpu_seconds, note_in_timeline
 from tests.support.summary import summaries_since
 
 _MARKER_BY_FOLDER = {"unit": "unit", "integration": "integration", "e2e": "e2e"}
@@ -161,14 +161,14 @@ def pytest_runtest_protocol(item: pytest.Item, nextitem: pytest.Item | None) -> 
     machine = item.config.stash[_machine_key]
     asked = time.time()
     machine.begin_test()
-    began = time.time()
+    began, cpu = time.time(), cpu_seconds()
     if began - asked > 0.5:
         note_in_timeline("waiting for another to be alone", asked, began)
     try:
         yield
     finally:
         machine.end_test()
-        note_in_timeline(item.nodeid, began, time.time())
+        note_in_timeline(item.nodeid, began, time.time(), cpu_seconds() - cpu)
 
 
 def pytest_terminal_summary(terminalreporter: pytest.TerminalReporter, config: pytest.Config) -> None:

@@ -37,13 +37,15 @@ def main(path: str) -> None:
     for row in sorted((r for r in rows if "::" not in r["what"]), key=lambda r: r["start"]):
         if row["end"] - row["start"] >= 1:
             print(f"  {row['start'] - origin:7.0f} {row['end'] - row['start']:6.0f} s {row['worker']} {row['what']}")
-    print("files by time:")
-    files: dict[str, float] = defaultdict(float)
+    print("files by time (CPU seconds of the worker and the processes it waited for):")
+    files: dict[str, list[float]] = defaultdict(lambda: [0.0, 0.0])
     for row in rows:
         if "::" in row["what"]:
-            files[row["what"].split("::")[0]] += row["end"] - row["start"]
-    for name, seconds in sorted(files.items(), key=lambda kv: -kv[1])[:25]:
-        print(f"  {seconds:6.0f} s {name}")
+            spent = files[row["what"].split("::")[0]]
+            spent[0] += row["end"] - row["start"]
+            spent[1] += row.get("cpu", 0.0)
+    for name, (seconds, cpu) in sorted(files.items(), key=lambda kv: -kv[1][0])[:30]:
+        print(f"  {seconds:6.0f} s {cpu:7.0f} cpu-s {name}")
 
 
 if __name__ == "__main__":

@@ -26,12 +26,23 @@ from contextlib import contextmanager
 from pathlib import Path
 
 
-def note_in_timeline(what: str, started: float, ended: float) -> None:
-    """One line in ``$STRAIT_TEST_TIMELINE`` (if set): this worker, ``what``, and when (epoch seconds)."""
+def cpu_seconds() -> float:
+    """CPU seconds of this process and of its children already waited for (a test's processes, once
+    it stopped them): the difference over a test is what the test cost the machine, nearly."""
+    times = os.times()
+    return times.user + times.system + times.children_user + times.children_system
+
+
+def note_in_timeline(what: str, started: float, ended: float, cpu: float | None = None) -> None:
+    """One line in ``$STRAIT_TEST_TIMELINE`` (if set): this worker, ``what``, when (epoch seconds) and,
+    for a test, the CPU seconds it cost (:func:`cpu_seconds`)."""
     path = os.environ.get("STRAIT_TEST_TIMELINE")
     if path:
-        line = json.dumps({"worker": os.environ.get("PYTEST_XDIST_WORKER", "main"), "what": what,
-                           "start": round(started, 2), "end": round(ended, 2)})
+        row: dict[str, object] = {"worker": os.environ.get("PYTEST_XDIST_WORKER", "main"), "what": what,
+                                  "start": round(started, 2), "end": round(ended, 2)}
+        if cpu is not None:
+            row["cpu"] = round(cpu, 2)
+        line = json.dumps(row)
         with open(path, "a", encoding="utf-8") as timeline:
             timeline.write(line + "\n")
 
