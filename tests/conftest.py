@@ -27,7 +27,7 @@ from strait_lab.redis import RedisServer
 from strait_lab.services import StraitProcess
 from tests.oracle.mm2_oracle import ORACLE_SOURCE, Mm2Oracle
 from tests.support.jvm import use_quick_jvms
-from tests.support.machine import MachineShare, cpu_seconds, note_in_timeline
+from tests.support.machine import MachineShare, machine_busy_seconds, note_in_timeline
 from tests.support.summary import summaries_since
 
 _MARKER_BY_FOLDER = {"unit": "unit", "integration": "integration", "e2e": "e2e"}
@@ -108,7 +108,7 @@ def _scope(nodeid: str) -> str:
 def _run_order(items: list[pytest.Item], workers: int) -> None:
     """Sort the tests by file (or package), the slowest first, but the compose lab first of all, then
     files without a timed region (they run beside the lab), and the drills after
-    ``_DRILLS_AFTER_SECONDS`` of other work per other worker."""
+    ``_DRILLS_AFTER_SECONDS`` of other work per other worker, their timed ones last."""
     ranked = sorted({_scope(item.nodeid) for item in items}, key=lambda scope: (-_SLOWEST_SECONDS.get(scope, 0), scope))
     if _COMPOSE_LAB in ranked and _DRILLS in ranked:
         timed = {_scope(item.nodeid) for item in items if "machine" in getattr(item, "fixturenames", ())}
@@ -120,7 +120,8 @@ def _run_order(items: list[pytest.Item], workers: int) -> None:
         ranked.insert(len(before), _DRILLS)
         ranked.insert(0, _COMPOSE_LAB)
     order = {scope: i for i, scope in enumerate(ranked)}
-    items.sort(key=lambda item: order[_scope(item.nodeid)])
+    # the fault drills that time something come after those that only count (tests/faults/conftest.py)
+    items.sort(key=lambda item: (order[_scope(item.nodeid)], "alone_from_here" in getattr(item, "fixturenames", ())))
 
 
 def _first_seconds(scopes: list[str], seconds: float) -> list[str]:
@@ -161,14 +162,14 @@ def pytest_runtest_protocol(item: pytest.Item, nextitem: pytest.Item | None) -> 
     machine = item.config.stash[_machine_key]
     asked = time.time()
     machine.begin_test()
-    began, cpu = time.time(), cpu_seconds()
+    began, busy = time.time(), machine_busy_seconds()
     if began - asked > 0.5:
         note_in_timeline("waiting for another to be alone", asked, began)
     try:
         yield
     finally:
         machine.end_test()
-        note_in_timeline(item.nodeid, began, time.time(), cpu_seconds() - cpu)
+        note_in_timeline(item.nodeid, began, time.time(), (busy, machine_busy_seconds()))
 
 
 def pytest_terminal_summary(terminalreporter: pytest.TerminalReporter, config: pytest.Config) -> None:

@@ -37,16 +37,30 @@ def main(path: str) -> None:
     for row in sorted((r for r in rows if "::" not in r["what"]), key=lambda r: r["start"]):
         if row["end"] - row["start"] >= 1:
             print(f"  {row['start'] - origin:7.0f} {row['end'] - row['start']:6.0f} s {row['worker']} {row['what']}")
-    print("files by time (CPU seconds of the worker and the processes it waited for):")
+    print("files by time, with the machine's CPU seconds shared among the tests running at once:")
+    tests = [r for r in rows if "::" in r["what"]]
+    cpu = machine_cpu_of(tests)
     files: dict[str, list[float]] = defaultdict(lambda: [0.0, 0.0])
-    for row in rows:
-        if "::" in row["what"]:
-            spent = files[row["what"].split("::")[0]]
-            spent[0] += row["end"] - row["start"]
-            spent[1] += row.get("cpu", 0.0)
-    for name, (seconds, cpu) in sorted(files.items(), key=lambda kv: -kv[1][0])[:30]:
-        print(f"  {seconds:6.0f} s {cpu:7.0f} cpu-s {name}")
+    for index, row in enumerate(tests):
+        spent = files[row["what"].split("::")[0]]
+        spent[0] += row["end"] - row["start"]
+        spent[1] += cpu.get(index, 0.0)
+    for name, (seconds, used) in sorted(files.items(), key=lambda kv: -kv[1][0])[:30]:
+        print(f"  {seconds:6.0f} s {used:7.0f} cpu-s {name}")
+    print(f"machine busy over the run: {sum(cpu.values()):.0f} cpu-s")
 
+
+def machine_cpu_of(tests: list[dict]) -> dict[int, float]:
+    """Test index -> the machine's busy seconds while it ran, each stretch between two tests' starts or
+    ends shared equally among the tests running through it (rows with a ``busy`` pair only)."""
+    samples = sorted({(r["start"], r["busy"][0]) for r in tests if "busy" in r}
+                     | {(r["end"], r["busy"][1]) for r in tests if "busy" in r})
+    cpu: dict[int, float] = defaultdict(float)
+    for (began, busy_then), (ended, busy_after) in zip(samples, samples[1:]):
+        running = [i for i, r in enumerate(tests) if "busy" in r and r["start"] <= began and r["end"] >= ended]
+        for index in running:
+            cpu[index] += max(0.0, busy_after - busy_then) / len(running)
+    return cpu
 
 if __name__ == "__main__":
     main(sys.argv[1])

@@ -46,6 +46,7 @@ typedef struct {
     int32_t partition;
     int32_t target_partition; /* RD_KAFKA_PARTITION_UA: the producer's partitioner places each record */
     rd_kafka_topic_t *rkt;    /* the remote topic, on the producer */
+    rd_kafka_topic_t *source; /* the topic, on the consumer: its metadata is looked up before assign() */
     Slot *slots;              /* ring of records sent and not yet taken: slots[(head + i) % cap], i < len */
     size_t cap, head, len;
     uint64_t base_seq;        /* sequence number of the ring's head */
@@ -91,7 +92,7 @@ typedef struct {
     pthread_mutex_t log_lock;
     LogLine logs[LOG_LINES];
     size_t nlogs, logs_dropped;
-    int closed;
+    int closed, assigned;
 } NativeCopy;
 
 static double wall_clock(void) {
@@ -456,6 +457,12 @@ static void release_all(NativeCopy *self) {
         rd_kafka_queue_destroy(self->queue);
         self->queue = NULL;
     }
+    for (Py_ssize_t i = 0; i < self->nparts; i++) {
+        if (self->parts[i].source) {
+            rd_kafka_topic_destroy(self->parts[i].source);
+            self->parts[i].source = NULL;
+        }
+    }
     if (self->consumer) {
         rd_kafka_consumer_close(self->consumer);
         rd_kafka_destroy(self->consumer);
@@ -510,8 +517,8 @@ static PyObject *NativeCopy_new(PyTypeObject *type, PyObject *args, PyObject *kw
 }
 
 /* NativeCopy(consumer_settings, producer_settings, parts): parts is a list of
- * (topic, partition, start, remote_topic, target_partition); start -2 is the earliest offset,
- * target_partition -1 leaves the partition to the producer's partitioner. */
+ * (topic, partition, remote_topic, target_partition); target_partition -1 leaves the partition to the
+ * producer's partitioner. Both clients start connecting at once; nothing is fetched before assign(). */
 static int NativeCopy_init(NativeCopy *self, PyObject *args, PyObject *kwds) {
     PyObject *consumer_settings, *producer_settings, *parts;
     static char *kwlist[] = {"consumer_settings", "producer_settings", "parts", NULL};
@@ -539,16 +546,14 @@ static int NativeCopy_init(NativeCopy *self, PyObject *args, PyObject *kwds) {
         return -1;
     }
     self->nparts = self->active = count;
-    rd_kafka_topic_partition_list_t *assignment = rd_kafka_topic_partition_list_new((int)count);
     const char **remotes = calloc((size_t)count, sizeof(char *));
-    int failed = remotes == NULL || assignment == NULL;
+    int failed = remotes == NULL;
     if (failed)
         PyErr_NoMemory();
     for (Py_ssize_t i = 0; i < count && !failed; i++) {
         const char *topic, *remote;
         int partition, target;
-        long long start;
-        if (!PyArg_ParseTuple(PyList_GET_ITEM(parts, i), "siLsi", &topic, &partition, &start, &remote, &target)) {
+        if (!PyArg_ParseTuple(PyList_GET_ITEM(parts, i), "sisi", &topic, &partition, &remote, &target)) {
             failed = 1;
             break;
         }
@@ -563,8 +568,6 @@ static int NativeCopy_init(NativeCopy *self, PyObject *args, PyObject *kwds) {
         part->target_partition = target < 0 ? RD_KAFKA_PARTITION_UA : target;
         part->reached = part->last_sent = -1;
         remotes[i] = remote;
-        rd_kafka_topic_partition_list_add(assignment, topic, partition)->offset =
-            start < 0 ? RD_KAFKA_OFFSET_BEGINNING : start;
     }
     if (!failed) {
         self->consumer = client(self, consumer_settings, RD_KAFKA_CONSUMER, "source consumer");
@@ -576,8 +579,10 @@ static int NativeCopy_init(NativeCopy *self, PyObject *args, PyObject *kwds) {
     }
     for (Py_ssize_t i = 0; i < count && !failed; i++) {
         self->parts[i].rkt = rd_kafka_topic_new(self->producer, remotes[i], NULL);
-        if (self->parts[i].rkt == NULL) {
-            PyErr_Format(PyExc_ValueError, "remote topic %s: %s", remotes[i],
+        self->parts[i].source = rd_kafka_topic_new(self->consumer, self->parts[i].topic, NULL);
+        if (self->parts[i].rkt == NULL || self->parts[i].source == NULL) {
+            PyErr_Format(PyExc_ValueError, "%s topic %s: %s", self->parts[i].rkt == NULL ? "remote" : "source",
+                         self->parts[i].rkt == NULL ? remotes[i] : self->parts[i].topic,
                          rd_kafka_err2str(rd_kafka_last_error()));
             failed = 1;
         }
@@ -585,14 +590,7 @@ static int NativeCopy_init(NativeCopy *self, PyObject *args, PyObject *kwds) {
     if (!failed) {
         rd_kafka_poll_set_consumer(self->consumer);
         self->queue = rd_kafka_queue_get_consumer(self->consumer);
-        rd_kafka_resp_err_t err = rd_kafka_assign(self->consumer, assignment);
-        if (err) {
-            PyErr_Format(PyExc_ValueError, "assigning the source partitions: %s", rd_kafka_err2str(err));
-            failed = 1;
-        }
     }
-    if (assignment != NULL)
-        rd_kafka_topic_partition_list_destroy(assignment);
     free(remotes);
     if (failed) {
         Py_BEGIN_ALLOW_THREADS
@@ -655,6 +653,48 @@ static PyObject *NativeCopy_copy(NativeCopy *self, PyObject *args) {
     Py_END_ALLOW_THREADS
     free(batch);
     return Py_BuildValue("(nn)", (Py_ssize_t)sent, (Py_ssize_t)fetched);
+}
+
+/* assign(starts): fetch each partition from its start (a list in the order of the parts; -2 is the
+ * earliest offset). Once: the copy's clients are made before its starts are known (a copier's claim
+ * waits for the partitions' release meanwhile), so the copy starts without their set-up. */
+static PyObject *NativeCopy_assign(NativeCopy *self, PyObject *args) {
+    PyObject *starts;
+    if (!PyArg_ParseTuple(args, "O!", &PyList_Type, &starts) || check_open(self) != 0)
+        return NULL;
+    if (self->assigned) {
+        PyErr_SetString(PyExc_RuntimeError, "a native copy is assigned its partitions once");
+        return NULL;
+    }
+    if (PyList_GET_SIZE(starts) != self->nparts) {
+        PyErr_Format(PyExc_ValueError, "%zd starts for %zd partitions", PyList_GET_SIZE(starts), self->nparts);
+        return NULL;
+    }
+    rd_kafka_topic_partition_list_t *assignment = rd_kafka_topic_partition_list_new((int)self->nparts);
+    if (assignment == NULL)
+        return PyErr_NoMemory();
+    for (Py_ssize_t i = 0; i < self->nparts; i++) {
+        long long start = PyLong_AsLongLong(PyList_GET_ITEM(starts, i));
+        if (start == -1 && PyErr_Occurred()) {
+            rd_kafka_topic_partition_list_destroy(assignment);
+            return NULL;
+        }
+        rd_kafka_topic_partition_list_add(assignment, self->parts[i].topic, self->parts[i].partition)->offset =
+            start < 0 ? RD_KAFKA_OFFSET_BEGINNING : start;
+    }
+    rd_kafka_resp_err_t err;
+    Py_BEGIN_ALLOW_THREADS
+    pthread_mutex_lock(&self->client);
+    err = self->closed ? RD_KAFKA_RESP_ERR__DESTROY : rd_kafka_assign(self->consumer, assignment);
+    pthread_mutex_unlock(&self->client);
+    Py_END_ALLOW_THREADS
+    rd_kafka_topic_partition_list_destroy(assignment);
+    if (err) {
+        PyErr_Format(PyExc_ValueError, "assigning the source partitions: %s", rd_kafka_err2str(err));
+        return NULL;
+    }
+    self->assigned = 1;
+    Py_RETURN_NONE;
 }
 
 /* failures() -> (read failures, delivery failures) since the last call: lists of
@@ -836,6 +876,7 @@ static PyObject *NativeCopy_close(NativeCopy *self, PyObject *noargs) {
 }
 
 static PyMethodDef NativeCopy_methods[] = {
+    {"assign", (PyCFunction)NativeCopy_assign, METH_VARARGS, "Fetch each partition from its start (once)."},
     {"copy", (PyCFunction)NativeCopy_copy, METH_VARARGS, "Send held records, then consume and send a batch."},
     {"failures", (PyCFunction)NativeCopy_failures, METH_NOARGS, "Read and delivery failures since the last call."},
     {"poll", (PyCFunction)NativeCopy_poll, METH_VARARGS, "Serve the target's acknowledgements."},

@@ -168,9 +168,7 @@ class Copier(threading.Thread):
         setup_logging()  # its lines go to the worker's stderr
         self.door.open()
         try:
-            self._claim()
-            if not self.reason:
-                self._copy(self._starting_ranges())
+            self._claim_and_copy()
         except PassingWriteError as exc:  # a broker restarting, a leader moving: not the task's failure...
             failing = self._failing_for()
             if failing <= self.settings.flush_timeout:
@@ -205,6 +203,20 @@ class Copier(threading.Thread):
                 since = now
             _passing_failures[key] = (since, now)
             return now - since
+
+    def _claim_and_copy(self) -> None:
+        """Make the copy (its clients connect meanwhile), claim the partitions, then copy them from
+        where their last holder left them."""
+        source = SourceCopy(list(self.task.ranges), self.settings)
+        copying = False
+        try:
+            self._claim()
+            if not self.reason:
+                copying = True
+                self._copy(source, self._starting_ranges())
+        finally:
+            if not copying:
+                source.close(0.0)
 
     def _claim(self) -> None:
         """Write the claim, then wait until every older holder of one of its partitions released it or
@@ -248,23 +260,26 @@ class Copier(threading.Thread):
         progress = self.progress_log.since(dict(self.task.progress_from), sorted(self.keys))
         return resumed_ranges(self.task, progress, self.settings.flow)
 
-    def _copy(self, ranges: list[CopyRange]) -> None:
+    def _copy(self, source: SourceCopy, ranges: list[CopyRange]) -> None:
+        """Copy ``source``'s partitions from ``ranges``' starts until it stops (see :meth:`_check`);
+        ``source`` is closed at the end."""
         settings = self.settings
-        syncs_producer = Producer({**syncs_producer_settings(settings.syncs_producer),
-                                   "logger": logging.getLogger("strait.librdkafka")})
-        syncs = SyncWriter(settings, syncs_producer)
-        with self._lock:
-            self._progress = ProgressWriter(settings, self.producer, self._run)
-        source = SourceCopy(ranges, settings)
         self._unacknowledged = -1  # until its close says what it left: no release before that
-        self.copied = source.copied
-        limits = EpochLimits(seconds=math.inf, max_records=sys.maxsize,
-                             records_per_second=self.task.limits.records_per_second)
-        loop = CopyLoop(source, self.producer, syncs, limits, self._progress)
-        loop.stop = self._check
-        loop.write_until = self._valid_until
-        self._loop = loop
+        syncs_producer: Producer | None = None
         try:
+            source.start(ranges)
+            syncs_producer = Producer({**syncs_producer_settings(settings.syncs_producer),
+                                       "logger": logging.getLogger("strait.librdkafka")})
+            syncs = SyncWriter(settings, syncs_producer)
+            with self._lock:
+                self._progress = ProgressWriter(settings, self.producer, self._run)
+            self.copied = source.copied
+            limits = EpochLimits(seconds=math.inf, max_records=sys.maxsize,
+                                 records_per_second=self.task.limits.records_per_second)
+            loop = CopyLoop(source, self.producer, syncs, limits, self._progress)
+            loop.stop = self._check
+            loop.write_until = self._valid_until
+            self._loop = loop
             loop.copy()
             self.reason = self.reason or "done"  # every partition's topic was deleted
             if self.reason == "lapsed" or time.time() > self._valid_until:
@@ -273,7 +288,8 @@ class Copier(threading.Thread):
             finish_copy(source, self.producer, syncs, self._progress, flush)
         finally:
             self._unacknowledged = source.close(STOP_FLUSH_SECONDS)
-            syncs_producer.flush(1.0)
+            if syncs_producer is not None:
+                syncs_producer.flush(1.0)
 
     def _check(self) -> bool:
         """Called by the copy loop about every 0.1 s: renew the hold, read the control records; True

@@ -415,6 +415,10 @@ class CopySetupError(StraitError):
 class SourceCopy:
     """A task's source partitions copied by the native loop (``_copyloop.c``), and what each copied.
 
+    Made, its clients connect to both clusters; :meth:`start` then fetches each partition from its
+    start (a copier makes its copy before it claims the partitions, and starts it once their last
+    holder released them: the hand-off does not wait for the clients' set-up).
+
     Errors the loop met are turned into Python's here: a failed delivery goes to :attr:`errors`
     (the copy loop raises it), a read error fails the copy unless librdkafka retries it by itself,
     and a partition whose topic was deleted is copied no more.
@@ -430,13 +434,20 @@ class SourceCopy:
         try:
             self.native = native_copy_class()(
                 consumer_settings(settings), producer_settings(settings.target_producer),
-                [(p.topic, p.partition, -2 if p.start is None else p.start, p.remote, p.target_partition)
-                 for p in self._parts])
+                [(p.topic, p.partition, p.remote, p.target_partition) for p in self._parts])
         except ValueError as exc:
             raise CopySetupError(f"flow {settings.flow}: the copy from cluster {settings.source_alias} to cluster "
                                  f"{settings.target_alias} cannot start: {exc}") from exc
         for part in self._parts:
             part.native = self.native
+
+    def start(self, ranges: list[CopyRange] | None = None) -> None:
+        """Fetch each partition from its range's start: ``ranges`` (the same partitions) when given,
+        else those the copy was made with."""
+        starts = {(r.topic, r.partition): r.start for r in ranges or ()}
+        for part in self._parts:
+            part.start = starts.get((part.topic, part.partition), part.start)
+        self.native.assign([-2 if part.start is None else part.start for part in self._parts])
 
     def copy(self, want: int, wait: float, write_until: float) -> tuple[int, int]:
         """Send what waited, then consume up to ``want`` records (waiting up to ``wait`` s for the first)

@@ -6,7 +6,7 @@ import logging
 import time
 import uuid
 from collections.abc import Callable, Iterator
-from contextlib import nullcontext
+from contextlib import ExitStack, nullcontext
 from pathlib import Path
 
 import pytest
@@ -43,17 +43,33 @@ def mode() -> Mode:
 
 
 @pytest.fixture(scope="package")
-def rig(lab_root: Path, machine: MachineShare, mode: Mode) -> Iterator[Rig]:
-    """Clusters C and D (3 brokers each), a dedicated Redis, the config in Redis and the replicator;
-    once it copies, the drills run alone on the machine. Their stalls and recoveries are timed
-    against the clusters' own (a direct producer's), so the short drills' JVMs compile with C1 as
-    every test's do; the full drills (`make test-faults`, the numbers README reports) keep the
-    default JIT of production."""
+def rig(lab_root: Path, mode: Mode) -> Iterator[Rig]:
+    """Clusters C and D (3 brokers each), a dedicated Redis, the config in Redis and the replicator,
+    once it copies. Drills whose verdicts rest on timing run alone on the machine
+    (:func:`alone_from_here`); their stalls and recoveries are timed against the clusters' own (a
+    direct producer's), so the short drills' JVMs compile with C1 as every test's do; the full
+    drills (`make test-faults`, the numbers README reports) keep the default JIT of production."""
     with default_jit() if mode.name == "full" else nullcontext():
-        yield from _rig(lab_root, machine)
+        yield from _rig(lab_root)
 
 
-def _rig(lab_root: Path, machine: MachineShare) -> Iterator[Rig]:
+@pytest.fixture(scope="package")
+def _drills_alone(machine: MachineShare) -> Iterator[ExitStack]:
+    with ExitStack() as stack:
+        yield stack
+
+
+@pytest.fixture
+def alone_from_here(rig: Rig, machine: MachineShare, _drills_alone: ExitStack) -> None:
+    """The drill is timed: from its start to the end of the drills no other worker runs a test. The
+    drills that only count (lost, duplicates within their bound) run before the timed ones, beside
+    other workers' tests (tests/conftest.py orders them), so the machine is given up once."""
+    if not getattr(_drills_alone, "entered", False):
+        _drills_alone.enter_context(machine.alone())
+        _drills_alone.entered = True  # type: ignore[attr-defined]
+
+
+def _rig(lab_root: Path) -> Iterator[Rig]:
     REPORT_PATH.unlink(missing_ok=True)
     workdir = lab_root / f"faults-{uuid.uuid4().hex[:6]}"
     clusters = [KafkaCluster(KafkaClusterSpec(alias, brokers=3, overrides={"log.retention.ms": "-1",
@@ -78,8 +94,7 @@ def _rig(lab_root: Path, machine: MachineShare) -> Iterator[Rig]:
         rig.apply(rig.build_config(rig.topics))
         rig.start_replicator()
         _warm_up(rig)
-        with machine.alone():
-            yield rig
+        yield rig
     finally:
         _summarize()
         if rig is not None:

@@ -36,6 +36,8 @@ from tests.faults.drill import (
 from tests.support.kafka import count
 from tests.support.waiting import wait_for
 
+TIMED = pytest.mark.usefixtures("alone_from_here")  # the verdict rests on timing: runs alone
+
 pytestmark = [pytest.mark.faults, pytest.mark.slow]
 
 STALL_MARGIN_SECONDS = 3.0
@@ -95,6 +97,7 @@ def _query_errors(rig: Rig) -> list[str]:
     return [line for line in rig.replicator.log_text().splitlines() if "kind=query" in line][-5:]
 
 
+@TIMED
 def test_rolling_restart_of_source_then_target(rig: Rig, mode: Mode,
                                                replicas: Callable[..., list[StraitProcess]]) -> None:
     """Every broker of C, then of D, restarted in turn under load: 0 lost, a stall of seconds at most,
@@ -119,6 +122,7 @@ def test_rolling_restart_of_source_then_target(rig: Rig, mode: Mode,
         drill.abort()
 
 
+@TIMED
 def test_rolling_restart_with_mirrormaker2(rig: Rig, mode: Mode) -> None:
     """The same rolling restart with MirrorMaker 2 (dedicated mode, Kafka's jars) copying instead of strait.
 
@@ -223,6 +227,7 @@ def _leader_not_coordinating(cluster: KafkaCluster, topic: str, group: str) -> i
                 partitions[0].leader)
 
 
+@TIMED
 def test_long_single_broker_outage(rig: Rig, mode: Mode, replicas: Callable[..., list[StraitProcess]]) -> None:
     """One source broker SIGKILLed for minutes under load with a group committing: copy and checkpoints go on.
 

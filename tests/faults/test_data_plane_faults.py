@@ -18,6 +18,8 @@ from tests.faults.drill import PARTITIONS, CopyWatch, Drill, KeyedLoad, Mode, Ri
 from tests.support.kafka import NumberedLoad, count, numbered_copies
 from tests.support.waiting import wait_for
 
+TIMED = pytest.mark.usefixtures("alone_from_here")  # the verdict rests on timing: runs alone
+
 pytestmark = [pytest.mark.faults, pytest.mark.slow]
 
 BROKER_SESSION_TIMEOUT_S = 9.0  # Kafka's broker.session.timeout.ms default
@@ -29,6 +31,7 @@ RETURN_CATCH_UP_SECONDS = 10.0
 BEHIND_SOURCE_SECONDS = 10.0
 
 
+@TIMED
 def test_listing_ends_with_a_dead_leader_answers_for_the_live_leaders(rig: Rig) -> None:
     """Right after a SIGKILL of the broker leading partition 0, the ends of the partitions led by live
     brokers are listed at once and exactly; only the dead leader's
@@ -77,6 +80,7 @@ def test_replicator_sigkill(rig: Rig, mode: Mode) -> None:
         drill.abort()
 
 
+@TIMED
 @pytest.mark.parametrize("side", ["source", "target"])
 def test_broker_sigkill(rig: Rig, mode: Mode, side: str) -> None:
     """SIGKILL the broker leading partition 0 (source topic, or its copy on the target); restart it after.
@@ -123,6 +127,7 @@ def test_broker_sigkill(rig: Rig, mode: Mode, side: str) -> None:
         drill.abort()
 
 
+@TIMED
 def test_broker_sigstop_past_session_timeout(rig: Rig, mode: Mode) -> None:
     """Freeze (SIGSTOP) the source broker leading partition 0 past the broker session timeout, then SIGCONT.
 
@@ -151,6 +156,7 @@ def test_broker_sigstop_past_session_timeout(rig: Rig, mode: Mode) -> None:
         drill.abort()
 
 
+@TIMED
 def test_epoch_boundaries_do_not_pause_the_copy(rig: Rig, mode: Mode) -> None:
     """Steady load through at least ``mode.boundaries`` epoch boundaries: the copy's longest stall is
     no longer than the longest acknowledgement gap of a direct producer to the target in the same
@@ -181,6 +187,7 @@ def test_epoch_boundaries_do_not_pause_the_copy(rig: Rig, mode: Mode) -> None:
     assert stall <= gap + 0.5, note
 
 
+@TIMED
 def test_new_topics_and_partitions_join_within_the_refresh_interval(rig: Rig, mode: Mode) -> None:
     """A topic created on the source while the flow copies, then a partition added to it: the first
     records of each are on the target within the topic refresh interval + 5 s of their creation, and

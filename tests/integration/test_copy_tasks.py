@@ -104,6 +104,32 @@ def test_the_copy_loop_copies_exactly_from_each_start_in_order(
     assert [r.value for r in copied[1]] == _values(sent, 1)
 
 
+def test_a_copy_made_before_its_starts_are_known_fetches_nothing_until_started_then_from_those_starts(
+        source_cluster: KafkaCluster, target_cluster: KafkaCluster, topics: tuple[str, str, str]) -> None:
+    """A copier makes its copy (clients connected) before it claims the partitions and starts it
+    where their last holder left them: until then nothing is fetched; then each partition is copied
+    from the start given (or the earliest offset), not from the one it was made with."""
+    topic, remote, syncs = topics
+    sent = _send(source_cluster, topic, 0, 20)
+    source = writer.SourceCopy([CopyRange(topic, 0, 0), CopyRange(topic, 1, 9)],
+                               _settings(source_cluster, target_cluster, topic, remote, syncs))
+    copied = 0
+    try:
+        assert source.copy(100, 1.0, time.time() + 60) == (0, 0), "records fetched before the copy was started"
+        source.start([CopyRange(topic, 0, 4), CopyRange(topic, 1, None)])
+        with pytest.raises(RuntimeError, match="once"):
+            source.start()
+        deadline = time.monotonic() + 30
+        while copied < 16 and time.monotonic() < deadline:
+            copied += source.copy(100, 0.5, time.time() + 60)[0]
+    finally:
+        left = source.close(10.0)
+    assert copied == 16 and left == 0
+    on_target = records_by_partition(target_cluster, remote)
+    assert [r.value for r in on_target[0]] == _values(sent, 0)[4:]
+    assert [r.value for r in on_target[1]] == _values(sent, 1)
+
+
 def test_the_native_loop_keeps_every_field_and_a_repartitioned_copy_places_records_by_key(
         source_cluster: KafkaCluster, target_cluster: KafkaCluster, topics: tuple[str, str, str],
         unique_name: Callable[[str], str]) -> None:

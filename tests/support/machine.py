@@ -26,22 +26,25 @@ from contextlib import contextmanager
 from pathlib import Path
 
 
-def cpu_seconds() -> float:
-    """CPU seconds of this process and of its children already waited for (a test's processes, once
-    it stopped them): the difference over a test is what the test cost the machine, nearly."""
-    times = os.times()
-    return times.user + times.system + times.children_user + times.children_system
+def machine_busy_seconds() -> float:
+    """CPU seconds the whole machine has been busy since boot (every core, every process): a test's
+    processes outlive their parents or are reparented, so only the machine's count sees them all."""
+    with open("/proc/stat", encoding="ascii") as stat:
+        fields = stat.readline().split()[1:]
+    user, nice, system, _idle, _iowait, irq, softirq, steal = (int(f) for f in fields[:8])
+    return (user + nice + system + irq + softirq + steal) / os.sysconf("SC_CLK_TCK")
 
 
-def note_in_timeline(what: str, started: float, ended: float, cpu: float | None = None) -> None:
+def note_in_timeline(what: str, started: float, ended: float, busy: tuple[float, float] | None = None) -> None:
     """One line in ``$STRAIT_TEST_TIMELINE`` (if set): this worker, ``what``, when (epoch seconds) and,
-    for a test, the CPU seconds it cost (:func:`cpu_seconds`)."""
+    for a test, the machine's busy seconds at its start and end (:func:`machine_busy_seconds`; the
+    timeline tool shares each stretch's CPU among the tests running in it)."""
     path = os.environ.get("STRAIT_TEST_TIMELINE")
     if path:
         row: dict[str, object] = {"worker": os.environ.get("PYTEST_XDIST_WORKER", "main"), "what": what,
                                   "start": round(started, 2), "end": round(ended, 2)}
-        if cpu is not None:
-            row["cpu"] = round(cpu, 2)
+        if busy is not None:
+            row["busy"] = [round(busy[0], 2), round(busy[1], 2)]
         line = json.dumps(row)
         with open(path, "a", encoding="utf-8") as timeline:
             timeline.write(line + "\n")

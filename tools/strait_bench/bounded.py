@@ -24,6 +24,7 @@ def copy_ranges(ranges: list[CopyRange], settings: FlowSpec, limits: EpochLimits
     syncs = SyncWriter(settings, Producer({**syncs_producer_settings(settings.syncs_producer), "logger": _librdkafka}))
     source = SourceCopy(ranges, settings)
     try:
+        source.start()
         CopyLoop(source, producer, syncs, limits).copy()
         finish_copy(source, producer, syncs, ProgressWriter(settings, producer, None), settings.flush_timeout)
     finally:
