@@ -10,7 +10,7 @@
  * The librdkafka it calls is confluent-kafka's own (strait_replicator.native loads it first, global):
  * one library, one version, for the Python clients and this loop.
  *
- * Two locks: `client` is held by the calls that use the clients (copy, poll, flush, close: the
+ * Two locks: `client` is held by the calls that use the clients (assign, copy, poll, flush, close: the
  * copier's thread), for as long as they wait on a broker; `ring` guards the partitions' rings,
  * counters and failures for moments only, so state() from the task's thread never waits on a broker.
  * Lock order: client, then ring. Neither is ever waited for while holding the GIL.

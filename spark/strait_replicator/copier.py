@@ -64,6 +64,10 @@ RENEW_NEXT_DOOR = True
 DOOR_ANSWER_SECONDS = 2.0  # a copier next door that does not answer a renewal this fast is taken for frozen
 DOOR_BEAT_SECONDS = 1.0  # how often a copier next door tells its task it is alive
 DOOR_SILENCE_SECONDS = 5.0  # a task whose copier next door stays silent this long copies itself
+# A holder whose partitions newer claims cover only in part goes on copying them all this long, for
+# the claims of the rest (the head start holds every partition, and the first epoch's tasks claim
+# theirs a second or so apart): handing over at the first claim left the rest uncopied until theirs.
+PARTLY_CLAIMED_SECONDS = 3.0
 # A copier whose writes failed for the moment (lapsed) is followed within its task, this long after:
 # the partitions would otherwise wait for the next epoch (up to its length: 60 s by default).
 SUCCESSOR_SECONDS = 1.0
@@ -111,6 +115,8 @@ class Copier(threading.Thread):
         self._process = process_identity()
         self._released = False
         self._loop: CopyLoop | None = None
+        self._prepared: SourceCopy | None = None  # its copy, made before the claim, until it starts
+        self._partly_claimed_at: float | None = None  # when a newer claim first covered some of its partitions
         self._unacknowledged = 0  # records its copy left unacknowledged when it ended (-1: unknown)
         # another copier held one of its partitions since the epoch was planned (a successor's predecessor
         # did, even when its hold and release are both read at the claim): start where the progress says
@@ -189,6 +195,8 @@ class Copier(threading.Thread):
             if (not self._released and self._since >= 0 and not self._unacknowledged
                     and self.producer.flush(STOP_FLUSH_SECONDS) == 0):
                 self._release()  # nothing of its own is left to arrive: the next copier need not wait
+            if self._prepared is not None:  # made, never started: nothing of it to wait for
+                self._prepared.close(0.0)
             self.watch.close()
             self.ended.set()
 
@@ -206,17 +214,13 @@ class Copier(threading.Thread):
 
     def _claim_and_copy(self) -> None:
         """Make the copy (its clients connect meanwhile), claim the partitions, then copy them from
-        where their last holder left them."""
-        source = SourceCopy(list(self.task.ranges), self.settings)
-        copying = False
-        try:
-            self._claim()
-            if not self.reason:
-                copying = True
-                self._copy(source, self._starting_ranges())
-        finally:
-            if not copying:
-                source.close(0.0)
+        where their last holder left them. A copy never started is closed after the release (run)."""
+        self._prepared = SourceCopy(list(self.task.ranges), self.settings)
+        self._claim()
+        if not self.reason:
+            ranges = self._starting_ranges()
+            source, self._prepared = self._prepared, None
+            self._copy(source, ranges)
 
     def _claim(self) -> None:
         """Write the claim, then wait until every older holder of one of its partitions released it or
@@ -322,9 +326,10 @@ class Copier(threading.Thread):
             return "stop"
         newer = [hold for copier, hold in self.watch.control.holds_of(self.settings.flow).items()
                  if copier != self.id and hold.since > self._since and hold.partitions & self.keys]
-        if newer:
+        if newer and (claiming or self._hands_over(newer, now)):  # a claimant copies nothing: it gives way at once
             log.info("flow=%s copier=%s hands partitions=%s over to copier=%s", self.settings.flow, self.id,
-                     _named(newer[0].partitions & self.keys), newer[0].copier)
+                     _named(frozenset().union(*(hold.partitions for hold in newer)) & self.keys),
+                     ",".join(hold.copier for hold in newer))
             return "yield"
         with self._lock:
             if not claiming and now > self._wanted_until:
@@ -332,6 +337,19 @@ class Copier(threading.Thread):
                 log.info("flow=%s copier=%s no task renewed it: stops", self.settings.flow, self.id)
                 return "linger"
         return ""
+
+    def _hands_over(self, newer: list[Hold], now: float) -> bool:
+        """Whether to stop for the newer claims: once they cover all its partitions, or
+        PARTLY_CLAIMED_SECONDS after the first of them (the claimants wait meanwhile, their partitions
+        still copied)."""
+        if self.keys <= frozenset().union(*(hold.partitions for hold in newer)):
+            return True
+        if self._partly_claimed_at is None:
+            self._partly_claimed_at = now
+            log.info("flow=%s copier=%s partitions=%s claimed by copier=%s: copies on for the claims of the rest "
+                     "(up to %.0f s)", self.settings.flow, self.id, _named(newer[0].partitions & self.keys),
+                     newer[0].copier, PARTLY_CLAIMED_SECONDS)
+        return now - self._partly_claimed_at >= PARTLY_CLAIMED_SECONDS
 
     def _extend_lease(self) -> None:
         """The lease runs LEASE_SECONDS from the sending of the newest hold acknowledged and read

@@ -447,7 +447,11 @@ class SourceCopy:
         starts = {(r.topic, r.partition): r.start for r in ranges or ()}
         for part in self._parts:
             part.start = starts.get((part.topic, part.partition), part.start)
-        self.native.assign([-2 if part.start is None else part.start for part in self._parts])
+        try:
+            self.native.assign([-2 if part.start is None else part.start for part in self._parts])
+        except ValueError as exc:
+            raise CopySetupError(f"flow {self.settings.flow}: the copy from cluster {self.settings.source_alias} "
+                                 f"cannot start: {exc}") from exc
 
     def copy(self, want: int, wait: float, write_until: float) -> tuple[int, int]:
         """Send what waited, then consume up to ``want`` records (waiting up to ``wait`` s for the first)

@@ -108,8 +108,9 @@ def test_checkpoint_shards_spread_over_three_replicas_and_move_off_a_killed_one(
     def moved() -> dict[str, str] | None:
         now = _shard_holders(compose_lab)
         return now if len(now) == len(held) and all(not h.startswith(victim) for h in now.values()) else None
-    killed = time.time()
     compose_lab.host.run("kill", "--signal", "KILL", hosts[victim], timeout=60)
+    killed = _docker_time(compose_lab.host.run("inspect", "--format", "{{.State.FinishedAt}}", hosts[victim],
+                                               timeout=60).stdout.strip())
     wait_for(moved, LEASE_TTL * 3, "the killed container's shards taken by the others", interval=1)
     taken = _acquired_since(compose_lab, [name for cid, name in hosts.items() if cid != victim], killed)
     assert victims_shards <= set(taken), f"no taker logged shards {sorted(victims_shards - set(taken))}"
@@ -174,18 +175,23 @@ def _shard_holders(lab: ComposeLab) -> dict[str, str]:
 
 def _acquired_since(lab: ComposeLab, containers: list[str], since: float) -> dict[str, float]:
     """Shard lease (its Redis key) -> when one of ``containers`` first logged acquiring it after
-    ``since`` (epoch seconds, from docker's timestamps of the log lines)."""
+    ``since`` (epoch seconds on the engine's clock, from docker's timestamps of the log lines)."""
     taken: dict[str, float] = {}
     for container in containers:
         done = lab.host.run("logs", "--timestamps", "--since", f"{since:.3f}", container, timeout=60)
         for line in (done.stdout + done.stderr).splitlines():
             found = ACQUIRED.match(line)
             if found:
-                whole, _, fraction = found[1].rstrip("Z").partition(".")  # RFC 3339, nanoseconds
-                at = datetime.fromisoformat(whole + "+00:00").timestamp() + float(f"0.{fraction or 0}")
+                at = _docker_time(found[1])
                 key = f"strait:lease:{found[2]}"
                 taken[key] = min(at, taken.get(key, at))
     return taken
+
+
+def _docker_time(stamp: str) -> float:
+    """Epoch seconds of a time docker gives (RFC 3339 in UTC, to the nanosecond)."""
+    whole, _, fraction = stamp.rstrip("Z").partition(".")
+    return datetime.fromisoformat(whole + "+00:00").timestamp() + float(f"0.{fraction or 0}")
 
 
 def _stop_load_and_verify(lab: ComposeLab, what: str) -> dict[str, Any]:

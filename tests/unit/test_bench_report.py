@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import time
 from pathlib import Path
 
 import numpy as np
@@ -12,6 +13,7 @@ from hypothesis import strategies as st
 from strait_bench import limit, report
 from strait_bench.options import parse_args
 from strait_bench.stats import latency_summary, medians, percentile, ratios
+from strait_bench.traffic import slow_seconds
 
 
 @given(st.lists(st.floats(-1e6, 1e6), min_size=1, max_size=50), st.floats(0, 100))
@@ -133,3 +135,13 @@ def test_scaling_goals_need_the_runs_they_compare() -> None:
     assert by_name["records/s 1 -> 2 cores"].met is None
     four = report.goals({**options, "cores": 4}, {}, [{**baseline, "cores": 4}, {**baseline, "cores": 1}])
     assert {g.name: g.ratio for g in four}["records/s 1 -> 2 cores"] is None, "1 -> 4 cores is another goal"
+
+
+def test_the_slow_seconds_of_a_latency_run_are_listed_worst_first_with_their_counts() -> None:
+    created = [1_000_000, 1_000_500, 1_001_000, 1_002_100, 1_002_900]  # ms: seconds 1000, 1001, 1002
+    latencies = [100.0, 300.0, 900.0, 260.0, 400.0]
+    assert slow_seconds(created, latencies) == [
+        f"{time.strftime('%H:%M:%S', time.gmtime(1001))} max=900ms slow=1",
+        f"{time.strftime('%H:%M:%S', time.gmtime(1002))} max=400ms slow=2",
+        f"{time.strftime('%H:%M:%S', time.gmtime(1000))} max=300ms slow=1"]
+    assert slow_seconds(created, [1.0] * 5) == []

@@ -11,6 +11,7 @@ import pytest
 from confluent_kafka import KafkaError
 
 from strait_replicator import copier
+from strait_replicator.live import Hold
 from strait.flow_spec import FlowSpec
 from strait.policy import DefaultReplicationPolicy
 from strait_replicator.writer import (CopiedPartition, CopyRange, CopySetupError, PassingWriteError,
@@ -118,3 +119,20 @@ def test_a_client_setting_librdkafka_refuses_stops_the_copy_at_once_naming_flow_
                    target_producer={"bootstrap.servers": "127.0.0.1:1", "linger.ms": "-5"})
     with pytest.raises(CopySetupError, match=r"target producer setting linger.ms"):
         SourceCopy([CopyRange("t", 0, 0)], spec)
+
+
+def test_a_holder_claimed_in_part_copies_on_until_the_rest_is_claimed_or_a_few_seconds_passed() -> None:
+    """The head start holds every partition and the first epoch's tasks claim theirs a second or so
+    apart: handing all over at the first claim would leave the rest uncopied until theirs."""
+    keys = frozenset({("t", 0), ("t", 1), ("t", 2)})
+    holder = SimpleNamespace(keys=keys, _partly_claimed_at=None, settings=SimpleNamespace(flow="A->B"), id="old")
+
+    def claim(copier_id: str, *partitions: int) -> Hold:
+        return Hold("A->B", copier_id, frozenset(("t", p) for p in partitions), "q", 10, 0.0)
+    first = [claim("a", 0, 1)]
+    assert not copier.Copier._hands_over(holder, first, 100.0)  # type: ignore[arg-type]
+    assert not copier.Copier._hands_over(holder, first, 100.0 + copier.PARTLY_CLAIMED_SECONDS - 0.1)  # type: ignore[arg-type]
+    assert copier.Copier._hands_over(holder, [*first, claim("b", 2)], 100.5)  # type: ignore[arg-type]
+    assert copier.Copier._hands_over(holder, first, 100.0 + copier.PARTLY_CLAIMED_SECONDS)  # type: ignore[arg-type]
+    assert copier.Copier._hands_over(SimpleNamespace(**{**vars(holder), "_partly_claimed_at": None}),  # type: ignore[arg-type]
+                                     [claim("c", 0, 1, 2)], 0.0)

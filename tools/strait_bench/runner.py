@@ -179,10 +179,13 @@ class Bench:
         summaries = {}
         for rate in self.options.rates:
             before = _batch_seconds(process)
-            summary = latency_summary(probe.measure(rate, self.options.latency_seconds))
+            summary: dict[str, Any] = latency_summary(probe.measure(rate, self.options.latency_seconds))
             after = _batch_seconds(process)
             if before is not None and after is not None:
                 summary["epochs_ended"] = int(after[1] - before[1])
+            summary["slow_seconds"] = probe.slow_seconds
+            log.info("latency rate=%d slowest seconds (UTC, as in the system's log): %s", rate,
+                     "; ".join(probe.slow_seconds) or "none over 250 ms")
             summaries[str(rate)] = summary
         return summaries
 

@@ -118,6 +118,7 @@ class LatencyProbe:
         self.source, self.target = source, target
         self.topic, self.remote, self.partitions = topic, remote, partitions
         self.values = payloads(size, 64)
+        self.slow_seconds: list[str] = []  # of the last measure: where its slow records were created
 
     def measure(self, rate: int, seconds: float, timeout: float = 180.0) -> list[float]:
         """Latencies (ms) of all records produced at ``rate`` records/s for ``seconds``; fails on a loss."""
@@ -131,8 +132,9 @@ class LatencyProbe:
             total = max(1, int(rate * seconds))
             producer_thread = threading.Thread(target=self._produce, args=(rate, total), daemon=True)
             producer_thread.start()
-            latencies = self._collect(consumer, total, seconds + timeout)
+            created, latencies = self._collect(consumer, total, seconds + timeout)
             producer_thread.join(timeout)
+            self.slow_seconds = slow_seconds(created, latencies)
         finally:
             consumer.close()
         if len(latencies) < total:
@@ -153,7 +155,9 @@ class LatencyProbe:
             producer.poll(0)
         producer.flush(60)
 
-    def _collect(self, consumer: Consumer, total: int, timeout: float) -> list[float]:
+    def _collect(self, consumer: Consumer, total: int, timeout: float) -> tuple[list[int], list[float]]:
+        """Each probe record's creation time (ms) and latency (ms)."""
+        created: list[int] = []
         latencies: list[float] = []
         deadline = time.monotonic() + timeout
         while len(latencies) < total and time.monotonic() < deadline:
@@ -162,5 +166,23 @@ class LatencyProbe:
             if message is None or message.error() is not None:
                 continue
             if (message.key() or b"").startswith(b"probe-"):
-                latencies.append(time.time() * 1000 - message.timestamp()[1])
-        return latencies
+                created.append(message.timestamp()[1])
+                latencies.append(time.time() * 1000 - created[-1])
+        return created, latencies
+
+
+SLOW_MS = 250.0  # about MM2's p99 in the bench: a second with records slower than this is listed
+
+
+def slow_seconds(created: list[int], latencies: list[float], most: int = 8) -> list[str]:
+    """The seconds (wall clock, UTC) whose records took longest, worst first: ``HH:MM:SS max=…ms
+    slow=N`` for up to ``most`` seconds with a record over SLOW_MS (to set beside the system's log)."""
+    worst: dict[int, tuple[float, int]] = {}
+    for at, latency in zip(created, latencies):
+        if latency > SLOW_MS:
+            second = at // 1000
+            top, count = worst.get(second, (0.0, 0))
+            worst[second] = (max(top, latency), count + 1)
+    ranked = sorted(worst.items(), key=lambda item: -item[1][0])[:most]
+    return [f"{time.strftime('%H:%M:%S', time.gmtime(second))} max={top:.0f}ms slow={count}"
+            for second, (top, count) in ranked]
