@@ -109,6 +109,7 @@ def test_checkpoint_shards_spread_over_three_replicas_and_move_off_a_killed_one(
         now = _shard_holders(compose_lab)
         return now if len(now) == len(held) and all(not h.startswith(victim) for h in now.values()) else None
     compose_lab.host.run("kill", "--signal", "KILL", hosts[victim], timeout=60)
+    compose_lab.host.run("wait", hosts[victim], timeout=60)  # its death recorded: FinishedAt is set
     killed = _docker_time(compose_lab.host.run("inspect", "--format", "{{.State.FinishedAt}}", hosts[victim],
                                                timeout=60).stdout.strip())
     wait_for(moved, LEASE_TTL * 3, "the killed container's shards taken by the others", interval=1)
