@@ -47,7 +47,7 @@ def main(path: str) -> None:
         spent[1] += cpu.get(index, 0.0)
     for name, (seconds, used) in sorted(files.items(), key=lambda kv: -kv[1][0])[:30]:
         print(f"  {seconds:6.0f} s {used:7.0f} cpu-s {name}")
-    print(f"machine busy over the run: {sum(cpu.values()):.0f} cpu-s")
+    print(f"machine busy while tests ran: {sum(cpu.values()):.0f} cpu-s")
 
 
 def machine_cpu_of(tests: list[dict]) -> dict[int, float]:
@@ -61,6 +61,7 @@ def machine_cpu_of(tests: list[dict]) -> dict[int, float]:
         for index in running:
             cpu[index] += max(0.0, busy_after - busy_then) / len(running)
     return cpu
+
 
 if __name__ == "__main__":
     main(sys.argv[1])

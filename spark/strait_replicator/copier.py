@@ -326,10 +326,10 @@ class Copier(threading.Thread):
             return "stop"
         newer = [hold for copier, hold in self.watch.control.holds_of(self.settings.flow).items()
                  if copier != self.id and hold.since > self._since and hold.partitions & self.keys]
-        if newer and (claiming or self._hands_over(newer, now)):  # a claimant copies nothing: it gives way at once
+        claimed = frozenset().union(*(hold.partitions for hold in newer)) & self.keys
+        if newer and (claiming or self._hands_over(claimed, newer, now)):  # a claimant copies nothing: gives way
             log.info("flow=%s copier=%s hands partitions=%s over to copier=%s", self.settings.flow, self.id,
-                     _named(frozenset().union(*(hold.partitions for hold in newer)) & self.keys),
-                     ",".join(hold.copier for hold in newer))
+                     _named(claimed), ",".join(hold.copier for hold in newer))
             return "yield"
         with self._lock:
             if not claiming and now > self._wanted_until:
@@ -338,11 +338,11 @@ class Copier(threading.Thread):
                 return "linger"
         return ""
 
-    def _hands_over(self, newer: list[Hold], now: float) -> bool:
-        """Whether to stop for the newer claims: once they cover all its partitions, or
-        PARTLY_CLAIMED_SECONDS after the first of them (the claimants wait meanwhile, their partitions
-        still copied)."""
-        if self.keys <= frozenset().union(*(hold.partitions for hold in newer)):
+    def _hands_over(self, claimed: frozenset[Key], newer: list[Hold], now: float) -> bool:
+        """Whether to stop for the ``newer`` claims (of its partitions ``claimed``): once they cover
+        all its partitions, or PARTLY_CLAIMED_SECONDS after the first of them (the claimants wait
+        meanwhile, their partitions still copied)."""
+        if claimed == self.keys:
             return True
         if self._partly_claimed_at is None:
             self._partly_claimed_at = now

@@ -436,8 +436,7 @@ class SourceCopy:
                 consumer_settings(settings), producer_settings(settings.target_producer),
                 [(p.topic, p.partition, p.remote, p.target_partition) for p in self._parts])
         except ValueError as exc:
-            raise CopySetupError(f"flow {settings.flow}: the copy from cluster {settings.source_alias} to cluster "
-                                 f"{settings.target_alias} cannot start: {exc}") from exc
+            raise self._setup_error(exc) from exc
         for part in self._parts:
             part.native = self.native
 
@@ -450,8 +449,11 @@ class SourceCopy:
         try:
             self.native.assign([-2 if part.start is None else part.start for part in self._parts])
         except ValueError as exc:
-            raise CopySetupError(f"flow {self.settings.flow}: the copy from cluster {self.settings.source_alias} "
-                                 f"cannot start: {exc}") from exc
+            raise self._setup_error(exc) from exc
+
+    def _setup_error(self, exc: ValueError) -> CopySetupError:
+        return CopySetupError(f"flow {self.settings.flow}: the copy from cluster {self.settings.source_alias} to "
+                              f"cluster {self.settings.target_alias} cannot start: {exc}")
 
     def copy(self, want: int, wait: float, write_until: float) -> tuple[int, int]:
         """Send what waited, then consume up to ``want`` records (waiting up to ``wait`` s for the first)

@@ -64,9 +64,7 @@ def alone_from_here(rig: Rig, machine: MachineShare, _drills_alone: ExitStack) -
     """The drill is timed: from its start to the end of the drills no other worker runs a test. The
     drills that only count (lost, duplicates within their bound) run before the timed ones, beside
     other workers' tests (tests/conftest.py orders them), so the machine is given up once."""
-    if not getattr(_drills_alone, "entered", False):
-        _drills_alone.enter_context(machine.alone())
-        _drills_alone.entered = True  # type: ignore[attr-defined]
+    _drills_alone.enter_context(machine.alone())  # nests: the first one takes the lock, the stack's end drops it
 
 
 def _rig(lab_root: Path) -> Iterator[Rig]:

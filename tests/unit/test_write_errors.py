@@ -129,10 +129,12 @@ def test_a_holder_claimed_in_part_copies_on_until_the_rest_is_claimed_or_a_few_s
 
     def claim(copier_id: str, *partitions: int) -> Hold:
         return Hold("A->B", copier_id, frozenset(("t", p) for p in partitions), "q", 10, 0.0)
+    def hands_over(claims: list[Hold], now: float, who: SimpleNamespace = holder) -> bool:
+        claimed = frozenset().union(*(hold.partitions for hold in claims)) & keys
+        return copier.Copier._hands_over(who, claimed, claims, now)  # type: ignore[arg-type]
     first = [claim("a", 0, 1)]
-    assert not copier.Copier._hands_over(holder, first, 100.0)  # type: ignore[arg-type]
-    assert not copier.Copier._hands_over(holder, first, 100.0 + copier.PARTLY_CLAIMED_SECONDS - 0.1)  # type: ignore[arg-type]
-    assert copier.Copier._hands_over(holder, [*first, claim("b", 2)], 100.5)  # type: ignore[arg-type]
-    assert copier.Copier._hands_over(holder, first, 100.0 + copier.PARTLY_CLAIMED_SECONDS)  # type: ignore[arg-type]
-    assert copier.Copier._hands_over(SimpleNamespace(**{**vars(holder), "_partly_claimed_at": None}),  # type: ignore[arg-type]
-                                     [claim("c", 0, 1, 2)], 0.0)
+    assert not hands_over(first, 100.0)
+    assert not hands_over(first, 100.0 + copier.PARTLY_CLAIMED_SECONDS - 0.1)
+    assert hands_over([*first, claim("b", 2)], 100.5)
+    assert hands_over(first, 100.0 + copier.PARTLY_CLAIMED_SECONDS)
+    assert hands_over([claim("c", 0, 1, 2)], 0.0, SimpleNamespace(**{**vars(holder), "_partly_claimed_at": None}))
