@@ -14,6 +14,7 @@ import subprocess
 import time
 import uuid
 from collections.abc import Callable, Iterator
+from contextlib import ExitStack
 from pathlib import Path
 
 import pytest
@@ -193,6 +194,14 @@ def alone_in_module(machine: MachineShare) -> Iterator[None]:
         yield
 
 
+@pytest.fixture(scope="module")
+def timed_part(machine: MachineShare) -> Iterator[Callable[[], None]]:
+    """Call ``timed_part()`` where a module's timed checks begin: from there to the module's end no other
+    worker runs a test, while its set-up and untimed checks before that ran beside theirs."""
+    with ExitStack() as stack:
+        yield lambda: stack.enter_context(machine.alone())
+
+
 @pytest.hookimpl(hookwrapper=True)
 def pytest_runtest_makereport(item: pytest.Item, call: pytest.CallInfo[None]) -> Iterator[None]:
     """On failure, name the lab log folders in the report and keep them after the run."""
@@ -303,6 +312,28 @@ def unique_name(request: pytest.FixtureRequest) -> Callable[[str], str]:
     return make
 
 
+def _process_starter(state_dir: Path, lab_root: Path, tag: str,
+                     started: list[StraitProcess]) -> Callable[..., StraitProcess]:
+    """The start function behind :func:`services` and :func:`module_services`."""
+
+    def start(component: str, *args: str, timeout: float = 120.0, env: dict[str, str] | None = None
+              ) -> StraitProcess:
+        argv = ["--state-dir", str(state_dir), *args] if component == "replicator" else list(args)
+        process = StraitProcess(component, argv, lab_root / component, env=env,
+                                name=f"{component}-{len(started)}-{tag}")
+        started.append(process)
+        process.start(timeout=timeout)
+        return process
+
+    return start
+
+
+def _stop_processes(started: list[StraitProcess]) -> None:
+    for process in started:
+        if process.process.alive():
+            process.stop()
+
+
 @pytest.fixture
 def services(tmp_path: Path, lab_root: Path) -> Iterator[Callable[..., StraitProcess]]:
     """The one factory of strait processes in tests: ``services("checkpoint", "--config", path)`` runs
@@ -312,20 +343,19 @@ def services(tmp_path: Path, lab_root: Path) -> Iterator[Callable[..., StraitPro
     replicator restarted in a test resumes from its own checkpoint, as on its host.
     """
     started: list[StraitProcess] = []
+    yield _process_starter(tmp_path / "state", lab_root, tmp_path.name, started)
+    _stop_processes(started)
 
-    def start(component: str, *args: str, timeout: float = 120.0, env: dict[str, str] | None = None
-              ) -> StraitProcess:
-        argv = ["--state-dir", str(tmp_path / "state"), *args] if component == "replicator" else list(args)
-        process = StraitProcess(component, argv, lab_root / component, env=env,
-                                name=f"{component}-{len(started)}-{tmp_path.name}")
-        started.append(process)
-        process.start(timeout=timeout)
-        return process
 
-    yield start
-    for process in started:
-        if process.process.alive():
-            process.stop()
+@pytest.fixture(scope="module")
+def module_services(tmp_path_factory: pytest.TempPathFactory, lab_root: Path
+                    ) -> Iterator[Callable[..., StraitProcess]]:
+    """:func:`services` for a module's shared set-up: the processes run until the module ends (give
+    each replicator its own ``--state-dir``)."""
+    folder = tmp_path_factory.mktemp("module-services")
+    started: list[StraitProcess] = []
+    yield _process_starter(folder / "state", lab_root, folder.name, started)
+    _stop_processes(started)
 
 
 @pytest.fixture

@@ -38,7 +38,7 @@ from tests.support.config import write_config
 from tests.support.kafka import commit_offsets
 from tests.support.waiting import wait_for
 
-pytestmark = [pytest.mark.slow, pytest.mark.usefixtures("alone_in_module")]  # take-overs within a lease TTL
+pytestmark = [pytest.mark.slow]  # the take-overs within a lease TTL run alone (timed_part)
 
 LEASE_TTL = 4.0
 ALIASES = ("A1", "A2", "A3")
@@ -121,6 +121,7 @@ def _take_over_time(client: redis.Redis, service: str, replicas: list[StraitProc
 def test_three_replicas_spread_flows_fence_heartbeats_and_take_over(
     source_cluster: KafkaCluster, target_cluster: KafkaCluster, redis_url: str,
     services: Callable[..., StraitProcess], unique_name: Callable[[str], str], tmp_path: Path,
+    timed_part: Callable[[], None],
 ) -> None:
     prefix = unique_name("rep")
     for alias in ALIASES:
@@ -149,6 +150,7 @@ def test_three_replicas_spread_flows_fence_heartbeats_and_take_over(
         assert grew == [beating[flow]], f"{flow}: replicas {grew} emitted, holder is {beating[flow]}"
 
     # SIGKILL the replicas holding A2->B: both services hand the flow over within one lease TTL.
+    timed_part()
     moved = "A2->B"
     new_checkpointer, checkpoint_took = _take_over_time(client, "checkpoint", checkpointers, moved, spread[moved])
     new_beater, heartbeat_took = _take_over_time(client, "heartbeat", beaters, moved, beating[moved])
@@ -238,6 +240,7 @@ def _tracked(replica: StraitProcess, flow: str) -> float | None:
 def test_groups_of_one_flow_spread_over_replicas_by_shard_and_move_when_one_dies(
     source_cluster: KafkaCluster, target_cluster: KafkaCluster, redis_url: str,
     services: Callable[..., StraitProcess], unique_name: Callable[[str], str], tmp_path: Path,
+    timed_part: Callable[[], None],
 ) -> None:
     prefix, flow = unique_name("shard"), "S->B"
     _replicated(source_cluster, target_cluster, prefix, "S")
@@ -269,6 +272,7 @@ def test_groups_of_one_flow_spread_over_replicas_by_shard_and_move_when_one_dies
     assert all(count >= 2 * 2 for count in mine.values()) and sum(mine.values()) == len(groups)
 
     victim = 1
+    timed_part()
     replicas[victim].kill()
     killed = time.monotonic()
     survivors_hold_all = wait_for(

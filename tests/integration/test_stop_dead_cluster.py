@@ -8,7 +8,7 @@ process gets SIGTERM at its main pid (as Docker and Kubernetes send it), and eac
 exited within 10 s. With the clusters alive, the same holds and the replicator commits its running
 epoch first. Then the embedded lab of `strait lab up` with cluster A dead: its stop path
 (``Lab.down``, what Ctrl-C runs) must end within ``LAB_DOWN_BOUND`` seconds. The seconds each took
-are printed.
+are printed. Everything is started beside other workers' tests; only the stops run alone.
 """
 
 from __future__ import annotations
@@ -28,14 +28,16 @@ from confluent_kafka import Producer, TopicPartition
 
 from strait_lab.clients import Record, create_topic, produce
 from strait_lab.kafka import KafkaCluster
+from strait_lab.redis import RedisServer
 from strait_lab.runtime import Lab
 from strait_lab.services import StraitProcess
 from strait_lab.topology import LAB_SERVICES, LabSpec
 from tests.support.config import flow_config, write_config
 from tests.support.kafka import commit_offsets, count
+from tests.support.machine import MachineShare
 from tests.support.waiting import wait_for
 
-pytestmark = [pytest.mark.integration, pytest.mark.slow, pytest.mark.usefixtures("alone_in_module")]  # stop bounds
+pytestmark = [pytest.mark.integration, pytest.mark.slow]
 
 COMPONENTS = ("configsync", "replicator", "heartbeat", "checkpoint")
 STOP_BOUND = 10.0  # seconds from SIGTERM to exit, per process
@@ -92,47 +94,89 @@ def _stop_times(processes: dict[str, StraitProcess], timeout: float = 60.0) -> d
 
 @dataclass(frozen=True)
 class Running:
-    """The components started by the ``components`` fixture."""
+    """Every component on one flow source->B, each having done its work."""
 
     processes: dict[str, StraitProcess]
+    source: KafkaCluster
     topic: str
     state: Path  # the replicator's --state-dir
 
 
-@pytest.fixture
-def components(tmp_path: Path, services: Callable[..., StraitProcess], target_cluster: KafkaCluster, redis_url: str,
-               unique_name: Callable[[str], str]) -> Iterator[Callable[[KafkaCluster], Running]]:
-    started: list[StraitProcess] = []
+def _start_components(source: KafkaCluster, target: KafkaCluster, redis_url: str, folder: Path,
+                      services: Callable[..., StraitProcess]) -> Running:
+    """Every component on flow source->B over a new topic (not yet waited for: :func:`_wait_working`)."""
+    topic = f"stopping-{uuid.uuid4().hex[:6]}"
+    create_topic(source.admin(), topic, partitions=2)
+    produce(source.client_config(), topic, [Record(f"k{i}".encode(), b"v", (), partition=i % 2) for i in range(100)])
+    commit_offsets(source, GROUP, [TopicPartition(topic, 0, 40)])  # work for the checkpoint service
+    config = flow_config(source, target, [topic], redis_url=redis_url,
+                         emit_checkpoints={"enabled": True, "interval_seconds": 1},
+                         sync_group_offsets={"enabled": True, "interval_seconds": 1})
+    path = write_config(folder / f"strait-{source.alias}.yaml", config)
+    state = folder / f"state-{source.alias}"
+    processes = {}
+    for name in COMPONENTS:
+        extra = ["--state-dir", str(state)] if name == "replicator" else ["--lease-ttl", "5"]
+        processes[name] = services(name, "--config", str(path), *extra)
+    return Running(processes, source, topic, state)
 
-    def start(source: KafkaCluster) -> Running:
-        """Every component on flow source->B over a new topic, once each has done its work."""
-        topic = unique_name("stopping")
-        create_topic(source.admin(), topic, partitions=2)
-        produce(source.client_config(), topic, [Record(f"k{i}".encode(), b"v", (), partition=i % 2)
-                                                for i in range(100)])
-        commit_offsets(source, GROUP, [TopicPartition(topic, 0, 40)])  # work for the checkpoint service
-        config = flow_config(source, target_cluster, [topic], redis_url=redis_url,
-                             emit_checkpoints={"enabled": True, "interval_seconds": 1},
-                             sync_group_offsets={"enabled": True, "interval_seconds": 1})
-        path = write_config(tmp_path / "strait.yaml", config)
-        processes = {}
-        for name in COMPONENTS:
-            extra = [] if name == "replicator" else ["--lease-ttl", "5"]
-            processes[name] = services(name, "--config", str(path), *extra)
-            started.append(processes[name])
-        alias = source.alias
-        wait_for(lambda: count(target_cluster, f"{alias}.{topic}") == 100, 240, "the records copied")
-        wait_for(lambda: count(target_cluster, f"{alias}.heartbeats") > 0, 120, "heartbeats copied")
-        wait_for(lambda: count(target_cluster, f"{alias}.checkpoints.internal") > 0, 120,
-                 "checkpoints emitted")
-        # The driver's head start may have copied all of it before the query: stop once its tasks run.
-        wait_for(lambda: "ended reason=yield" in processes["replicator"].log_text(), 120,
-                 "the query's tasks taking the partitions over")
-        return Running(processes, topic, tmp_path / "state")
 
-    yield start
-    for process in started:
-        process.process.kill()  # a graceful stop against a dead cluster only costs time
+def _wait_working(running: Running, target: KafkaCluster) -> None:
+    """Until records, heartbeats and checkpoints reached the target and the query's tasks copy."""
+    alias, topic = running.source.alias, running.topic
+    wait_for(lambda: count(target, f"{alias}.{topic}") == 100, 240, "the records copied")
+    wait_for(lambda: count(target, f"{alias}.heartbeats") > 0, 120, "heartbeats copied")
+    wait_for(lambda: count(target, f"{alias}.checkpoints.internal") > 0, 120, "checkpoints emitted")
+    # The driver's head start may have copied all of it before the query: stop once its tasks run.
+    wait_for(lambda: "ended reason=yield" in running.processes["replicator"].log_text(), 120,
+             "the query's tasks taking the partitions over")
+
+
+@dataclass(frozen=True)
+class Prepared:
+    """What the module's tests stop: components whose source dies, components on a live source, the
+    embedded lab with records of A copied to B."""
+
+    dead: Running
+    alive: Running
+    lab: Lab
+    lab_topic: str
+
+
+@pytest.fixture(scope="module")
+def prepared(kafka_cluster_factory: Callable[..., KafkaCluster], target_cluster: KafkaCluster,
+             redis_server_factory: Callable[..., RedisServer], module_services: Callable[..., StraitProcess],
+             tmp_path_factory: pytest.TempPathFactory, lab_root: Path) -> Iterator[Prepared]:
+    """Everything the tests stop, started beside other workers' tests: only the stops are timed."""
+    folder = tmp_path_factory.mktemp("stopping")
+    lab = Lab(LabSpec(services=LAB_SERVICES), lab_root / f"stop-lab-{uuid.uuid4().hex[:6]}")  # free ports
+    lab.workdir.mkdir(parents=True)
+    runs: list[Running] = []
+    try:
+        lab.up()
+        lab_topic = f"orders-{uuid.uuid4().hex[:6]}"
+        create_topic(lab.clusters["A"].admin(), lab_topic, partitions=2)
+        produce(lab.clusters["A"].client_config(), lab_topic, [Record(f"k{i}".encode(), b"v", ()) for i in range(100)])
+        for alias in ("Z", "Y"):  # Z is killed below: no other test may use it
+            runs.append(_start_components(kafka_cluster_factory(alias), target_cluster, redis_server_factory().url,
+                                          folder, module_services))
+        for running in runs:
+            _wait_working(running, target_cluster)
+        # The lab's configuration refreshes topics every 30 s.
+        wait_for(lambda: count(lab.clusters["B"], f"A.{lab_topic}") == 100, 240, "the records copied to B")
+        yield Prepared(runs[0], runs[1], lab, lab_topic)
+    finally:
+        for running in runs:
+            for process in running.processes.values():
+                process.process.kill()  # a graceful stop against a dead cluster only costs time
+        lab.down()  # a no-op once the test stopped it, the cleanup when it failed earlier
+
+
+@pytest.fixture(scope="module")
+def stopping(prepared: Prepared, machine: MachineShare) -> Iterator[Prepared]:
+    """The stops are timed: from the first one on, no other worker runs a test until the module ends."""
+    with machine.alone():
+        yield prepared
 
 
 def _report(took: dict[str, float], running: Running, clusters: str) -> None:
@@ -145,15 +189,11 @@ def _report(took: dict[str, float], running: Running, clusters: str) -> None:
                      f"{[str(p.process.log_path) for p in running.processes.values()]}"
 
 
-def test_each_component_exits_within_10s_of_sigterm_with_its_source_dead(
-    kafka_cluster_factory: Callable[..., KafkaCluster], components: Callable[[KafkaCluster], Running],
-) -> None:
-    source = kafka_cluster_factory("Z")  # killed below: no other test may use it
-    running = components(source)
-
-    with _load(source, running.topic):
+def test_each_component_exits_within_10s_of_sigterm_with_its_source_dead(stopping: Prepared) -> None:
+    running = stopping.dead
+    with _load(running.source, running.topic):
         time.sleep(2)
-        for node in source.nodes:
+        for node in running.source.nodes:
             node.kill()
     time.sleep(DEAD_BEFORE_STOP)
     _report(_stop_times(running.processes), running, "its source dead")
@@ -161,12 +201,10 @@ def test_each_component_exits_within_10s_of_sigterm_with_its_source_dead(
 
 
 def test_with_the_clusters_alive_the_replicator_commits_its_running_epoch_and_each_component_exits_in_time(
-    kafka_cluster_factory: Callable[..., KafkaCluster], components: Callable[[KafkaCluster], Running],
+    stopping: Prepared,
 ) -> None:
-    source = kafka_cluster_factory("Y")
-    running = components(source)
-
-    with _load(source, running.topic):
+    running = stopping.alive
+    with _load(running.source, running.topic):
         time.sleep(2)
         took = _stop_times(running.processes)
     _report(took, running, "the clusters alive")
@@ -177,24 +215,9 @@ def test_with_the_clusters_alive_the_replicator_commits_its_running_epoch_and_ea
         "the running epoch was not committed"
 
 
-@pytest.fixture
-def lab(lab_root: Path) -> Iterator[Lab]:
-    workdir = lab_root / f"stop-lab-{uuid.uuid4().hex[:6]}"
-    workdir.mkdir(parents=True)
-    lab = Lab(LabSpec(services=LAB_SERVICES), workdir)  # free ports: runs beside other labs
-    lab.up()
-    yield lab
-    lab.down()  # again: a no-op once the test stopped it, the cleanup when it failed earlier
-
-
-def test_the_lab_stops_within_its_bound_with_cluster_a_dead(lab: Lab) -> None:
-    source, target = lab.clusters["A"], lab.clusters["B"]
-    topic = f"orders-{uuid.uuid4().hex[:6]}"
-    create_topic(source.admin(), topic, partitions=2)
-    produce(source.client_config(), topic, [Record(f"k{i}".encode(), b"v", ()) for i in range(100)])
-    # The lab's configuration refreshes topics every 30 s.
-    wait_for(lambda: count(target, f"A.{topic}") == 100, 240, "the records copied to B")
-
+def test_the_lab_stops_within_its_bound_with_cluster_a_dead(stopping: Prepared) -> None:
+    lab, topic = stopping.lab, stopping.lab_topic
+    source = lab.clusters["A"]
     with _load(source, topic):
         time.sleep(2)
         for node in source.nodes:
