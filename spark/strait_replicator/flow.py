@@ -383,8 +383,8 @@ class FlowRunner:
             log.warning("flow=%s no head start, the query's tasks copy from their start: %s: %s", self.flow_name,
                         type(exc).__name__, exc)
             return None
-        if head_start is not None:
-            self.live.not_a_task(head_start.copier.id)
+        for copier in head_start.copiers if head_start is not None else ():
+            self.live.not_a_task(copier.id)
         return head_start
 
     def _end_head_start(self, timeout: float = END_SECONDS) -> None:
@@ -397,14 +397,14 @@ class FlowRunner:
         True when it handed its partitions to the query's tasks."""
         head, self.head_start = self.head_start, None
         assert head is not None
-        copier = head.copier
-        log.log(logging.WARNING if copier.error or copier.reason == "lapsed" else logging.INFO,
-                "flow=%s head start copier=%s ended reason=%s%s",
-                self.flow_name, copier.id, copier.reason, f": {copier.error}" if copier.error else "")
-        if self._check is not None and copier.ended.is_set():
-            starts = {(r.topic, r.partition): r.start for r in copier.task.ranges if r.start is not None}
-            self._check.after_head_start(starts, copier.rows_since({}))
-        return copier.reason == "yield"  # the query's tasks claimed its partitions: they run
+        for copier in head.copiers:
+            log.log(logging.WARNING if copier.error or copier.reason == "lapsed" else logging.INFO,
+                    "flow=%s head start copier=%s ended reason=%s%s",
+                    self.flow_name, copier.id, copier.reason, f": {copier.error}" if copier.error else "")
+            if self._check is not None and copier.ended.is_set():
+                starts = {(r.topic, r.partition): r.start for r in copier.task.ranges if r.start is not None}
+                self._check.after_head_start(starts, copier.rows_since({}))
+        return all(copier.reason == "yield" for copier in head.copiers)  # the query's tasks claimed them: they run
 
     def _start_query(self, source: SourcePlan, check: EpochCheck) -> StreamingQuery:
         spark = self.session()

@@ -143,15 +143,18 @@ class EpochPlanner:
         self._planned, self._planned_starts = self._last.epoch, start
         return self._last
 
-    def head_start(self) -> CopyTask:
-        """One task of every partition, starting where the query's first epoch will (see
-        :class:`~strait_replicator.headstart.HeadStart`): it copies until that epoch's tasks claim them."""
+    def head_start(self, copiers: int = 1) -> list[CopyTask]:
+        """Every partition in up to ``copiers`` tasks, each starting where the query's first epoch
+        will (see :class:`~strait_replicator.headstart.HeadStart`): they copy until that epoch's
+        tasks claim them. The flow's rate limit is shared among them."""
         last = self._last or self.initial()
         start = self._starting_points(self._planned_from(last))
-        ranges = tuple(CopyRange(topic, p, start[(topic, p)]) for topic, p in self.plan.keys() if (topic, p) in start)
+        ranges = [CopyRange(topic, p, start[(topic, p)]) for topic, p in self.plan.keys() if (topic, p) in start]
+        groups = assign_partitions(ranges, {}, copiers)
         limits = EpochLimits(seconds=math.inf, max_records=sys.maxsize,
-                             records_per_second=self.plan.records_per_second)
-        return CopyTask(last.epoch + 1, ranges, limits, self.sources.progress_positions(), False, self.sources.holds())
+                             records_per_second=self.plan.records_per_second / max(1, len(groups)))
+        read_to, holds = self.sources.progress_positions(), self.sources.holds()
+        return [CopyTask(last.epoch + 1, tuple(group), limits, read_to, False, holds) for group in groups]
 
     def _planned_from(self, last: EpochOffsets) -> Offsets:
         """Where the epoch after ``last`` starts before the progress is read: where ``last`` started,

@@ -5,6 +5,7 @@ from __future__ import annotations
 import json
 import os
 import random
+import re
 import time
 from collections.abc import Callable
 from pathlib import Path
@@ -23,7 +24,7 @@ from strait_lab.redis import RedisServer
 from strait_lab.services import StraitProcess
 from strait.offsets import PartitionTranslator, SyncPoint
 from strait.records import OffsetSync
-from strait_replicator.session import PLANNER_MODULES
+from strait_replicator.session import PLANNER_MODULES, available_cores
 from tests.integration.compat_support import FULL as COMPAT_FULL
 from tests.support.cli import strait
 from tests.support.config import flow_config, write_config
@@ -82,7 +83,11 @@ def test_fidelity_of_mixed_records_byte_for_byte(
              "the head start handed over")
     text = process.log_text()
     assert text.index("head start copier=") < text.index("query started"), "the head start began after the query"
-    assert "ended reason=yield" in text, "the head start did not hand its partitions to the query's tasks"
+    # one head start copier per core of this host, each handing its partitions to the query's tasks
+    copiers = set(re.findall(r"head start copier=(\S+) copies partitions=", text))
+    assert len(copiers) == min(available_cores(), 6), f"head start copiers {copiers}"
+    wait_for(lambda: all(f"head start copier={c} ended reason=yield" in process.log_text() for c in copiers), 60,
+             "every head start copier handing its partitions to the query's tasks")
 
 
 def _check_offset_syncs_translate_exactly(source: KafkaCluster, topic: str, source_records: dict, target_records: dict) -> None:
