@@ -65,8 +65,8 @@ DOOR_ANSWER_SECONDS = 2.0  # a copier next door that does not answer a renewal t
 DOOR_BEAT_SECONDS = 1.0  # how often a copier next door tells its task it is alive
 DOOR_SILENCE_SECONDS = 5.0  # a task whose copier next door stays silent this long copies itself
 # A holder whose partitions newer claims cover only in part goes on copying them all this long, for
-# the claims of the rest (the head start holds every partition, and the first epoch's tasks claim
-# theirs a second or so apart): handing over at the first claim left the rest uncopied until theirs.
+# the claims of the rest (a head start copier holds many partitions, and the first epoch's tasks
+# claim theirs a second or so apart): handing over at the first claim left the rest uncopied until theirs.
 PARTLY_CLAIMED_SECONDS = 3.0
 # A copier whose writes failed for the moment (lapsed) is followed within its task, this long after:
 # the partitions would otherwise wait for the next epoch (up to its length: 60 s by default).

@@ -383,8 +383,9 @@ class FlowRunner:
             log.warning("flow=%s no head start, the query's tasks copy from their start: %s: %s", self.flow_name,
                         type(exc).__name__, exc)
             return None
-        for copier in head_start.copiers if head_start is not None else ():
-            self.live.not_a_task(copier.id)
+        if head_start is not None:
+            for copier in head_start.copiers:
+                self.live.not_a_task(copier.id)
         return head_start
 
     def _end_head_start(self, timeout: float = END_SECONDS) -> None:
@@ -394,17 +395,21 @@ class FlowRunner:
 
     def _head_start_ended(self) -> bool:
         """Report an ended head start and check its copies (losses on the source, re-created topics);
-        True when it handed its partitions to the query's tasks."""
+        True when one of its copiers handed its partitions to the query's tasks (they run)."""
         head, self.head_start = self.head_start, None
         assert head is not None
+        starts: Offsets = {}
+        rows: list[tuple[Any, ...]] = []
         for copier in head.copiers:
             log.log(logging.WARNING if copier.error or copier.reason == "lapsed" else logging.INFO,
                     "flow=%s head start copier=%s ended reason=%s%s",
                     self.flow_name, copier.id, copier.reason, f": {copier.error}" if copier.error else "")
-            if self._check is not None and copier.ended.is_set():
-                starts = {(r.topic, r.partition): r.start for r in copier.task.ranges if r.start is not None}
-                self._check.after_head_start(starts, copier.rows_since({}))
-        return all(copier.reason == "yield" for copier in head.copiers)  # the query's tasks claimed them: they run
+            if copier.ended.is_set():
+                starts.update({(r.topic, r.partition): r.start for r in copier.task.ranges if r.start is not None})
+                rows += copier.rows_since({})
+        if self._check is not None and starts:
+            self._check.after_head_start(starts, rows)
+        return any(copier.reason == "yield" for copier in head.copiers)
 
     def _start_query(self, source: SourcePlan, check: EpochCheck) -> StreamingQuery:
         spark = self.session()

@@ -3,9 +3,9 @@
 Between a query's start and its first tasks copying lie the JVM's start (at a process's start),
 the query's start, the first planning and the task launch: seconds in which nothing would be
 copied, at every start of the process and at every restart of a flow's query (a topic added, a
-configuration changed). A head start is a copier (:class:`~strait_replicator.copier.Copier`) per
-core of the driver's host in the driver's process, started before the query, for every partition
-of it between them, from where the query's first epoch starts them
+configuration changed). A head start is a few copiers (:class:`~strait_replicator.copier.Copier`)
+in the driver's process, as many as the query's first epoch has tasks and at most one per core of
+the driver's host, started before the query, for every partition of it between them, from where the query's first epoch starts them
 (:meth:`~strait_replicator.planner.EpochPlanner.head_start`). Their claims are on the target before
 the query starts, so the first epoch's copiers claim after them and they hand over their partitions
 as any copier does: each stops, writes its final progress and releases, and the tasks go on from
@@ -32,22 +32,29 @@ class HeadStart:
     """A query's head start (see the module's text): started by :meth:`begin`, ended by the query's
     first tasks, a stop record of the query, or :meth:`end`."""
 
-    def __init__(self, copiers: list[Copier]) -> None:
+    def __init__(self, copiers: tuple[Copier, ...]) -> None:
         self.copiers = copiers
 
     @staticmethod
     def begin(plan: SourcePlan, copiers: int | None = None) -> HeadStart | None:
-        """Start copying ``plan``'s partitions with ``copiers`` copiers (one per core of this host when
-        None); return once their claims are on the target (None when every copier failed before it:
-        the query's tasks then copy, as without a head start)."""
+        """Start copying ``plan``'s partitions with as many copiers as its first epoch would have tasks,
+        at most ``copiers`` (this host's cores when None); return once their claims are on the target
+        (None when every copier failed before it: the query's tasks then copy, as without a head start)."""
         tasks = EpochPlanner(plan, ClusterSources(plan)).head_start(copiers or available_cores())
-        started = [Copier(plan, task, door=False) for task in tasks if task.ranges]
-        for copier in started:
-            copier.start()
+        made = [Copier(plan, task, door=False) for task in tasks if task.ranges]
+        started: list[Copier] = []
+        try:
+            for copier in made:
+                copier.start()
+                started.append(copier)
+        except BaseException:
+            for copier in started:  # no half-started head start is left copying unseen
+                copier.stop()
+            raise
         for copier in started:
             while not copier.claimed.wait(0.05) and not copier.ended.is_set():
                 pass
-        claimed = [copier for copier in started if copier.claimed.is_set()]
+        claimed = tuple(copier for copier in started if copier.claimed.is_set())
         for copier in started:
             if not copier.claimed.is_set():
                 log.warning("flow=%s head start copier=%s not claimed: the query's tasks copy its partitions from "

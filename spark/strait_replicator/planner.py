@@ -143,14 +143,15 @@ class EpochPlanner:
         self._planned, self._planned_starts = self._last.epoch, start
         return self._last
 
-    def head_start(self, copiers: int = 1) -> list[CopyTask]:
-        """Every partition in up to ``copiers`` tasks, each starting where the query's first epoch
-        will (see :class:`~strait_replicator.headstart.HeadStart`): they copy until that epoch's
-        tasks claim them. The flow's rate limit is shared among them."""
+    def head_start(self, copiers: int) -> list[CopyTask]:
+        """Every partition in as many tasks as the query's first epoch would have, at most ``copiers``
+        (the driver host's cores), each starting where that epoch will (see
+        :class:`~strait_replicator.headstart.HeadStart`): they copy until its tasks claim them. The
+        flow's rate limit is shared among them."""
         last = self._last or self.initial()
         start = self._starting_points(self._planned_from(last))
         ranges = [CopyRange(topic, p, start[(topic, p)]) for topic, p in self.plan.keys() if (topic, p) in start]
-        groups = assign_partitions(ranges, {}, copiers)
+        groups = assign_partitions(ranges, {}, min(copiers, self._task_count(len(ranges))))
         limits = EpochLimits(seconds=math.inf, max_records=sys.maxsize,
                              records_per_second=self.plan.records_per_second / max(1, len(groups)))
         read_to, holds = self.sources.progress_positions(), self.sources.holds()

@@ -44,7 +44,7 @@ from strait_lab.kafka import KafkaCluster
 from strait_lab.redis import RedisServer
 from strait_lab.services import StraitProcess
 from strait.paths import cache_dir
-from strait.progress import read_offsets_topic
+from strait.progress import ResumeError, ResumeNotAuthorizedError, read_offsets_topic
 from strait.verify import FlowParity, verify_flow
 from tests.support.cli import strait
 from tests.support.config import flow_config, write_config
@@ -484,8 +484,14 @@ def progress_covers(rig: Rig, topic: str, partitions: set[int]) -> bool:
     """Whether strait's progress records on the target cover these partitions of the drill's topic."""
     config = load_config(rig.config_path)
     flow = config.flow(FLOW)
-    found = read_offsets_topic(config.cluster(flow.target).librdkafka_config("consumer"),
-                               flow.topic_names().progress, flow.source, timeout=15)
+    try:
+        found = read_offsets_topic(config.cluster(flow.target).librdkafka_config("consumer"),
+                                   flow.topic_names().progress, flow.source, timeout=15)
+    except ResumeError as exc:
+        if isinstance(exc, ResumeNotAuthorizedError):
+            raise
+        log.info("progress of %s not read yet (%s): asking again", topic, exc)  # a leader moved: drills restart brokers
+        return False
     return partitions <= {partition for (name, partition) in found if name == topic}
 
 

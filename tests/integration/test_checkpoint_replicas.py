@@ -152,6 +152,11 @@ def test_three_replicas_spread_flows_fence_heartbeats_and_take_over(
     # SIGKILL the replicas holding A2->B: both services hand the flow over within one lease TTL.
     timed_part()
     moved = "A2->B"
+    # read again: a lease may have moved while this worker waited to be alone
+    spread = wait_for(lambda: _one_each(client, "checkpoint", checkpointers), 30, "one checkpoint flow per replica",
+                      interval=0.5)
+    beating = wait_for(lambda: _one_each(client, "heartbeat", beaters), 30, "one heartbeat flow per replica",
+                       interval=0.5)
     new_checkpointer, checkpoint_took = _take_over_time(client, "checkpoint", checkpointers, moved, spread[moved])
     new_beater, heartbeat_took = _take_over_time(client, "heartbeat", beaters, moved, beating[moved])
     print(f"hand-over after SIGKILL: checkpoint {checkpoint_took:.1f}s, heartbeat {heartbeat_took:.1f}s "
@@ -273,6 +278,7 @@ def test_groups_of_one_flow_spread_over_replicas_by_shard_and_move_when_one_dies
 
     victim = 1
     timed_part()
+    held = wait_for(two_shards_each, 30, "two shards per replica still", interval=0.5)  # moved while waiting?
     replicas[victim].kill()
     killed = time.monotonic()
     survivors_hold_all = wait_for(

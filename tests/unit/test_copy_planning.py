@@ -117,20 +117,21 @@ _some_offsets = st.dictionaries(st.sampled_from(_planned_keys), st.integers(0, 1
 @given(resume=st.fixed_dictionaries({key: st.integers(0, 10_000) for key in _planned_keys}),
        logged=st.none() | st.tuples(st.integers(0, 50), _some_offsets), copied=_some_offsets,
        on_target=_some_offsets, replayed=st.booleans(), rate=st.sampled_from([0.0, 300.0]),
-       copiers=st.integers(1, 7))
+       copiers=st.integers(1, 7), tasks=st.integers(1, 4))
 @settings(max_examples=300, deadline=None)
 def test_a_head_start_starts_every_partition_where_the_querys_first_epoch_does(
         tmp_path_factory: pytest.TempPathFactory, resume: Offsets, logged: tuple[int, Offsets] | None,
-        copied: Offsets, on_target: Offsets, replayed: bool, rate: float, copiers: int) -> None:
+        copied: Offsets, on_target: Offsets, replayed: bool, rate: float, copiers: int, tasks: int) -> None:
     """The driver's head start copies until the first epoch's tasks take over: it must start each
     partition exactly where they would have (lower copies again, higher skips records), each
-    partition in one of its copiers, which share the flow's rate limit."""
+    partition in one of its copiers, as many as the epoch's tasks (one at this rate limit) and at most
+    ``copiers``, which share the flow's rate limit."""
     latest = {key: 20_000 for key in _planned_keys}
     last = None if logged is None else EpochOffsets(logged[0], logged[1], {key: 20_000 for key in logged[1]})
-    plan = _plan(tmp_path_factory.getbasetemp(), partitions=(("a", 3), ("b", 2)), rate=rate, resume=resume,
-                 last_epoch=last, on_target=on_target)
+    plan = _plan(tmp_path_factory.getbasetemp(), partitions=(("a", 3), ("b", 2)), tasks=tasks, rate=rate,
+                 resume=resume, last_epoch=last, on_target=on_target)
     heads = _planner(plan, latest, copied)[0].head_start(copiers)
-    assert len(heads) == min(copiers, len(_planned_keys))
+    assert len(heads) == (1 if rate else min(copiers, tasks))
     for head in heads:
         assert head.epoch == (0 if last is None else last.epoch + 1)
         assert head.limits.task_seconds() == float("inf")

@@ -122,8 +122,8 @@ def test_a_client_setting_librdkafka_refuses_stops_the_copy_at_once_naming_flow_
 
 
 def test_a_holder_claimed_in_part_copies_on_until_the_rest_is_claimed_or_a_few_seconds_passed() -> None:
-    """The head start holds every partition and the first epoch's tasks claim theirs a second or so
-    apart: handing all over at the first claim would leave the rest uncopied until theirs."""
+    """A head start copier holds many partitions and the first epoch's tasks claim theirs a second or
+    so apart: handing all over at the first claim would leave the rest uncopied until theirs."""
     keys = frozenset({("t", 0), ("t", 1), ("t", 2)})
     holder = SimpleNamespace(keys=keys, _partly_claimed_at=None, settings=SimpleNamespace(flow="A->B"), id="old")
 
