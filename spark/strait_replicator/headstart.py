@@ -5,8 +5,8 @@ the query's start, the first planning and the task launch: seconds in which noth
 copied, at every start of the process and at every restart of a flow's query (a topic added, a
 configuration changed). A head start is a few copiers (:class:`~strait_replicator.copier.Copier`)
 in the driver's process, as many as the query's first epoch has tasks and at most one per core of
-the driver's host, started before the query, for every partition of it between them, from where the query's first epoch starts them
-(:meth:`~strait_replicator.planner.EpochPlanner.head_start`). Their claims are on the target before
+the driver's host, started before the query with its partitions shared among them, each from where
+the query's first epoch starts it (:meth:`~strait_replicator.planner.EpochPlanner.head_start`). Their claims are on the target before
 the query starts, so the first epoch's copiers claim after them and they hand over their partitions
 as any copier does: each stops, writes its final progress and releases, and the tasks go on from
 there. No task renews them (they have no door), so the copy moves to the tasks and the driver
