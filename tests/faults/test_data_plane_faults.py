@@ -80,8 +80,7 @@ def test_replicator_sigkill(rig: Rig, mode: Mode) -> None:
         drill.abort()
 
 
-# Not TIMED: it runs beside other workers' tests. It counts lost records and duplicates, and its 10 s
-# bounds hold with margin (measured alone: 0.5 to 1.5 s).
+@TIMED
 @pytest.mark.parametrize("side", ["source", "target"])
 def test_broker_sigkill(rig: Rig, mode: Mode, side: str) -> None:
     """SIGKILL the broker leading partition 0 (source topic, or its copy on the target); restart it after.
@@ -128,7 +127,7 @@ def test_broker_sigkill(rig: Rig, mode: Mode, side: str) -> None:
         drill.abort()
 
 
-# Not TIMED: it only counts lost records and duplicates (its recovery is reported, not bounded).
+@TIMED
 def test_broker_sigstop_past_session_timeout(rig: Rig, mode: Mode) -> None:
     """Freeze (SIGSTOP) the source broker leading partition 0 past the broker session timeout, then SIGCONT.
 
