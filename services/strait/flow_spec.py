@@ -62,6 +62,7 @@ class FlowSpec:
     repartition: bool = False  # the target places records by key hash (the flow's target_partitions)
     start: str | None = None  # the flow's (or the command line's) start choice
     shared: tuple[SharedRemote, ...] = ()  # a repartitioning flow: other flows writing to its remote topics
+    exactly_once: bool = False  # records, progress and target-side syncs in one transaction per commit
     flush_timeout: float = 120.0
     read_timeout: float = 120.0
 
@@ -69,6 +70,11 @@ class FlowSpec:
         for name in ("source_admin", "source_consumer", "target_admin", "target_consumer", "target_producer",
                      "syncs_producer", "syncs_consumer", "remote_names"):
             object.__setattr__(self, name, pairs(getattr(self, name)))
+
+    @property
+    def syncs_in_transaction(self) -> bool:
+        """Whether the offset syncs go into the copy's transactions (exactly once, syncs on the target)."""
+        return self.exactly_once and self.syncs is not None and self.syncs.alias == self.target_alias
 
     def remote_topic(self, topic: str) -> str:
         """The remote topic name of a source topic."""
@@ -100,6 +106,7 @@ def flow_spec(config: StraitConfig, flow: FlowConfig, remote_names: Iterable[tup
         progress=names.progress, mm2_offsets=names.mm2_offsets, mm2_connector=names.mm2_connector,
         remote_names=remotes, repartition=flow.repartitions, start=start or flow.start,
         shared=shared_remotes(config, flow, remotes) if flow.repartitions else (),
+        exactly_once=flow.exactly_once,
     )
 
 

@@ -425,8 +425,10 @@ class Watermarks:
 class PartitionReader:
     """Reads offset ranges of one cluster's partitions in order, one partition at a time."""
 
-    def __init__(self, settings: Mapping[str, str], alias: str, timeout: float = DEFAULT_TIMEOUT) -> None:
-        isolation = settings.get("isolation.level", "read_uncommitted")  # what the replicator reads
+    def __init__(self, settings: Mapping[str, str], alias: str, timeout: float = DEFAULT_TIMEOUT,
+                 committed_only: bool = False) -> None:
+        # what the replicator reads; an exactly-once flow's target is read as its consumers read it
+        isolation = "read_committed" if committed_only else settings.get("isolation.level", "read_uncommitted")
         self.alias = alias
         self._timeout = timeout
         self._consumer = Consumer({**settings, "group.id": "strait-verify", "enable.auto.commit": False,
@@ -526,7 +528,8 @@ class FlowVerifier:
         self._source_admin = admin_client(source.librdkafka_config("admin"))
         self._index: SyncIndex = load_index(config, flow, timeout)  # syncs first: they lag the records
         self._source = PartitionReader(source.librdkafka_config("consumer"), flow.source, timeout)
-        self._target = PartitionReader(target.librdkafka_config("consumer"), flow.target, timeout)
+        self._target = PartitionReader(target.librdkafka_config("consumer"), flow.target, timeout,
+                                       committed_only=flow.exactly_once)
 
     def plan(self, topics: Sequence[str] = ()) -> list[PartitionPlan]:
         """The partitions to check with their watermarks (source read before target)."""

@@ -183,7 +183,8 @@ def verify_keys(config: StraitConfig, flow: FlowConfig, topics: Sequence[str] = 
     source_cluster, target_cluster = config.cluster(flow.source), config.cluster(flow.target)
     counts = topic_partitions(admin_client(source_cluster.librdkafka_config("admin")), flow.source, timeout)
     source = PartitionReader(source_cluster.librdkafka_config("consumer"), flow.source, timeout)
-    target = PartitionReader(target_cluster.librdkafka_config("consumer"), flow.target, timeout)
+    target = PartitionReader(target_cluster.librdkafka_config("consumer"), flow.target, timeout,
+                             committed_only=flow.exactly_once)
     target_counts = topic_partitions(admin_client(target_cluster.librdkafka_config("admin")), flow.target, timeout)
     try:
         results = []

@@ -32,6 +32,8 @@ _Static_assert(sizeof(uintptr_t) == 8, "a delivery's tag packs a partition index
 #define LOG_LINES 256
 #define UNKNOWN_PARTITION_WAIT_MS 60000
 #define IDLE_SLICE_MS 10
+/* the tag of a record that is not a copy: a partition index no copy has */
+#define OTHER_RECORD (((uint64_t)(MAX_PARTS - 1)) << SEQ_BITS)
 
 typedef struct {
     int64_t offset;     /* source offset */
@@ -828,6 +830,85 @@ static PyObject *NativeCopy_flush(NativeCopy *self, PyObject *args) {
     return PyLong_FromLong(remaining);
 }
 
+/* produce(topic, partition, key, value, headers) -> librdkafka error code (0: queued). A record that is
+ * not a copy (progress, offset syncs) through the copy's own producer, so that it joins the copy's open
+ * transaction; headers is a list of (name, bytes). Its delivery is not tracked here: in a transaction a
+ * record that failed fails the commit. */
+static PyObject *NativeCopy_produce(NativeCopy *self, PyObject *args) {
+    const char *topic;
+    int partition;
+    const char *key = NULL, *value = NULL;
+    Py_ssize_t key_len = 0, value_len = 0;
+    PyObject *given;
+    if (!PyArg_ParseTuple(args, "siz#z#O!", &topic, &partition, &key, &key_len, &value, &value_len, &PyList_Type,
+                          &given) || check_open(self) != 0)
+        return NULL;
+    rd_kafka_headers_t *headers = rd_kafka_headers_new((size_t)PyList_GET_SIZE(given));
+    for (Py_ssize_t i = 0; i < PyList_GET_SIZE(given); i++) {
+        const char *name, *header;
+        Py_ssize_t header_len;
+        if (!PyArg_ParseTuple(PyList_GET_ITEM(given, i), "sy#", &name, &header, &header_len)) {
+            rd_kafka_headers_destroy(headers);
+            return NULL;
+        }
+        rd_kafka_header_add(headers, name, -1, header, header_len);
+    }
+    rd_kafka_resp_err_t err;
+    Py_BEGIN_ALLOW_THREADS
+    pthread_mutex_lock(&self->client);
+    err = self->closed ? RD_KAFKA_RESP_ERR__DESTROY
+                       : rd_kafka_producev(self->producer, RD_KAFKA_V_TOPIC(topic), RD_KAFKA_V_PARTITION(partition),
+                                           RD_KAFKA_V_KEY(key, (size_t)key_len),
+                                           RD_KAFKA_V_VALUE((void *)value, (size_t)value_len),
+                                           RD_KAFKA_V_MSGFLAGS(RD_KAFKA_MSG_F_COPY), RD_KAFKA_V_HEADERS(headers),
+                                           RD_KAFKA_V_OPAQUE((void *)(uintptr_t)OTHER_RECORD), RD_KAFKA_V_END);
+    pthread_mutex_unlock(&self->client);
+    Py_END_ALLOW_THREADS
+    if (err != RD_KAFKA_RESP_ERR_NO_ERROR)
+        rd_kafka_headers_destroy(headers); /* taken by the producer only when queued */
+    return PyLong_FromLong((long)err);
+}
+
+/* transaction(step, timeout) -> None, or (code, text, fatal, retriable, abortable) when it failed.
+ * step: "init" (fences every earlier producer of the transactional.id, aborting its open transaction),
+ * "begin", "commit" (flushes what was sent first) or "abort". */
+static PyObject *NativeCopy_transaction(NativeCopy *self, PyObject *args) {
+    const char *step;
+    double timeout;
+    if (!PyArg_ParseTuple(args, "sd", &step, &timeout) || check_open(self) != 0)
+        return NULL;
+    int ms = (int)(timeout * 1000);
+    int known = 1;
+    rd_kafka_error_t *error = NULL;
+    Py_BEGIN_ALLOW_THREADS
+    pthread_mutex_lock(&self->client);
+    if (self->closed)
+        error = rd_kafka_error_new(RD_KAFKA_RESP_ERR__DESTROY, "the native copy is closed");
+    else if (strcmp(step, "init") == 0)
+        error = rd_kafka_init_transactions(self->producer, ms);
+    else if (strcmp(step, "begin") == 0)
+        error = rd_kafka_begin_transaction(self->producer);
+    else if (strcmp(step, "commit") == 0)
+        error = rd_kafka_commit_transaction(self->producer, ms);
+    else if (strcmp(step, "abort") == 0)
+        error = rd_kafka_abort_transaction(self->producer, ms);
+    else
+        known = 0;
+    pthread_mutex_unlock(&self->client);
+    Py_END_ALLOW_THREADS
+    if (!known) {
+        PyErr_Format(PyExc_ValueError, "no transaction step %s", step);
+        return NULL;
+    }
+    if (error == NULL)
+        Py_RETURN_NONE;
+    PyObject *result = Py_BuildValue("(iNiii)", (int)rd_kafka_error_code(error), text_of(rd_kafka_error_string(error)),
+                                     rd_kafka_error_is_fatal(error), rd_kafka_error_is_retriable(error),
+                                     rd_kafka_error_txn_requires_abort(error));
+    rd_kafka_error_destroy(error);
+    return result;
+}
+
 /* logs() -> [(syslog level, facility, text)] of both clients since the last call. */
 static PyObject *NativeCopy_logs(NativeCopy *self, PyObject *noargs) {
     (void)noargs;
@@ -885,6 +966,8 @@ static PyMethodDef NativeCopy_methods[] = {
     {"drop", (PyCFunction)NativeCopy_drop, METH_VARARGS, "Copy no more of a partition; how many are left."},
     {"watermarks", (PyCFunction)NativeCopy_watermarks, METH_VARARGS, "A partition's cached watermarks."},
     {"flush", (PyCFunction)NativeCopy_flush, METH_VARARGS, "Wait for the target's acknowledgements."},
+    {"produce", (PyCFunction)NativeCopy_produce, METH_VARARGS, "Queue a record that is not a copy (progress, syncs)."},
+    {"transaction", (PyCFunction)NativeCopy_transaction, METH_VARARGS, "A step of the producer's transactions."},
     {"logs", (PyCFunction)NativeCopy_logs, METH_NOARGS, "The clients' log lines since the last call."},
     {"close", (PyCFunction)NativeCopy_close, METH_NOARGS, "End both clients."},
     {NULL, NULL, 0, NULL},

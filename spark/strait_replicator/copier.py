@@ -35,20 +35,22 @@ import sys
 import threading
 import time
 import uuid
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Iterable, Mapping
 from typing import Any
 
 import numpy as np
-from confluent_kafka import KafkaError, Producer
+from confluent_kafka import KafkaError, KafkaException, Producer
 
 from strait.errors import StraitError
+from strait.flow_spec import FlowSpec
 from strait.logs import setup_logging
 from strait_replicator.live import Hold, LiveRun, hold_record, process_gone, process_identity, release_record
 from strait_replicator.planner import CopyTask, SourcePlan, resumed_ranges
-from strait_replicator.writer import (STOP_FLUSH_SECONDS, CopiedPartition, CopyLoop, CopyRange, EpochLimits,
-                                      PassingWriteError, ProgressWriter, SourceCopy, SyncWriter, finish_copy,
+from strait_replicator.writer import (STOP_FLUSH_SECONDS, TRANSACTION_TIMEOUT_MS, CopiedPartition, CopyLoop,
+                                      CopyRange, CopyTransactions, EpochLimits, FencedError, PassingWriteError,
+                                      ProgressWriter, SourceCopy, SyncWriter, finish_copy,
                                       install_lazy_zip_invalidation, producer_settings, syncs_producer_settings,
-                                      write_error)
+                                      transactional_id, write_error)
 
 log = logging.getLogger(__name__)
 
@@ -185,6 +187,10 @@ class Copier(threading.Thread):
                 self.error, self.reason = exc, "error"
                 log.warning("flow=%s copier=%s partitions=%d failed: writes failing for %.0fs: %s", self.settings.flow,
                             self.id, len(self.keys), failing, exc)
+        except FencedError as exc:  # exactly once: a newer copier took its partitions over, as a claim would
+            self.reason = "fenced"
+            log.info("flow=%s copier=%s partitions=%d stops: a newer copier fenced it (%s)", self.settings.flow,
+                     self.id, len(self.keys), exc)
         except BaseException as exc:  # noqa: BLE001 - the task that supervises it raises it
             self.error, self.reason = exc, "error"
             log.warning("flow=%s copier=%s partitions=%d failed: %s", self.settings.flow, self.id, len(self.keys), exc)
@@ -215,7 +221,9 @@ class Copier(threading.Thread):
     def _claim_and_copy(self) -> None:
         """Make the copy (its clients connect meanwhile), claim the partitions, then copy them from
         where their last holder left them. A copy never started is closed after the release (run)."""
-        self._prepared = SourceCopy(list(self.task.ranges), self.settings)
+        self._prepared = SourceCopy(list(self.task.ranges), self.settings,
+                                    transactional_id(self.settings.flow, self.id) if self.settings.exactly_once
+                                    else None)
         self._claim()
         if not self.reason:
             ranges = self._starting_ranges()
@@ -246,6 +254,10 @@ class Copier(threading.Thread):
                        if copier != self.id and copier not in control.released and hold.partitions & self.keys
                        and hold.since < self._since and now <= hold.fence_at and not process_gone(hold.process)]
             if not waiting and self.watch.read_past(0, self._since):
+                if self.settings.exactly_once:
+                    self._fence(holder for copier, holder in holders.items()
+                                if copier != self.id and copier not in control.released
+                                and holder.partitions & self.keys and holder.since < self._since)
                 self._extend_lease()
                 return
             if waiting and not logged:
@@ -255,10 +267,25 @@ class Copier(threading.Thread):
                          max(hold.fence_at for hold in waiting) - now)
             self.producer.poll(WAIT_SECONDS)
 
+    def _fence(self, holders: Iterable[Hold]) -> None:
+        """Exactly once: end every transaction of the older ``holders`` that did not release its
+        partitions (``init_transactions`` under its transactional.id aborts its open one, and it can
+        commit no more), then release their holds for them."""
+        for hold in holders:
+            fence_copier(self.settings, hold.copier, self._message_timeout)
+            log.info("flow=%s copier=%s fenced copier=%s (it did not release partitions=%s)", self.settings.flow,
+                     self.id, hold.copier, _named(hold.partitions & self.keys))
+            key, value = release_record(self.settings.flow, hold.copier)
+            self.producer.produce(self.progress_log.topic, key=key, value=value, partition=0)
+
     def _starting_ranges(self) -> list[CopyRange]:
         """The task's ranges, each from where the progress on the target now says (a released
         holder's final progress included). With no other copier of its partitions known since the
-        epoch was planned, where the planner read the progress then."""
+        epoch was planned, where the planner read the progress then; exactly once, always from the
+        progress committed now (read to its end), since a start short of it copies records twice."""
+        if self.settings.exactly_once:
+            progress = self.progress_log.since(dict(self.task.progress_from), sorted(self.keys), strict=True)
+            return resumed_ranges(self.task, progress, self.settings.flow)
         if not self._contended:
             return list(self.task.ranges)
         progress = self.progress_log.since(dict(self.task.progress_from), sorted(self.keys))
@@ -270,17 +297,20 @@ class Copier(threading.Thread):
         settings = self.settings
         self._unacknowledged = -1  # until its close says what it left: no release before that
         syncs_producer: Producer | None = None
+        transactions = CopyTransactions(source) if settings.exactly_once else None
         try:
+            if transactions is not None:
+                transactions.start(self._message_timeout)
             source.start(ranges)
             syncs_producer = Producer({**syncs_producer_settings(settings.syncs_producer),
                                        "logger": logging.getLogger("strait.librdkafka")})
-            syncs = SyncWriter(settings, syncs_producer)
+            syncs = SyncWriter(settings, transactions if settings.syncs_in_transaction else syncs_producer)
             with self._lock:
-                self._progress = ProgressWriter(settings, self.producer, self._run)
+                self._progress = ProgressWriter(settings, transactions or self.producer, self._run)
             self.copied = source.copied
             limits = EpochLimits(seconds=math.inf, max_records=sys.maxsize,
                                  records_per_second=self.task.limits.records_per_second)
-            loop = CopyLoop(source, self.producer, syncs, limits, self._progress)
+            loop = CopyLoop(source, self.producer, syncs, limits, self._progress, transactions)
             loop.stop = self._check
             loop.write_until = self._valid_until
             self._loop = loop
@@ -289,8 +319,10 @@ class Copier(threading.Thread):
             if self.reason == "lapsed" or time.time() > self._valid_until:
                 return  # it may no longer write: another copier may be copying
             flush = settings.flush_timeout if self.reason == "linger" else STOP_FLUSH_SECONDS
-            finish_copy(source, self.producer, syncs, self._progress, flush)
+            finish_copy(source, self.producer, syncs, self._progress, flush, transactions)
         finally:
+            if transactions is not None:  # not committed: never seen, and not left open to hold consumers back
+                transactions.abort(STOP_FLUSH_SECONDS)
             self._unacknowledged = source.close(STOP_FLUSH_SECONDS)
             if syncs_producer is not None:
                 syncs_producer.flush(1.0)
@@ -363,8 +395,9 @@ class Copier(threading.Thread):
     def _send_hold(self, now: float, wait: bool = False) -> int:
         """Write its hold; with ``wait``, its offset once acknowledged (else -1)."""
         self._next_hold = now + HOLD_SECONDS
-        hold = Hold(self.settings.flow, self.id, self.keys, self.plan.query, self._since,
-                    now + LEASE_SECONDS + self._message_timeout, self._process)
+        # Exactly once, a claimant fences it through the broker: its lease alone is waited for.
+        fence_at = now + LEASE_SECONDS + (0.0 if self.settings.exactly_once else self._message_timeout)
+        hold = Hold(self.settings.flow, self.id, self.keys, self.plan.query, self._since, fence_at, self._process)
         key, value = hold_record(hold)
         acked: list[int] = []
         failed: list[KafkaError] = []
@@ -393,6 +426,20 @@ class Copier(threading.Thread):
         if self.producer.flush(RELEASE_SECONDS):
             log.warning("flow=%s copier=%s release not written: the next copier waits for its lease to end",
                         self.settings.flow, self.id)
+
+
+def fence_copier(settings: FlowSpec, copier: str, timeout: float) -> None:
+    """Exactly once: abort the open transaction of ``copier`` of the flow, if any, and fence it: it can
+    commit nothing more. A HandOffError when the target does not answer."""
+    producer = Producer({**producer_settings(settings.target_producer),
+                         "transactional.id": transactional_id(settings.flow, copier),
+                         "transaction.timeout.ms": TRANSACTION_TIMEOUT_MS,
+                         "logger": logging.getLogger("strait.librdkafka")})
+    try:
+        producer.init_transactions(timeout)
+    except KafkaException as exc:
+        raise HandOffError(f"flow {settings.flow}: fencing copier {copier} on cluster {settings.target_alias} "
+                           f"failed: {exc.args[0].str() if exc.args else exc}") from None
 
 
 _copiers: dict[str, Copier] = {}  # this worker's running copiers

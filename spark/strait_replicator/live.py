@@ -39,6 +39,9 @@ log = logging.getLogger(__name__)
 
 Key = tuple[str, int]
 PROGRESS_READ_SECONDS = 10.0
+# Exactly once, the progress must be read to its end: an open transaction of a copier nobody fenced
+# (writer.TRANSACTION_TIMEOUT_MS) is aborted by the broker within its timeout and its abort check's 10 s.
+STRICT_READ_SECONDS = 45.0
 WATCH_FETCH_WAIT_MS = 100  # a copier reads its control records this often at least
 
 
@@ -137,12 +140,14 @@ class ProgressLog:
         return OffsetsTopic(dict(self.consumer), self.location, self.source_alias, start_at=start_at,
                             on_record=on_record, on_raw=on_raw)
 
-    def since(self, positions: Mapping[int, int], keys: Sequence[Key]) -> dict[Key, int]:
+    def since(self, positions: Mapping[int, int], keys: Sequence[Key], strict: bool = False) -> dict[Key, int]:
         """Where the copies of ``keys`` got to according to the progress records written since
         ``positions`` (where the driver had read the topic when it planned the epoch).
 
         The highest position wins: every run starts where the progress stood, so a lower one is an
-        older run's. A topic that cannot be read gives nothing (the copy starts where it was planned).
+        older run's. A topic that cannot be read gives nothing (the copy starts where it was planned),
+        unless ``strict`` (exactly once: a start short of the committed progress would copy records
+        twice): it is then read for up to STRICT_READ_SECONDS, and a ResumeError raised if it cannot be.
         """
         wanted = set(keys)
         reached: dict[Key, int] = {}
@@ -152,8 +157,10 @@ class ProgressLog:
                 reached[key] = max(reached.get(key, 0), progress.next_offset)
         reader = self.reader(start_at=positions, on_record=note)
         try:
-            reader.read(PROGRESS_READ_SECONDS)
+            reader.read(STRICT_READ_SECONDS if strict else PROGRESS_READ_SECONDS)
         except Exception as exc:  # noqa: BLE001 - the planned start is safe, only slower
+            if strict:
+                raise
             log.warning("progress of %s not read, the task starts where its epoch was planned: %s", self.topic, exc)
         finally:
             reader.close()
@@ -222,8 +229,11 @@ class ControlWatch:
     (the stops of queries, the copiers' holds and releases). One per copier; not thread-safe."""
 
     def __init__(self, settings: Mapping[str, str], topic: str, positions: Mapping[int, int]) -> None:
+        # Control records are never in a transaction, but exactly-once copiers' progress records beside
+        # them are: read_committed would hold every claim and release back behind a dead copier's open one.
         self._consumer = Consumer({**settings, "group.id": "strait-progress", "enable.auto.commit": False,
                                    "enable.auto.offset.store": False, "fetch.wait.max.ms": WATCH_FETCH_WAIT_MS,
+                                   "isolation.level": "read_uncommitted",
                                    "logger": logging.getLogger("strait.librdkafka")})
         # Where nobody read the topic (it was not there yet), the watch reads all of it: partition 0
         # holds the control records.

@@ -126,12 +126,13 @@ class ClusterSources:
     def holds(self) -> tuple[Hold, ...]:
         """The holds of the flow's copiers not released nor past their fence, as this process read
         them (a copier that crashed leaves its hold: a new copier need not wait for it, nor read the
-        progress again on its account)."""
+        progress again on its account). Exactly once, those past their fence too: a new copier of
+        their partitions fences them (a crashed copier's transaction may still be open)."""
         if self.plan.progress is None:
             return ()
         now = time.time()
         holds = self._progress_reading()[1].holds_of(self.plan.spec.flow)
-        return tuple(hold for hold in holds.values() if hold.fence_at > now)
+        return tuple(hold for hold in holds.values() if hold.fence_at > now or self.plan.spec.exactly_once)
 
     def progress(self) -> Offsets:
         """Each planned partition's progress on the target; none when it cannot be read now (the copy

@@ -65,6 +65,13 @@ PRODUCER_DEFAULTS = {
 # progress waits for them.
 SYNCS_MESSAGE_TIMEOUT_MS = "300000"
 
+# Exactly once: a copier commits its transaction this often (records, their syncs on the target and the
+# progress that covers them); a read_committed consumer sees a record about this much later than a copy.
+COMMIT_SECONDS = 0.1
+# A transaction a copier left open (its host gone, unfenced) holds back read_committed consumers of its
+# partitions until the broker aborts it this long after it began; a claimant fences it sooner.
+TRANSACTION_TIMEOUT_MS = "30000"
+
 CONSUMER_DEFAULTS = {
     "fetch.max.bytes": "52428800",
     "max.partition.fetch.bytes": "4194304",
@@ -194,6 +201,25 @@ def producer_settings(config: Mapping[str, str] | Pairs) -> dict[str, str]:
         settings["enable.idempotence"] = "false"
         settings.setdefault("max.in.flight.requests.per.connection", "1")
     return settings
+
+
+def copy_producer_settings(settings: FlowSpec, transactional_id: str | None) -> dict[str, str]:
+    """The native copy's producer settings; transactional with ``transactional_id`` (exactly once)."""
+    given = producer_settings(settings.target_producer)
+    if transactional_id is None:
+        return given
+    return {**given, "transactional.id": transactional_id, "transaction.timeout.ms": TRANSACTION_TIMEOUT_MS}
+
+
+def commit_timeout(settings: FlowSpec) -> float:
+    """How long a commit may take: its records' delivery timeout, and a little for the commit itself."""
+    return float(producer_settings(settings.target_producer)["message.timeout.ms"]) / 1000.0 + 5.0
+
+
+def transactional_id(flow: str, copier: str) -> str:
+    """The transactional.id of one copier of ``flow`` in exactly-once mode: a claimant fences the
+    copier it takes partitions from by this name (users' ACLs: TransactionalId prefix ``strait-``)."""
+    return f"strait-{flow}-{copier}"
 
 
 def syncs_producer_settings(config: Mapping[str, str] | Pairs) -> dict[str, str]:
@@ -424,8 +450,9 @@ class SourceCopy:
     and a partition whose topic was deleted is copied no more.
     """
 
-    def __init__(self, ranges: list[CopyRange], settings: FlowSpec) -> None:
+    def __init__(self, ranges: list[CopyRange], settings: FlowSpec, transactional_id: str | None = None) -> None:
         self.settings = settings
+        self.transactional_id = transactional_id  # exactly once: its producer's (None: at least once)
         self.errors: list[tuple[str, int, KafkaError]] = []  # (remote topic, target partition, error)
         self._parts = [CopiedPartition(r, settings.remote_topic(r.topic), i, settings.repartition)
                        for i, r in enumerate(ranges)]
@@ -433,7 +460,7 @@ class SourceCopy:
         self.pending = dict(self.copied)  # partitions still copied
         try:
             self.native = native_copy_class()(
-                consumer_settings(settings), producer_settings(settings.target_producer),
+                consumer_settings(settings), copy_producer_settings(settings, transactional_id),
                 [(p.topic, p.partition, p.remote, p.target_partition) for p in self._parts])
         except ValueError as exc:
             raise self._setup_error(exc) from exc
@@ -526,6 +553,121 @@ class SourceCopy:
         log.warning("topic=%s partition=%d reading goes on after: %s", part.topic, part.partition, error.str())
 
 
+class FencedError(ReplicationWriteError):
+    """Exactly once: a newer copier of the same partitions fenced this one (its transaction was aborted);
+    the newer one goes on from the committed progress."""
+
+
+class CopyTransactions:
+    """Exactly once: the transactions of a copy's own producer on the target, and a producer-like view of
+    it for what must commit with the copied records (the progress; the offset syncs when they live on
+    the target). Callbacks of what was produced into a transaction are answered when it ends."""
+
+    def __init__(self, source: SourceCopy) -> None:
+        self.source, self.settings = source, source.settings
+        self.native = source.native
+        self._callbacks: list[Callable[[KafkaError | None, Any], None]] = []
+        self.open = False
+
+    def start(self, timeout: float) -> None:
+        """Fence every earlier producer of this transactional.id, then open the first transaction."""
+        self._step("init", timeout)
+        self.begin()
+
+    def begin(self) -> None:
+        """Open the next transaction."""
+        self._step("begin", 0.0)
+        self.open = True
+
+    def commit(self, timeout: float) -> None:
+        """Commit the open transaction (what was sent into it is flushed first); a FencedError when a newer
+        copier fenced this one, a PassingWriteError (after aborting it) when it could not commit."""
+        deadline = time.monotonic() + timeout
+        while True:
+            failure = self.native.transaction("commit", max(0.1, deadline - time.monotonic()))
+            if failure is None or not failure[3] or time.monotonic() >= deadline:  # retriable: commit again
+                break
+        self.open = failure is not None and not failure[2]
+        callbacks, self._callbacks = self._callbacks, []
+        error = None if failure is None else KafkaError(failure[0], failure[1], fatal=bool(failure[2]))
+        for callback in callbacks:
+            callback(error, None)
+        if error is not None:
+            self.abort(timeout)
+            raise self._error("committing", error)
+
+    def abort(self, timeout: float) -> None:
+        """Abort the open transaction, if any (nothing of it is ever read by a read_committed consumer)."""
+        if not self.open:
+            return
+        self.open = False
+        self._callbacks = []
+        failure = self.native.transaction("abort", timeout)
+        if failure is not None:
+            log.warning("flow=%s transactional_id=%s abort failed (the broker aborts it after %s ms, or a "
+                        "newer copier fences it): %s", self.settings.flow, self.source.transactional_id,
+                        TRANSACTION_TIMEOUT_MS, failure[1])
+
+    def produce(self, topic: str, key: bytes | None = None, value: bytes | None = None, partition: int = 0,
+                on_delivery: Callable[[KafkaError | None, Any], None] | None = None,
+                headers: list[tuple[str, bytes]] | None = None) -> None:
+        """Queue a record into the open transaction (BufferError while the queue is full)."""
+        code = self.native.produce(topic, partition, key, value, list(headers or ()))
+        if code == KafkaError._QUEUE_FULL:
+            raise BufferError("the copy's producer queue is full")
+        if code:
+            raise KafkaException(KafkaError(code))
+        if on_delivery is not None:
+            self._callbacks.append(on_delivery)
+
+    def poll(self, timeout: float = 0.0) -> int:
+        """Serve the producer's acknowledgements."""
+        self.native.poll(timeout)
+        return 0
+
+    def list_topics(self, topic: str, timeout: float) -> None:
+        """Nothing to look up: the progress and syncs topics have one partition, 0."""
+
+    def _step(self, step: str, timeout: float) -> None:
+        failure = self.native.transaction(step, timeout)
+        if failure is not None:
+            raise self._error(step, KafkaError(failure[0], failure[1], fatal=bool(failure[2])))
+
+    def _error(self, step: str, error: KafkaError) -> ReplicationWriteError:
+        message = (f"flow {self.settings.flow}: transaction of {self.source.transactional_id} on cluster "
+                   f"{self.settings.target_alias}, {step}: {error.str()}")
+        if error.code() in _FENCED:
+            return FencedError(message)
+        return write_error(message, [error])
+
+
+_FENCED = (KafkaError._FENCED, KafkaError.PRODUCER_FENCED, KafkaError.INVALID_PRODUCER_EPOCH)
+
+
+def commit_copy(source: SourceCopy, syncs: SyncWriter, progress: ProgressWriter | None,
+                transactions: CopyTransactions, timeout: float, final: bool = False) -> None:
+    """Exactly once: commit the copy's open transaction with the progress of everything sent into it.
+
+    Its records are acknowledged first (target offsets known), then their offset syncs are written (into
+    the transaction when they live on the target, else acknowledged on the source) and the progress
+    records, which say that every record sent so far is copied, join the transaction: the commit makes
+    the records and the progress visible together, and an abort neither.
+    """
+    source.flush(timeout)
+    for part in source.copied.values():
+        part.settle(syncs)
+    if not source.settings.syncs_in_transaction:
+        syncs.flush(timeout)
+    source.note_lag()
+    if progress is not None and progress.settings.progress is not None:
+        progress.write({key: (part.report(part.settled_position()), part.last_target)
+                        for key, part in source.copied.items()}, final=final)
+    transactions.commit(timeout)
+    syncs.check()
+    if progress is not None:
+        progress.check()
+
+
 _librdkafka = logging.getLogger("strait.librdkafka")
 _LOG_LEVELS = {0: logging.CRITICAL, 1: logging.CRITICAL, 2: logging.CRITICAL, 3: logging.ERROR, 4: logging.WARNING,
                5: logging.INFO, 6: logging.INFO, 7: logging.DEBUG}
@@ -548,9 +690,12 @@ def produce_when_ready(producer: Producer, topic: str, **kwargs: Any) -> None:
 
 
 def finish_copy(source: SourceCopy, producer: Producer, syncs: SyncWriter, progress: ProgressWriter,
-                flush_timeout: float) -> None:
-    """Wait until every record sent, its offset syncs and the final progress are on the target;
-    a ReplicationWriteError when one is not."""
+                flush_timeout: float, transactions: CopyTransactions | None = None) -> None:
+    """Wait until every record sent, its offset syncs and the final progress are on the target (exactly
+    once: committed); a ReplicationWriteError when one is not."""
+    if transactions is not None:
+        commit_copy(source, syncs, progress, transactions, flush_timeout, final=True)
+        return
     settings = progress.settings
     source.flush(flush_timeout)
     for part in source.copied.values():
@@ -575,8 +720,10 @@ class CopyLoop:
     ``syncs`` the offset syncs."""
 
     def __init__(self, source: SourceCopy, producer: Producer, syncs: SyncWriter, limits: EpochLimits,
-                 progress: ProgressWriter | None = None) -> None:
+                 progress: ProgressWriter | None = None, transactions: CopyTransactions | None = None) -> None:
         self.source, self.producer, self.syncs, self.limits = source, producer, syncs, limits
+        # exactly once: a commit every COMMIT_SECONDS takes the place of the settles and reports
+        self.transactions = transactions
         self.settings, self.copied = source.settings, source.copied
         self.progress = progress if progress is not None and self.settings.progress is not None else None
         self.sent = 0
@@ -623,11 +770,24 @@ class CopyLoop:
             if time.time() > self.write_until:
                 next_stop_check = now  # writes nothing more until the copier's lease is renewed there
                 continue
+            if self.transactions is not None:
+                if now >= next_settle:
+                    self._commit()
+                    now = time.monotonic()
+                    next_settle = now + COMMIT_SECONDS
+                continue
             if now >= next_settle or not fetched:  # idle: syncs follow their records closely
                 self._settle()
                 if now >= next_settle:
                     self._report()
                 next_settle = now + SETTLE_SECONDS if now >= next_settle else next_settle
+
+    def _commit(self) -> None:
+        """Exactly once: commit what was sent since the last commit, with its progress; open the next transaction."""
+        assert self.transactions is not None
+        self.source.pass_logs()
+        commit_copy(self.source, self.syncs, self.progress, self.transactions, commit_timeout(self.settings))
+        self.transactions.begin()
 
     def _settle(self) -> None:
         """Turn acknowledged records into offset syncs and latency counts."""

@@ -27,11 +27,11 @@ from strait.config.model import SyncsLocation
 from strait.flow_spec import FlowSpec
 from strait.progress import OffsetsTopic
 from strait.verify_keys import key_partition
-from strait_replicator.live import Hold, hold_named, stop_record
+from strait_replicator.live import ControlWatch, Hold, hold_named, stop_record
 from strait_replicator.source import CopyStreamReader, CopyTask, SourcePlan
 from strait_replicator.state import EpochOffsets
 from strait_replicator.writer import CopyRange, EpochLimits
-from tests.support.kafka import NumberedLoad, count, numbered_copies, records_by_partition
+from tests.support.kafka import NumberedLoad, count, numbered_copies, offsets_end, records_by_partition
 from tests.support.waiting import wait_for
 
 NEXT_OFFSET = writer.SUMMARY_FIELDS.index("next_offset")
@@ -405,3 +405,98 @@ def _holds(target: KafkaCluster, topic: str) -> tuple[Hold, ...]:
         else:
             holds[holder] = hold
     return tuple(holds.values())
+
+
+# -- exactly once: the hand-off fenced through the target's transactions ---------------------------
+
+def _control_holds(target: KafkaCluster, topic: str, flow: str) -> tuple[Hold, ...]:
+    """The copiers' holds not released, read as copiers read them (read_uncommitted: behind an open
+    transaction of a frozen copier too)."""
+    watch = ControlWatch(target.client_config(), _progress_topic(topic), {})
+    try:
+        high = offsets_end(target, _progress_topic(topic))
+        wait_for(lambda: watch.read_past(0, high - 1), 30, "the control records read")
+        return tuple(watch.control.holds_of(flow).values())
+    finally:
+        watch.close()
+
+
+@pytest.mark.parametrize("mode", ["handed-over", "holder-frozen"])
+def test_exactly_once_a_claimant_fences_the_holder_and_a_read_committed_consumer_reads_each_record_once(
+        source_cluster: KafkaCluster, target_cluster: KafkaCluster, topics: tuple[str, str, str],
+        tmp_path: Path, mode: str) -> None:
+    """Exactly once, as if on two hosts: worker A's copier copies a steady load in transactions; the
+    next epoch's task lands in worker B. Handed over, A commits its progress and releases. Frozen
+    (SIGSTOP) mid-copy, A leaves a transaction open: B waits for A's lease only (not its message
+    timeout), fences A through the target (``init_transactions`` under A's transactional.id aborts
+    the open transaction), and goes on from the committed progress; A, thawed, commits nothing more.
+    A read_committed consumer of the remote partitions reads every record once, in order."""
+    freeze = mode == "holder-frozen"
+    topic, remote, syncs = topics
+    settings, plan = _quick_timeout_plan(source_cluster, target_cluster, topics, tmp_path)
+    settings = replace(settings, exactly_once=True)
+    plan = replace(plan, spec=settings)
+    context = multiprocessing.get_context("spawn")
+    rows_a, rows_b = context.Queue(), context.Queue()
+    load = NumberedLoad(source_cluster, topic, 2, rate=400)
+    worker_a = context.Process(target=_copier_worker, args=(
+        plan, _task(1, topic, {0: 0, 1: 0}, 3.0, _read_to(target_cluster, source_cluster, topic)), rows_a, 60.0,
+        False))
+    worker_b: Any = None
+    try:
+        worker_a.start()
+        rows_a.get(timeout=60)  # A's task ended; its copier goes on
+        wait_for(lambda: _committed(target_cluster, remote) > 1_000, 30, "A's copier committing after its task")
+        read_to, starts = _planned(target_cluster, source_cluster, topic)  # the next epoch planned
+        if freeze:
+            os.kill(worker_a.pid, signal.SIGSTOP)
+        frozen_at = time.monotonic()
+        task_b = replace(_task(2, topic, starts, 6.0, read_to),
+                         holds=_control_holds(target_cluster, topic, settings.flow))
+        worker_b = context.Process(target=_copier_worker, args=(plan, task_b, rows_b, 30.0, False))
+        worker_b.start()
+        committed_at_freeze = _committed(target_cluster, remote)
+        wait_for(lambda: _committed(target_cluster, remote) > committed_at_freeze + 400, 60, "B committing")
+        took_over = time.monotonic() - frozen_at
+        if freeze:
+            assert copier.LEASE_SECONDS <= took_over < copier.LEASE_SECONDS + 3.0 + 10.0, \
+                f"B committed {took_over:.1f} s after A froze: not after A's lease, or it waited for A's timeout"
+            os.kill(worker_a.pid, signal.SIGCONT)
+            time.sleep(4)  # A thaws: its commit must fail, fenced
+        rows_b.get(timeout=60)
+        sent = load.stop()
+        wait_for(lambda: _committed(target_cluster, remote) >= sent, 60, "every record committed")
+        _write_stop(target_cluster, topic, settings.flow, plan.query)
+    finally:
+        load.stop()
+        for worker in (worker_a, worker_b):
+            if worker is not None and worker.pid is not None:
+                with contextlib.suppress(ProcessLookupError):
+                    os.kill(worker.pid, signal.SIGCONT)
+                worker.kill()
+                worker.join(10)
+    copies = numbered_copies(target_cluster, remote)  # read_committed
+    for partition, sequence in copies.items():
+        assert sequence == list(range(sent // 2 + (partition < sent % 2))), \
+            f"partition {partition}: not each record once in order ({len(sequence)} read, " \
+            f"{len(sequence) - len(set(sequence))} twice, {_descents(sequence)} steps back)"
+    assert len(_holders(target_cluster, topic)) == 2, "B's task did not take over with a copier of its own"
+    print(f"{mode}: B committed {took_over:.1f} s after the hand-off began; every record once")
+
+
+def _planned(target: KafkaCluster, source: KafkaCluster, topic: str) -> tuple[tuple[tuple[int, int], ...],
+                                                                             dict[int, int]]:
+    """Where the progress topic ends now and where it says each partition goes on: what a planner
+    hands the next epoch's tasks."""
+    where = OffsetsTopic(target.client_config(), SyncsLocation(target.alias, _progress_topic(topic)), source.alias)
+    try:
+        found = where.read()
+        return tuple(sorted(where.positions.items())), {p: found[(topic, p)].next_offset if (topic, p) in found
+                                                        else 0 for p in (0, 1)}
+    finally:
+        where.close()
+
+
+def _committed(target: KafkaCluster, remote: str) -> int:
+    """Records a read_committed consumer reads in the remote topic."""
+    return sum(len(sequence) for sequence in numbered_copies(target, remote).values())

@@ -57,6 +57,15 @@ def _count(cluster: KafkaCluster, topic: str) -> int:
         consumer.close()
 
 
+def offsets_end(cluster: KafkaCluster, topic: str, partition: int = 0) -> int:
+    """The high watermark of one partition (transaction markers and open transactions included)."""
+    consumer = Consumer({**cluster.client_config(), "group.id": "strait-counter"})
+    try:
+        return consumer.get_watermark_offsets(TopicPartition(topic, partition), timeout=10)[1]
+    finally:
+        consumer.close()
+
+
 def last_values(cluster: KafkaCluster, topic: str) -> dict[int, bytes | None]:
     """The value of the last record of each non-empty partition."""
     consumer = Consumer({**cluster.client_config(), "group.id": "strait-tail", "enable.auto.commit": False})
@@ -67,11 +76,17 @@ def last_values(cluster: KafkaCluster, topic: str) -> dict[int, bytes | None]:
         values: dict[int, bytes | None] = {}
         for p in metadata.partitions:
             low, high = consumer.get_watermark_offsets(TopicPartition(topic, p), timeout=10)
-            if high > low:
-                consumer.assign([TopicPartition(topic, p, high - 1)])
-                message = consumer.poll(10)
+            if high <= low:
+                continue
+            # a few records back: a partition written in transactions ends with a commit marker
+            consumer.assign([TopicPartition(topic, p, max(low, high - 20))])
+            deadline = time.monotonic() + 10
+            while time.monotonic() < deadline:
+                message = consumer.poll(0.2)
                 if message is not None and not message.error():
                     values[p] = message.value()
+                if consumer.position([TopicPartition(topic, p)])[0].offset >= high:
+                    break
         return values
     finally:
         consumer.close()

@@ -210,3 +210,27 @@ def test_mm2_defaults_of_class_keys_are_taken_as_they_are() -> None:
                                   "topic.filter.class = org.apache.kafka.connect.mirror.DefaultTopicFilter\n"
                                   "A->B.transforms = \n", "mm2.properties")
     assert set(loaded.ignored_keys) == {"topic.filter.class", "A->B.transforms"}
+
+
+@pytest.mark.parametrize(("text", "expected"), [
+    ("A->B.enabled = true\nB->A.enabled = true\nexactly.once.source.support = enabled\n", {"A->B": True, "B->A": True}),
+    # MM2's worker setting per target cluster: the flows into B
+    ("A->B.enabled = true\nB->A.enabled = true\nB.exactly.once.source.support = enabled\n",
+     {"A->B": True, "B->A": False}),
+    # the cluster's setting wins over the top level one, a flow's own over both; preparing copies at least once
+    ("A->B.enabled = true\nC->B.enabled = true\nexactly.once.source.support = enabled\n"
+     "B.exactly.once.source.support = preparing\nC->B.exactly.once.source.support = ENABLED\n",
+     {"A->B": False, "C->B": True}),
+    ("A->B.enabled = true\n", {"A->B": False}),
+])
+def test_exactly_once_source_support_turns_on_the_exactly_once_mode_of_the_flows_into_a_cluster(
+        text: str, expected: dict[str, bool]) -> None:
+    config = _load(text)
+    assert {flow.name: flow.exactly_once for flow in config.flows if flow.enabled} == expected  # type: ignore[attr-defined]
+
+
+def test_a_bad_exactly_once_value_or_an_acks_it_cannot_use_is_refused_naming_the_key() -> None:
+    message = _error("A->B.enabled = true\nB.exactly.once.source.support = required\n")
+    assert "B.exactly.once.source.support" in message and "expected enabled, preparing, disabled" in message
+    message = _error("A->B.enabled = true\nexactly.once.source.support = enabled\nB.producer.acks = 1\n")
+    assert "exactly_once: cluster B's producer settings: acks=1 cannot be used" in message

@@ -449,6 +449,7 @@ _FLOW_READERS: dict[str, Callable[[Any, str, Problems], Any]] = {
     "mm2_source_connector": lambda v, p, pr: None if v is None else _string(v, p, pr),
     "restarted_at": lambda v, p, pr: None if v is None else _string(v, p, pr),
     "heartbeats_replication_enabled": _bool,
+    "exactly_once": _bool,
     "config_properties_exclude": _regex_list,
     "use_defaults_from": lambda v, p, pr: _one_of(v, USE_DEFAULTS_FROM_VALUES, p, pr),
     **{name: (_SELECTION if kind is Selection else _SCHEDULE) for name, kind in NESTED_FLOW_FIELDS.items()},

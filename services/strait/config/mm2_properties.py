@@ -46,6 +46,10 @@ REDIS_URL_KEY = "strait.redis.url"
 RATE_LIMIT_KEY = "strait.rate.limit.records.per.second"
 CHECKPOINT_SHARDS_KEY = "strait.checkpoint.shards"
 TARGET_PARTITIONS_KEY = "strait.target.partitions"
+# MM2's worker setting for exactly-once copies (KIP-618/710): top level, or <target>. for the flows into
+# that cluster; `preparing` (a rolling upgrade's first step) copies at least once, as it does in MM2.
+EXACTLY_ONCE_KEY = "exactly.once.source.support"
+EXACTLY_ONCE_VALUES = ("enabled", "preparing", "disabled")
 # Where MM2's source consumer starts a partition it has no offset for: strait's flow ``start``.
 OFFSET_RESET_KEYS = ("consumer.auto.offset.reset", "source.consumer.auto.offset.reset")
 _OFFSET_RESET = "auto.offset.reset"
@@ -79,7 +83,7 @@ FLOW_KEYS = (
     "replication.policy.internal.topic.separator.enabled", "offset-syncs.topic.location",
     "replication.factor", "heartbeats.replication.enabled", "config.properties.exclude",
     "config.properties.blacklist", "emit.offset-syncs.enabled", "use.defaults.from", *_INTERNAL_TOPIC_FACTORS,
-    RATE_LIMIT_KEY, CHECKPOINT_SHARDS_KEY, TARGET_PARTITIONS_KEY, *OFFSET_RESET_KEYS,
+    RATE_LIMIT_KEY, CHECKPOINT_SHARDS_KEY, TARGET_PARTITIONS_KEY, EXACTLY_ONCE_KEY, *OFFSET_RESET_KEYS,
     *(f"{prefix}.{suffix}" for prefix in _SCHEDULES for suffix in ("enabled", "interval.seconds")),
 )
 
@@ -122,9 +126,9 @@ _NOT_USED = (
     NotUsed(r"dedicated\.mode\.enable\.internal\.rest|listeners|rest\..+|config\.action\.reload",
             "strait's processes coordinate through Redis and serve no REST API; `strait config apply` changes the "
             "configuration live"),
-    NotUsed(r"exactly\.once\.(source\.)?support|transaction\.boundary.*",
-            "strait copies at least once: after a crash it copies again at most about a second of records, and "
-            "says how many at most; it has no exactly-once mode yet"),
+    NotUsed(r"exactly\.once\.support|transaction\.boundary.*",
+            "strait's exactly-once mode follows exactly.once.source.support; each copier commits its "
+            "transaction about every 0.1 s"),
     NotUsed(r"(source|target)\.cluster\.alias", "the flow's name (A->B) gives its clusters"),
     NotUsed(r"(checkpoints|heartbeats|offset-syncs|offset\.syncs)\.topic\.(?!location$|replication\.factor$).+",
             "strait creates the internal topics with one compacted partition and the broker's other defaults"),
@@ -228,6 +232,7 @@ class _Reader:
         self.cluster_keys: dict[str, dict[str, Property]] = {}
         self.flow_keys: dict[tuple[str, str], dict[str, Property]] = {}
         self.cluster_resets: dict[str, Property] = {}  # <alias>.consumer.auto.offset.reset (or the global one)
+        self.cluster_exactly_once: dict[str, Property] = {}  # <alias>.exactly.once.source.support
         self.ignored: list[str] = []
 
     def _last_wins(self, entries: list[Property]) -> dict[str, Property]:
@@ -314,6 +319,10 @@ class _Reader:
             if key == "bootstrap.servers":
                 servers = self._bootstrap(entry)
                 continue
+            if key == EXACTLY_ONCE_KEY:  # the mode of the flows into this cluster, not a client setting
+                if key in own:
+                    self.cluster_exactly_once[alias] = entry
+                continue
             scope, setting = self._cluster_scope(key, entry, alias, key in own)
             if (scope, setting) == ("consumer", _OFFSET_RESET):  # the start of its flows, not a client setting
                 self.cluster_resets[alias] = entry
@@ -371,6 +380,8 @@ class _Reader:
         layer = self._flow_layer({**self.global_, **own}, f"{source}->{target}.", own)
         if source in self.cluster_resets and not any(key in own for key in OFFSET_RESET_KEYS):
             self._put(layer, "start", None, _offset_reset(self.cluster_resets[source], self))
+        if target in self.cluster_exactly_once and EXACTLY_ONCE_KEY not in own:
+            self._put(layer, "exactly_once", None, _exactly_once(self.cluster_exactly_once[target], self))
         return FlowConfig.from_layers(source, target, layer, {"enabled": bool(enabled)})
 
     def _flow_layer(self, entries: Mapping[str, Property], prefix: str,
@@ -635,6 +646,13 @@ def _offset_reset(entry: Property, reader: _Reader) -> Any:
         f"by time, neither of which strait does"))
 
 
+def _exactly_once(entry: Property, reader: _Reader) -> Any:
+    lowered = entry.value.strip().lower()
+    if lowered in EXACTLY_ONCE_VALUES:
+        return lowered == "enabled"
+    return reader.invalid(entry, f"expected {', '.join(EXACTLY_ONCE_VALUES)}, got {entry.value!r}")
+
+
 def _config_excludes(entry: Property, reader: _Reader) -> Any:
     return reader._regexes(entry)
 
@@ -654,5 +672,6 @@ _SCALAR_READERS: dict[str, tuple[str, Callable[[Property, _Reader], Any]]] = {
     TARGET_PARTITIONS_KEY: ("target_partitions", _target_partitions),
     RATE_LIMIT_KEY: ("rate_limit_records_per_second", _rate_limit),
     CHECKPOINT_SHARDS_KEY: ("checkpoint_shards", _shards),
+    EXACTLY_ONCE_KEY: ("exactly_once", _exactly_once),
     **{key: ("start", _offset_reset) for key in OFFSET_RESET_KEYS},
 }

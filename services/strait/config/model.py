@@ -186,7 +186,10 @@ class FlowConfig:
     on a Connect cluster, the name the connector was created with). ``restarted_at`` is set by
     `strait flow restart` (to its UTC time; any text works): each time it takes a new value, every
     service ends its work on the flow and starts it again from what the clusters hold
-    (:meth:`restart_requested`); a version without it asks for nothing.
+    (:meth:`restart_requested`); a version without it asks for nothing. ``exactly_once`` (MM2's
+    ``exactly.once.source.support=enabled``) writes each copier's records, progress and, when they
+    live on the target, offset syncs in one transaction on the target: a consumer of the remote topics
+    with ``isolation.level=read_committed`` then reads every source record once, through any crash.
     """
 
     source: str
@@ -220,6 +223,7 @@ class FlowConfig:
     mm2_offsets_topic: str | None = None
     mm2_source_connector: str | None = None
     restarted_at: str | None = None
+    exactly_once: bool = False
     # Derived, not a setting: every cluster alias of the configuration (the policy traces remote
     # topics to them), filled in by StraitConfig.
     cluster_aliases: tuple[str, ...] = field(default=(), compare=False, repr=False,

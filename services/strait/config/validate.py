@@ -8,7 +8,7 @@ replication policy cannot break, and inline secrets that must not reach Redis.
 from __future__ import annotations
 
 import difflib
-from collections.abc import Callable, Iterable, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass
 
 from strait.config.keystores import KeyStoreError
@@ -95,11 +95,31 @@ def check_flows(config: StraitConfig, problems: Problems, label: Callable[[int, 
             problems.add(where, f"cluster aliases {shorter!r} and {longer!r} are ambiguous with separator "
                                 f"{flow.separator!r}: a topic named {longer}{flow.separator}x could come from either; "
                                 f"rename one of them or choose another separator")
+        if flow.exactly_once and flow.target in config.clusters:
+            problem = exactly_once_problem(config.clusters[flow.target].unresolved_settings("producer"))
+            if problem:
+                problems.add(where, f"exactly_once: cluster {flow.target}'s producer settings: {problem}")
         if flow.name in seen:
             problems.add(where, f"flow {flow.name} is defined twice (also at {seen[flow.name]})")
         seen.setdefault(flow.name, where)
     for loop in identity_loops(config.flows):
         problems.add(f"flows {', '.join(f.name for f in loop)}", _loop_message(loop))
+
+
+# Producer settings a transactional producer cannot take (librdkafka refuses them or they break fencing).
+_NOT_TRANSACTIONAL = {"acks": ("all", "-1"), "enable.idempotence": ("true",)}
+
+
+def exactly_once_problem(producer: Mapping[str, object]) -> str | None:
+    """Why these target producer settings cannot copy exactly once, or None."""
+    for key, allowed in _NOT_TRANSACTIONAL.items():
+        value = producer.get(key)
+        if value is not None and str(value).strip().lower() not in allowed:
+            return (f"{key}={value} cannot be used: exactly-once copies use an idempotent transactional "
+                    f"producer ({key}={allowed[0]}); remove the setting or turn exactly_once off")
+    if "transactional.id" in producer:
+        return "transactional.id is strait's own (one per copier, from the flow's name): remove it"
+    return None
 
 
 def config_warnings(config: StraitConfig) -> list[str]:
