@@ -165,12 +165,20 @@ class SyncsFollower:
                 self._position = message.offset() + 1
                 read += 1
             if not messages:
+                self._note_position()  # past commit markers (syncs written in transactions), which no message shows
                 break
         if not self.ready and self._position >= self._end_at_start:
             self.ready = True
             log.info("topic=%s caught up position=%d partitions=%d", self.location.topic,
                      self._position, len(self.index.partitions()))
         return read
+
+    def _note_position(self) -> None:
+        try:
+            found = self._consumer.position([TopicPartition(self.location.topic, 0)])[0].offset
+        except KafkaException:
+            return
+        self._position = max(self._position, found)
 
     def catch_up(self, timeout: float) -> None:
         """Read until ready; raises TranslationError at the timeout."""

@@ -1,8 +1,9 @@
-"""At-least-once with zero loss: the replicator SIGKILLed at random moments under load.
+"""The replicator SIGKILLed at random moments under load: at least once with zero loss, and exactly once.
 
 `make test` kills it once under a 30 s load; with ``STRAIT_FAULTS=full`` (`make test-faults`) twice
 under a 48 s load. The fault drills SIGKILL it too (tests/faults), and the multi-host drill kills
-its driver; what this test adds is the order of the replays on the target.
+its driver; what this test adds is the order of the replays on the target, and a second flow in
+exactly-once mode in the same replicator (B->A), which copies every record once through the kills.
 """
 
 from __future__ import annotations
@@ -72,26 +73,31 @@ def _epoch_starts(checkpoint: Path, topic: str) -> dict[int, set[int]]:
     return starts
 
 
-@pytest.mark.parametrize("exactly_once", [False, True], ids=["at-least-once", "exactly-once"])
 def test_sigkill_under_load_loses_nothing_and_bounds_duplicates(
     source_cluster: KafkaCluster, target_cluster: KafkaCluster, unique_name: Callable[[str], str],
-    tmp_path: Path, lab_root: Path, exactly_once: bool,
+    tmp_path: Path, lab_root: Path,
 ) -> None:
-    """At least once: nothing lost, replays start where an epoch or a killed run's progress did, a few
-    seconds of load copied again per kill at most. Exactly once: a read_committed consumer of the
-    remote topic reads every record once, in order."""
+    """One replicator, two flows under load, SIGKILLed and started again. A->B at least once: nothing
+    lost, replays start where an epoch or a killed run's progress did, a few seconds of load copied
+    again per kill at most. B->A exactly once: a read_committed consumer of its remote topic reads
+    every record once, in order."""
     seed = int(os.environ.get("STRAIT_FAULT_SEED", time.time()))
     rng = random.Random(seed)
     print(f"fault seed {seed}")
-    topic = unique_name("kill-eos" if exactly_once else "kill")
-    remote = f"A.{topic}"
+    topic, eos_topic = unique_name("kill"), unique_name("kill-eos")
+    remote, eos_remote = f"A.{topic}", f"B.{eos_topic}"
     create_topic(source_cluster.admin(), topic, partitions=PARTITIONS, config={"retention.ms": "-1"})
-    config = write_config(tmp_path / "s.yaml", flow_config(source_cluster, target_cluster, [topic],
-                                                            exactly_once=exactly_once))
+    create_topic(target_cluster.admin(), eos_topic, partitions=PARTITIONS, config={"retention.ms": "-1"})
+    at_least_once = flow_config(source_cluster, target_cluster, [topic])
+    exactly_once = flow_config(target_cluster, source_cluster, [eos_topic], exactly_once=True)
+    config = write_config(tmp_path / "s.yaml", {**at_least_once,
+                                                "flows": at_least_once["flows"] + exactly_once["flows"]})
     state = tmp_path / "state"
-    stop, done = threading.Event(), threading.Event()
-    loader = threading.Thread(target=_load, args=(source_cluster, topic, stop, done), daemon=True)
-    loader.start()
+    stop, done, eos_done = threading.Event(), threading.Event(), threading.Event()
+    loaders = [threading.Thread(target=_load, args=(source_cluster, topic, stop, done), daemon=True),
+               threading.Thread(target=_load, args=(target_cluster, eos_topic, stop, eos_done), daemon=True)]
+    for loader in loaders:
+        loader.start()
     processes: list[StraitProcess] = []
     try:
         for kill in range(KILLS + 1):
@@ -101,31 +107,35 @@ def test_sigkill_under_load_loses_nothing_and_bounds_duplicates(
             process.start(timeout=120)
             if kill == KILLS:
                 break
-            before = count(target_cluster, remote)
+            before, eos_before = count(target_cluster, remote), count(source_cluster, eos_remote)
             wait_for(lambda: count(target_cluster, remote) > before or done.is_set(), 120,
                      "this run copying")  # past start-up
+            wait_for(lambda: count(source_cluster, eos_remote) > eos_before or eos_done.is_set(), 60,
+                     "this run copying exactly once")
             time.sleep(rng.uniform(1, 6))  # in the middle of the running epoch
             process.kill()
             print(f"killed replicator after run {kill}")
-        wait_for(done.is_set, 180, "the load to finish")
-        last = last_values(source_cluster, topic)
+        wait_for(lambda: done.is_set() and eos_done.is_set(), 180, "the loads to finish")
+        last, eos_last = last_values(source_cluster, topic), last_values(target_cluster, eos_topic)
         wait_for(lambda: last_values(target_cluster, remote) == last, 300, f"every partition of {remote} caught up")
+        wait_for(lambda: last_values(source_cluster, eos_remote) == eos_last, 120,
+                 f"every partition of {eos_remote} caught up")
         time.sleep(3)  # let an in-flight batch finish so the offsets log is complete
     finally:
         stop.set()
         for process in processes:
             process.stop()
 
+    eos_source = records_by_partition(target_cluster, eos_topic)
+    eos_target = records_by_partition(source_cluster, eos_remote)  # read_committed
+    for partition in range(PARTITIONS):
+        got = [int(r.value.split(b":")[1]) for r in eos_target[partition]]
+        assert got == list(range(len(eos_source[partition]))), \
+            f"{eos_remote}[{partition}]: not each record once in order ({len(got) - len(set(got))} twice, " \
+            f"{len(eos_source[partition]) - len(set(got))} missing)"
+    print(f"exactly once after {KILLS} SIGKILLs: {TOTAL} records, each once")
     source = records_by_partition(source_cluster, topic)
-    target = records_by_partition(target_cluster, remote)  # read_committed
-    if exactly_once:
-        for partition in range(PARTITIONS):
-            got = [int(r.value.split(b":")[1]) for r in target[partition]]
-            assert got == list(range(len(source[partition]))), \
-                f"partition {partition}: not each record once in order ({len(got) - len(set(got))} twice, " \
-                f"{len(source[partition]) - len(set(got))} missing)"
-        print(f"exactly once after {KILLS} SIGKILLs: {TOTAL} records, each once")
-        return
+    target = records_by_partition(target_cluster, remote)
     starts = _epoch_starts(state / "A_to_B" / "checkpoint", topic)
     for partition, offset in _resume_points(processes, topic):
         starts[partition].add(offset)
