@@ -117,14 +117,25 @@ def _spark_submit(master: str, args: list[str], log: Path) -> ManagedProcess:
         "--conf", "spark.driver.host=127.0.0.1", str(main), *args], log, env=SPARK_ENV)
 
 
+FULL = os.environ.get("STRAIT_FAULTS") == "full"
+
+
+@pytest.mark.parametrize("exactly_once", [
+    False,
+    pytest.param(True, marks=pytest.mark.skipif(not FULL, reason="runs in `make test-faults` (STRAIT_FAULTS=full): "
+                                                                 "the suite's time; `make test` runs the "
+                                                                 "exactly-once SIGKILL and hand-off tests")),
+], ids=["at-least-once", "exactly-once"])
 def test_workers_that_share_no_disk_with_the_driver_copy_under_load_and_survive_sigkills(
     other_hosts: SparkStandalone, source_cluster: KafkaCluster, target_cluster: KafkaCluster,
-    unique_name: Callable[[str], str], tmp_path: Path, lab_root: Path,
+    unique_name: Callable[[str], str], tmp_path: Path, lab_root: Path, exactly_once: bool,
 ) -> None:
-    topic = unique_name("multi-host")
+    """Exactly once, the same with every record once and in order for a read_committed consumer."""
+    topic = unique_name("multi-host-eos" if exactly_once else "multi-host")
     remote = f"A.{topic}"
     create_topic(source_cluster.admin(), topic, partitions=PARTITIONS, config={"retention.ms": "-1"})
-    config = write_config(tmp_path / "s.yaml", flow_config(source_cluster, target_cluster, [topic]))
+    config = write_config(tmp_path / "s.yaml", flow_config(source_cluster, target_cluster, [topic],
+                                                            exactly_once=exactly_once))
     # A URI, as for hdfs:// or s3a://: only the driver's JVM opens it, through Hadoop's file system.
     args = ["--config", str(config), "--state-dir", (tmp_path / "state").as_uri()]
     load = NumberedLoad(source_cluster, topic, PARTITIONS, RATE)
@@ -173,7 +184,9 @@ def test_workers_that_share_no_disk_with_the_driver_copy_under_load_and_survive_
         before = count(target_cluster, remote)
         wait_for(lambda: count(target_cluster, remote) > before + 3 * RATE, 180, "copying after the driver loss")
         total = load.stop()
-        wait_for(lambda: count(target_cluster, remote) >= total, 300, f"{remote} caught up")
+        # exactly once, records read_committed: a transactional copy's offsets also count its commit markers
+        copied = (lambda: _committed(target_cluster, remote)) if exactly_once else (lambda: count(target_cluster, remote))
+        wait_for(lambda: copied() >= total, 300, f"{remote} caught up")
         time.sleep(2)
         driver.stop()
         assert "running epoch ended=True" in driver.log_text(), \
@@ -196,6 +209,8 @@ def test_workers_that_share_no_disk_with_the_driver_copy_under_load_and_survive_
                                 {r.value: i for i, r in enumerate(source[partition])}))
     print(f"multi-host: {total} records, {duplicates} copied twice after a worker and a driver SIGKILL; "
           f"replays per partition {rewinds}")
+    if exactly_once:
+        assert duplicates == 0 and max(rewinds) == 0, f"exactly once: {duplicates} twice, replays {rewinds}"
     # One replay per crash that hit the partition's task (a worker, the driver), a retried task once more
     assert max(rewinds) <= 4, f"copies went back in source order {rewinds} times: two copiers interleaved"
 
@@ -207,4 +222,13 @@ def test_workers_that_share_no_disk_with_the_driver_copy_under_load_and_survive_
             row = translate_offset(flow, index, CommittedOffset(topic, partition, offset))
             assert row.downstream is not None, f"{topic}[{partition}] offset {offset} not translated"
             # the record a consumer resuming there reads next is the one the source group would read next
-            assert target[partition][row.downstream].value == source[partition][offset].value
+            following = next(r for r in target[partition] if (r.offset or 0) >= row.downstream)
+            assert following.value == source[partition][offset].value
+
+
+def _committed(target: KafkaCluster, remote: str) -> int:
+    """Records a read_committed consumer reads in the remote topic (0 before it exists)."""
+    try:
+        return sum(len(records) for records in records_by_partition(target, remote).values())
+    except Exception:  # noqa: BLE001 - not there yet
+        return 0
