@@ -30,7 +30,7 @@ from __future__ import annotations
 import json
 import logging
 import time
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import asdict, dataclass, field
 
 import redis
@@ -49,6 +49,7 @@ from strait.translation import (
     committed_offsets,
     read_stored_checkpoints,
 )
+from strait.verify import PartitionReader
 
 log = logging.getLogger(__name__)
 
@@ -205,9 +206,26 @@ def _syncs_on_target(config: StraitConfig, flow: FlowConfig) -> dict[tuple[str, 
         follower.close()
 
 
+RecordCounter = Callable[[str, int, int, int], int]
+
+
+def committed_records_counter(settings: Mapping[str, str], alias: str) -> RecordCounter:
+    """Counts the records a read_committed consumer reads in ``[start, end)`` of a target partition: an
+    exactly-once copy's offsets also count its commit markers and the records of aborted transactions."""
+    def count(topic: str, partition: int, start: int, end: int) -> int:
+        reader = PartitionReader(settings, alias, KAFKA_TIMEOUT, committed_only=True)
+        try:
+            return sum(1 for _record in reader.read(topic, partition, start, end))
+        finally:
+            reader.close()
+    return count
+
+
 def partition_losses(flow: FlowConfig, view: SourceView | None, synced: Mapping[tuple[str, int], tuple[int, int]] | None,
-                     target_ends: Mapping[tuple[str, int], int]) -> list[SourcePartitionLoss]:
-    """The RPO per source partition from the source view, the syncs (when on the target) and the target's ends."""
+                     target_ends: Mapping[tuple[str, int], int],
+                     committed_records: RecordCounter | None = None) -> list[SourcePartitionLoss]:
+    """The RPO per source partition from the source view, the syncs (when on the target) and the target's
+    ends; an exactly-once flow's records past the last sync are counted by ``committed_records``."""
     names = flow.topic_names()
     topic_filter = flow.topic_filter()
     keys = sorted({(p.topic, p.partition) for p in (view.partitions if view else ())}
@@ -224,8 +242,11 @@ def partition_losses(flow: FlowConfig, view: SourceView | None, synced: Mapping[
             down = seen.copied_down if seen else None
             basis = "source view in Redis"
         if copied is not None and down is not None and target_end is not None and target_end > down:
-            copied += target_end - down  # copies past the last sync read: contiguous source offsets assumed
-            basis += f", {target_end - down} record(s) on the target past the last sync"
+            past = target_end - down  # copies past the last sync read: contiguous source offsets assumed
+            if flow.exactly_once and committed_records is not None:
+                past = committed_records(remote, partition, down, target_end)
+            copied += past
+            basis += f", {past} record(s) on the target past the last sync"
         if copied is None and seen is not None and seen.earliest is not None and target_end is not None:
             # No sync known for the partition: its copy began at the source's earliest offset.
             copied = seen.earliest + target_end
@@ -298,7 +319,8 @@ def failover_source_down(client: redis.Redis, config: StraitConfig, flow: FlowCo
     ends = settle_target(target_admin, flow.target, remote)
     if synced is not None and not dry_run:
         synced = _syncs_on_target(config, flow)  # the syncs of the copies that landed while settling
-    losses = partition_losses(flow, view, synced, ends)
+    counter = committed_records_counter(config.cluster(flow.target).librdkafka_config("consumer"), flow.target)
+    losses = partition_losses(flow, view, synced, ends, counter)
     group_filter = flow.group_filter()
     names = list(groups) or sorted({key[0] for key in stored if group_filter.should_replicate_group(key[0])})
     now = time.time()

@@ -152,11 +152,18 @@ def _read_remote(target: KafkaCluster, topic: str) -> dict[int, list[int]]:
     return {p: [_source_position(r.value)[1] for r in records] for p, records in grouped.items()}
 
 
+def _read_remote_at(target: KafkaCluster, topic: str) -> dict[int, list[tuple[int, int]]]:
+    """(target offset, source offset) of each record of each remote partition, as a read_committed
+    consumer reads them: an exactly-once copy's offsets skip its commit markers."""
+    return {p: [(r.offset or 0, _source_position(r.value)[1]) for r in records]
+            for p, records in records_by_partition(target, topic).items()}
+
+
 def _start(source: KafkaCluster, target: KafkaCluster, redis_url: str, services: Callable[..., StraitProcess],
            tmp_path: Path, topic: str, *, syncs_on_target: bool, group_sync: bool,
-           copy_limit: int | None = COPY_LIMIT) -> StraitProcess:
+           copy_limit: int | None = COPY_LIMIT, exactly_once: bool = False) -> StraitProcess:
     create_topic(source.admin(), topic, PARTITIONS)
-    config = flow_config(source, target, [topic], redis_url=redis_url,
+    config = flow_config(source, target, [topic], redis_url=redis_url, exactly_once=exactly_once,
                          rate_limit_records_per_second=copy_limit,
                          emit_checkpoints={"enabled": True, "interval_seconds": 1},
                          sync_group_offsets={"enabled": group_sync, "interval_seconds": 1},
@@ -260,25 +267,28 @@ def _kill_at_an_epoch_boundary(checkpoint: Path, source: KafkaCluster) -> None:
         node.kill()
 
 
-@pytest.mark.parametrize("kill,group_sync", [
-    ("at-boundary", False),
-    pytest.param("behind", False, marks=FULL_ONLY),
-    pytest.param("behind", True, marks=FULL_ONLY),
-], ids=["at-boundary", "behind-group-sync-off", "behind-group-sync-on"])
+@pytest.mark.parametrize("kill,group_sync,exactly_once", [
+    ("at-boundary", False, False),
+    pytest.param("behind", False, False, marks=FULL_ONLY),
+    pytest.param("behind", True, False, marks=FULL_ONLY),
+    pytest.param("behind", False, True, marks=FULL_ONLY),
+], ids=["at-boundary", "behind-group-sync-off", "behind-group-sync-on", "behind-exactly-once"])
 def test_source_killed_failover_reports_exact_rpo_and_bounded_reread(
     kafka_cluster_factory: Callable[..., KafkaCluster], target_cluster: KafkaCluster, redis_url: str,
     services: Callable[..., StraitProcess], unique_name: Callable[[str], str], tmp_path: Path, kill: str,
-    group_sync: bool, machine: MachineShare,
+    group_sync: bool, exactly_once: bool, machine: MachineShare,
 ) -> None:
     """``behind``: the flow's rate limit keeps the copy behind and the source dies at a random moment,
     so records are lost and the RPO counts them exactly. ``at-boundary``: no limit, and the source
     dies the moment a micro-batch begins: the copy goes on through boundaries, so the RPO (exact as
-    ever) is at most a second of the load."""
+    ever) is at most a second of the load. ``exactly-once``: the flow in that mode, the target read
+    read_committed: the same exactness, and the group reads every record once."""
     source = kafka_cluster_factory(next(_aliases))
     topic, group = unique_name("dr"), unique_name("dr-group")
     flow, remote = f"{source.alias}->{target_cluster.alias}", f"{source.alias}.{topic}"
     heartbeat = _start(source, target_cluster, redis_url, services, tmp_path, topic, syncs_on_target=True,
-                       group_sync=group_sync, copy_limit=None if kill == "at-boundary" else COPY_LIMIT)
+                       group_sync=group_sync, copy_limit=None if kill == "at-boundary" else COPY_LIMIT,
+                       exactly_once=exactly_once)
     load, members = _run_until_copying(source, target_cluster, topic, group)
     if kill == "behind":
         _check_health_metrics(heartbeat, flow, topic)
@@ -328,8 +338,8 @@ def test_source_killed_failover_reports_exact_rpo_and_bounded_reread(
     _translations_without_the_source(flow, group, redis_url, topic, moved)
     resumed = _resume_on_target(target_cluster, group, remote)
     on_a = set(members.processed)
+    at_offsets = _read_remote_at(target_cluster, remote)
     for partition, row in sorted(moved.items()):
-        positions = on_target[partition]
         read_on_b = [o for (p, o) in resumed.processed if p == partition]
         reread = sum(1 for o in read_on_b if (partition, o) in on_a)
         after_checkpoint = members.committed.get(partition, 0) - row["checkpoint_upstream"]
@@ -339,7 +349,8 @@ def test_source_killed_failover_reports_exact_rpo_and_bounded_reread(
         assert reread <= row["reread_at_most"] and reread <= max(0, after_checkpoint)
         if row["previous_target_offset"] is not None:
             assert row["target_offset"] >= row["previous_target_offset"], "an offset moved backwards"
-        expected = positions[row["target_offset"]:]
+        expected = [source_offset for target_offset, source_offset in at_offsets[partition]
+                    if target_offset >= row["target_offset"]]
         print(f"  read on B from offset {row['target_offset']}: {len(read_on_b)} records")
         assert sorted(read_on_b) == sorted(expected), f"partition {partition}: the group did not read B from its offset"
 
