@@ -10,10 +10,12 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from strait_bench import limit, report
-from strait_bench.options import parse_args
+from strait.config.document import config_from_dict
+from strait_bench import limit, report, systems
+from strait_bench.options import SYSTEMS, BenchOptions, exactly_once, parse_args, replicator
 from strait_bench.stats import latency_summary, medians, percentile, ratios
 from strait_bench.traffic import slow_seconds
+from strait_lab.kafka import KafkaCluster, KafkaClusterSpec
 
 
 @given(st.lists(st.floats(-1e6, 1e6), min_size=1, max_size=50), st.floats(0, 100))
@@ -96,6 +98,10 @@ def test_report_medians_ratios_goals_and_files(tmp_path: Path) -> None:
         ("peak PSS vs MM2", 0.8, True),
         ("records/s 1 -> 2 cores", 1.818, True),
         ("CPU-s per GB at 48 vs 12 partitions", 1.125, False),
+        ("exactly-once records/s vs strait at-least-once", None, None),  # no exactly-once runs
+        ("exactly-once records/s vs MM2 exactly-once", None, None),
+        ("exactly-once p99 latency @5,000/s vs MM2 exactly-once", None, None),
+        ("exactly-once duplicates", None, None),
     ]
     text = report.markdown(document)
     assert "| records/s | 1,000 | 500 | 2,000 | 2.00x | 0.50x |" in text
@@ -107,6 +113,82 @@ def test_report_medians_ratios_goals_and_files(tmp_path: Path) -> None:
     assert "| strait | 2 | 1,100 | 40.00 | 500 | 400 | – | 30.00 / 60.00 |" in text  # every repeat, not only medians
     paths = report.write(document, tmp_path)
     assert paths["plot"].read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+
+
+def test_the_exactly_once_systems_run_by_default_after_the_others() -> None:
+    assert parse_args([]).systems == SYSTEMS == ("strait", "mm2", "limit", "strait-eos", "mm2-eos")
+    assert [(exactly_once(s), replicator(s)) for s in SYSTEMS] == [
+        (False, "strait"), (False, "mm2"), (False, "limit"), (True, "strait"), (True, "mm2")]
+    assert parse_args(["--quick"]).eos_latency is True
+    assert parse_args(["--quick", "--no-eos-latency", "--systems", "strait-eos,mm2-eos"]).eos_latency is False
+
+
+def test_mm2_properties_from_the_command_line_are_kept_and_named_in_the_method() -> None:
+    options = parse_args(["--mm2-property", "plugin.discovery=service_load", "--mm2-property", "a.b = c=d"])
+    assert options.mm2_properties == (("plugin.discovery", "service_load"), ("a.b", "c=d"))
+    with pytest.raises(ValueError, match="KEY=VALUE"):
+        parse_args(["--mm2-property", "plugin.discovery"])
+    document = report.build({"records": 1, "record_size": 1, "partitions": 1, "cores": 1, "repeats": 1,
+                             "mm2_properties": [["plugin.discovery", "service_load"]]}, {}, [], {})
+    assert "added to the generated ones: plugin.discovery=service_load." in report.markdown(document)
+
+
+def _eos_runs(duplicates: tuple[int, ...] = (0, 0, 0)) -> dict[str, list[dict]]:
+    """strait at 1,000 records/s and MM2 at 500; their exactly-once modes at 850 and 400, p99 40 and 50 ms."""
+    return {"strait": [_run("strait", 1000, 40, 30)], "mm2": [_run("mm2", 500, 50, 20)],
+            "strait-eos": [{**_run("strait-eos", r, 45, 40), "duplicates": d}
+                           for r, d in zip((800, 850, 900), duplicates)],
+            "mm2-eos": [{**_run("mm2-eos", 400, 60, 50), "duplicates": 0}]}
+
+
+def test_the_exactly_once_columns_ratios_and_goals(tmp_path: Path) -> None:
+    options = {"records": 10, "record_size": 1024, "partitions": 12, "cores": 2, "repeats": 3, "rates": (5000,),
+               "scaling_partitions": 48}
+    document = report.build(options, _eos_runs(), [], {"cpus": 2, "load_average": [1.0]})
+    assert set(document["ratios"]) == {"strait/mm2", "strait-eos/strait", "strait-eos/mm2-eos"}  # no limit
+    assert document["ratios"]["strait-eos/strait"]["records_per_s"] == 0.85
+    assert document["ratios"]["strait-eos/mm2-eos"]["latency.5000.p99_ms"] == 0.8
+    assert [(g["name"], g["ratio"], g["comparison"], g["met"]) for g in document["goals"][-4:]] == [
+        ("exactly-once records/s vs strait at-least-once", 0.85, ">=", True),
+        ("exactly-once records/s vs MM2 exactly-once", 2.125, ">=", True),
+        ("exactly-once p99 latency @5,000/s vs MM2 exactly-once", 0.8, "<=", True),
+        ("exactly-once duplicates", 0, "==", True),
+    ]
+    text = report.markdown(document)
+    assert ("| metric (median) | strait | MirrorMaker 2 | strait exactly-once | MM2 exactly-once | strait/mm2 | "
+            "strait-eos/strait | strait-eos/mm2-eos |") in text
+    assert "| records/s | 1,000 | 500 | 850 | 400 | 2.00x | 0.85x | 2.12x |" in text
+    assert "| exactly-once duplicates | 0 | == 0 | met |" in text
+    assert "| duplicates read on the target (records) | – | – | 0 | 0 | – | – | – |" in text
+    assert "| exactly-once records/s vs strait at-least-once | 0.85x | >= 0.80x | met |" in text
+    assert "| strait EOS | 3 | 900 |" in text and "| MM2 EOS | 1 | 400 |" in text
+    assert "exactly.once.source.support=enabled" in text and "last stable offsets" in text
+    assert report.write(document, tmp_path)["plot"].read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+
+
+def test_one_duplicate_in_any_exactly_once_run_misses_the_goal() -> None:
+    options = {"partitions": 12, "cores": 2, "scaling_partitions": 48, "rates": ()}
+    runs = _eos_runs(duplicates=(0, 3, 0))
+    found = {g.name: g for g in report.goals(options, {s: medians(r) for s, r in runs.items()}, [], runs)}
+    duplicates = found["exactly-once duplicates"]
+    assert (duplicates.ratio, duplicates.met, duplicates.as_dict()["unit"]) == (3, False, "records")
+    slower = {**runs, "strait-eos": [{**run, "records_per_s": 700} for run in runs["strait-eos"]]}
+    found = {g.name: g for g in report.goals(options, {s: medians(r) for s, r in slower.items()}, [], slower)}
+    assert found["exactly-once records/s vs strait at-least-once"].met is False  # 0.7x of at-least-once
+
+
+def test_the_exactly_once_systems_configure_each_replicator_s_mode(tmp_path: Path) -> None:
+    source = KafkaCluster(KafkaClusterSpec("A"), tmp_path / "A")  # never started: only aliases and ports
+    target = KafkaCluster(KafkaClusterSpec("B"), tmp_path / "B")
+    options = BenchOptions()
+    flows = {flow.name: flow.exactly_once for flow in config_from_dict(
+        systems.strait_config(source, target, ["t"], options, exactly_once=True), "bench").flows}
+    assert flows == {"A->B": True}
+    assert "exactly_once" not in systems.strait_config(source, target, ["t"], options)["flows"][0]
+    added = systems.mm2_exactly_once_properties(source, target, 8083)
+    assert added == {"B.exactly.once.source.support": "enabled", "dedicated.mode.enable.internal.rest": "true",
+                     "listeners": "http://127.0.0.1:8083", "A->B.consumer.isolation.level": "read_committed"}
+    assert not set(added) & set(systems.mm2_properties(source, target, ["t"], options)), "added, not overridden"
 
 
 @given(st.integers(1, 8), st.integers(1, 64), st.integers(0, 10_000))

@@ -11,7 +11,18 @@ from pathlib import Path
 
 from strait.paths import cache_dir
 
-SYSTEMS = ("strait", "mm2", "limit")
+SYSTEMS = ("strait", "mm2", "limit", "strait-eos", "mm2-eos")
+EXACTLY_ONCE_SUFFIX = "-eos"  # strait with the flow's exactly_once, MM2 with exactly.once.source.support
+
+
+def exactly_once(system: str) -> bool:
+    """Whether ``system`` copies in its exactly-once mode (its target is read read_committed)."""
+    return system.endswith(EXACTLY_ONCE_SUFFIX)
+
+
+def replicator(system: str) -> str:
+    """The replicator a system runs: ``strait`` or ``mm2`` (also for their exactly-once modes)."""
+    return system.removesuffix(EXACTLY_ONCE_SUFFIX)
 
 
 @dataclass(frozen=True)
@@ -50,6 +61,8 @@ class BenchOptions:
     tuning: ProducerTuning = ProducerTuning()
     timeout_seconds: float = 1800.0
     head_start: bool = True  # strait copies from its driver while its query starts (--no-head-start: not)
+    eos_latency: bool = True  # the exactly-once systems' fixed-rate latency runs (--no-eos-latency: none)
+    mm2_properties: tuple[tuple[str, str], ...] = ()  # added to or replacing MM2's generated ones
 
     @property
     def megabytes(self) -> float:
@@ -79,7 +92,7 @@ def parse_args(argv: Sequence[str] | None = None) -> BenchOptions:
     parser.add_argument("--latency-seconds", type=float, help="seconds of each fixed-rate latency run (75)")
     parser.add_argument("--epoch-seconds", type=float, help="strait's epochs (60, its default)")
     parser.add_argument("--cores", type=int, help="Spark cores and MM2 tasks.max (all cores)")
-    parser.add_argument("--systems", help="comma-separated subset of strait,mm2,limit")
+    parser.add_argument("--systems", help=f"comma-separated subset of {','.join(SYSTEMS)}")
     scaling = parser.add_mutually_exclusive_group()
     scaling.add_argument("--skip-scaling", action="store_true",
                          help="no 12-vs-48-partition, 1-vs-2-core and 1-vs-2-worker runs")
@@ -93,6 +106,12 @@ def parse_args(argv: Sequence[str] | None = None) -> BenchOptions:
     parser.add_argument("--out", type=Path, help="report folder (.cache/bench/<timestamp>/)")
     parser.add_argument("--head-start", action=argparse.BooleanOptionalAction, default=True,
                         help="strait also copies from its driver while its query starts (the replicator's default)")
+    parser.add_argument("--mm2-property", action="append", default=[], metavar="KEY=VALUE",
+                        help="an MM2 property added to (or replacing one of) the generated ones, for mm2 and "
+                        "mm2-eos; repeatable")
+    parser.add_argument("--eos-latency", action=argparse.BooleanOptionalAction, default=True,
+                        help="fixed-rate latency runs for strait-eos and mm2-eos too (--no-eos-latency: "
+                        "throughput and duplicates only)")
     args = parser.parse_args(argv)
     return options_from(args)
 
@@ -104,7 +123,8 @@ def options_from(args: argparse.Namespace) -> BenchOptions:
         "partitions", "records", "record_size", "repeats", "latency_seconds", "epoch_seconds", "cores",
         "scaling_partitions",
         "broker_heap", "jvm_heap", "out") if getattr(args, name) is not None}
-    options = replace(options, **given, head_start=args.head_start)
+    options = replace(options, **given, head_start=args.head_start, eos_latency=args.eos_latency,
+                      mm2_properties=tuple(_key_value(item) for item in args.mm2_property))
     if args.rates:
         options = replace(options, rates=tuple(int(r) for r in args.rates.split(",") if r.strip()))
     if args.systems:
@@ -117,6 +137,13 @@ def options_from(args: argparse.Namespace) -> BenchOptions:
         options = replace(options, tuning=replace(options.tuning, **tuning))
     validate(options)
     return options
+
+
+def _key_value(item: str) -> tuple[str, str]:
+    key, equals, value = item.partition("=")
+    if not equals or not key.strip():
+        raise ValueError(f"--mm2-property {item!r}: expected KEY=VALUE")
+    return key.strip(), value.strip()
 
 
 def validate(options: BenchOptions) -> None:

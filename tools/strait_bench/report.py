@@ -9,10 +9,16 @@ from pathlib import Path
 from typing import Any
 
 from strait_bench import stats
+from strait_bench.options import SYSTEMS
 
-NAMES = {"strait": "strait", "mm2": "MirrorMaker 2", "limit": "limit"}
-SHORT = {"strait": "strait", "mm2": "MM2", "limit": "limit"}
-COLORS = {"strait": "#1f77b4", "mm2": "#ff7f0e", "limit": "#7f7f7f"}
+NAMES = {"strait": "strait", "mm2": "MirrorMaker 2", "limit": "limit", "strait-eos": "strait exactly-once",
+         "mm2-eos": "MM2 exactly-once"}
+SHORT = {"strait": "strait", "mm2": "MM2", "limit": "limit", "strait-eos": "strait EOS", "mm2-eos": "MM2 EOS"}
+COLORS = {"strait": "#1f77b4", "mm2": "#ff7f0e", "limit": "#7f7f7f", "strait-eos": "#2ca02c",
+          "mm2-eos": "#d62728"}
+# the ratio columns: strait against MM2 and the limit, its exactly-once mode against its own at-least-once
+# mode and against MM2's exactly-once mode
+RATIOS = (("strait", "mm2"), ("strait", "limit"), ("strait-eos", "strait"), ("strait-eos", "mm2-eos"))
 LATENCY_METHOD = (
     "End-to-end latency = arrival time at a consumer of the target (fetch.wait.max.ms=5, same machine "
     "clock) minus the record's CreateTime set when the bench produced it to the source at a fixed rate. "
@@ -33,67 +39,98 @@ CPU_METHOD = (
     "tree's memory is counted once, where the RSS sum counts shared pages once per process (not measured "
     "for the limit's workers)."
 )
+EOS_METHOD = (
+    "The exactly-once systems write their copies in transactions: strait with the flow's exactly_once: true, "
+    "MM2 with exactly.once.source.support=enabled for the target (with its internal REST server, "
+    "dedicated.mode.enable.internal.rest=true, and a read_committed source consumer). A transactional "
+    "copy's high watermarks also count its commit markers and open transactions, so their progress is read "
+    "as a read_committed consumer sees it: the committed offsets (last stable offsets) for the first "
+    "record, and every record is copied once each remote partition's last committed record is its source "
+    "partition's last record (the load's keys are unique). Their latency probe reads read_committed (as "
+    "every system's does): it is the time until a record is visible to such readers. After the replicator "
+    "has stopped, a read_committed consumer reads both remote topics (bulk and probes) from the start: "
+    "duplicates = records read - records produced."
+)
 
 
 def build(options: Mapping[str, Any], runs: Mapping[str, Sequence[Mapping[str, Any]]],
           scaling: Sequence[Mapping[str, Any]], machine: Mapping[str, Any]) -> dict[str, Any]:
     """The report document: every run, the medians per system, the ratios, the goals."""
     medians = {system: stats.medians(results) for system, results in runs.items() if results}
-    ratios = {}
-    for other in ("mm2", "limit"):
-        if "strait" in medians and other in medians:
-            ratios[f"strait/{other}"] = stats.ratios(medians["strait"], medians[other])
+    ratios = {f"{one}/{other}": stats.ratios(medians[one], medians[other])
+              for one, other in RATIOS if one in medians and other in medians}
     return {"options": dict(options), "machine": dict(machine), "latency_method": LATENCY_METHOD,
-            "cpu_method": CPU_METHOD, "runs": {k: list(v) for k, v in runs.items()}, "medians": medians,
-            "ratios": ratios, "goals": [g.as_dict() for g in goals(options, medians, scaling)],
-            "scaling": list(scaling)}
+            "cpu_method": CPU_METHOD, "eos_method": EOS_METHOD, "runs": {k: list(v) for k, v in runs.items()},
+            "medians": medians, "ratios": ratios,
+            "goals": [g.as_dict() for g in goals(options, medians, scaling, runs)], "scaling": list(scaling)}
 
 
 @dataclass(frozen=True)
 class Goal:
-    """One goal of issue 22: a ratio measured in this run against its target."""
+    """One goal of issues 22 and 44: a ratio (or, with ``unit`` "records", a count) measured in this run
+    against its target."""
 
     name: str
     ratio: float | None  # None: a side was not measured
     target: float
-    higher_is_better: bool
+    comparison: str  # ">=", "<=" or "=="
+    unit: str = "x"
 
     @property
     def met(self) -> bool | None:
-        """Whether the ratio reaches its target (None when not measured)."""
+        """Whether the measured value reaches its target (None when not measured)."""
         if self.ratio is None:
             return None
-        return self.ratio >= self.target if self.higher_is_better else self.ratio <= self.target
+        if self.comparison == "==":
+            return self.ratio == self.target
+        return self.ratio >= self.target if self.comparison == ">=" else self.ratio <= self.target
 
     def as_dict(self) -> dict[str, Any]:
         """The goal as the JSON report holds it."""
-        return {"name": self.name, "ratio": self.ratio, "target": self.target,
-                "comparison": ">=" if self.higher_is_better else "<=", "met": self.met}
+        return {"name": self.name, "ratio": self.ratio, "target": self.target, "comparison": self.comparison,
+                "unit": self.unit, "met": self.met}
 
 
 def goals(options: Mapping[str, Any], medians: Mapping[str, Mapping[str, float]],
-          scaling: Sequence[Mapping[str, Any]]) -> list[Goal]:
-    """Issue 22's goals: strait against MM2 and the limit (medians), and strait's scaling runs."""
-    versus = {other: stats.ratios(medians.get("strait", {}), medians.get(other, {})) for other in ("mm2", "limit")}
+          scaling: Sequence[Mapping[str, Any]],
+          runs: Mapping[str, Sequence[Mapping[str, Any]]] | None = None) -> list[Goal]:
+    """Issue 22's goals: strait against MM2 and the limit (medians), and strait's scaling runs; then
+    issue 44's: strait's exactly-once mode against its at-least-once mode and MM2's exactly-once mode,
+    and its duplicates (in ``runs``)."""
 
-    def ratio(key: str, other: str) -> float | None:
-        return versus[other].get(key)
+    def ratio(key: str, other: str, one: str = "strait") -> float | None:
+        return stats.ratios(medians.get(one, {}), medians.get(other, {})).get(key)
 
-    found = [Goal("records/s vs MM2", ratio("records_per_s", "mm2"), 1.5, True),
-             Goal("records/s vs the limit", ratio("records_per_s", "limit"), 0.7, True),
-             Goal("CPU-s per GB vs MM2", ratio("cpu_s_per_gb", "mm2"), 0.7, False)]
-    for rate in options.get("rates", ()):
-        found += [Goal(f"{q} latency @{rate:,}/s vs MM2", ratio(f"latency.{rate}.{q}_ms", "mm2"), 1.0, False)
+    rates = options.get("rates", ())
+    found = [Goal("records/s vs MM2", ratio("records_per_s", "mm2"), 1.5, ">="),
+             Goal("records/s vs the limit", ratio("records_per_s", "limit"), 0.7, ">="),
+             Goal("CPU-s per GB vs MM2", ratio("cpu_s_per_gb", "mm2"), 0.7, "<=")]
+    for rate in rates:
+        found += [Goal(f"{q} latency @{rate:,}/s vs MM2", ratio(f"latency.{rate}.{q}_ms", "mm2"), 1.0, "<=")
                   for q in ("p99", "max")]
-    found += [Goal("start-up to first record vs MM2", ratio("startup_s", "mm2"), 1.0, False),
-              Goal("peak RSS vs MM2", ratio("peak_rss_mb", "mm2"), 1.0, False),
-              Goal("peak PSS vs MM2", ratio("peak_pss_mb", "mm2"), 1.0, False)]
+    found += [Goal("start-up to first record vs MM2", ratio("startup_s", "mm2"), 1.0, "<="),
+              Goal("peak RSS vs MM2", ratio("peak_rss_mb", "mm2"), 1.0, "<="),
+              Goal("peak PSS vs MM2", ratio("peak_pss_mb", "mm2"), 1.0, "<=")]
     baseline, one_core, wide = _scaling_runs(options, scaling)
     two_cores = baseline if options.get("cores") == 2 else None  # the goal is for two task slots
-    found.append(Goal("records/s 1 -> 2 cores", _quotient(two_cores, one_core, "records_per_s"), 1.7, True))
+    found.append(Goal("records/s 1 -> 2 cores", _quotient(two_cores, one_core, "records_per_s"), 1.7, ">="))
     found.append(Goal(f"CPU-s per GB at {options.get('scaling_partitions')} vs {options.get('partitions')} "
-                      "partitions", _quotient(wide, baseline, "cpu_s_per_gb"), 1.1, False))
+                      "partitions", _quotient(wide, baseline, "cpu_s_per_gb"), 1.1, "<="))
+    found += [Goal("exactly-once records/s vs strait at-least-once",
+                   ratio("records_per_s", "strait", "strait-eos"), 0.8, ">="),
+              Goal("exactly-once records/s vs MM2 exactly-once", ratio("records_per_s", "mm2-eos", "strait-eos"),
+                   1.0, ">=")]
+    found += [Goal(f"exactly-once p99 latency @{rate:,}/s vs MM2 exactly-once",
+                   ratio(f"latency.{rate}.p99_ms", "mm2-eos", "strait-eos"), 1.0, "<=") for rate in rates]
+    found.append(Goal("exactly-once duplicates", _most_duplicates((runs or {}).get("strait-eos", ())), 0, "==",
+                      "records"))
     return found
+
+
+def _most_duplicates(runs: Sequence[Mapping[str, Any]]) -> float | None:
+    """The most duplicates any run read (one run's duplicate misses the goal), None if none counted them."""
+    counts = [run["duplicates"] for run in runs if run.get("duplicates") is not None]
+    return max(counts) if counts else None
 
 
 def _scaling_runs(options: Mapping[str, Any], scaling: Sequence[Mapping[str, Any]]) -> tuple[Any, Any, Any]:
@@ -121,6 +158,7 @@ def _rows(rates: Sequence[int]) -> list[tuple[str, str]]:
             ("startup_s", "start-up to first record (s)"),
             ("all_copied_s", "launch to every record copied (s)"),
             ("cpu_s_per_gb_from_launch", "CPU-s per GB, launch to every record copied"),
+            ("duplicates", "duplicates read on the target (records)"),
             ("ingest_records_per_s", "limit: target ingest (records/s)"),
             ("read_records_per_s", "limit: source read (records/s)")]
     for rate in rates:
@@ -129,16 +167,21 @@ def _rows(rates: Sequence[int]) -> list[tuple[str, str]]:
     return [*rows, ("batch_s_during_latency_runs", "strait epoch (micro-batch) duration at fixed rates (s)")]
 
 
-def _cell(value: float | None) -> str:
+COUNTS = ("duplicates", "epochs_ended")  # rows of whole numbers (a median of two may end in .5)
+
+
+def _cell(value: float | None, key: str = "") -> str:
     if value is None:
         return "–"
+    if key.endswith(COUNTS) and value == int(value):
+        return f"{value:,.0f}"
     return f"{value:,.0f}" if abs(value) >= 100 else f"{value:,.2f}"
 
 
 def markdown(report: Mapping[str, Any]) -> str:
     """The Markdown summary: the medians table with ratios, goals, the scaling runs, the method."""
     options, medians, ratios = report["options"], report["medians"], report["ratios"]
-    systems = [s for s in ("strait", "mm2", "limit") if s in medians]
+    systems = [s for s in SYSTEMS if s in medians]
     header = ["metric (median)", *(NAMES[s] for s in systems), *ratios]
     lines = [f"# strait benchmark ({report['machine'].get('started', '')})", "",
              f"{options['records']:,} records of {options['record_size']:,} B with keys and headers, "
@@ -147,14 +190,14 @@ def markdown(report: Mapping[str, Any]) -> str:
              f"{report['machine'].get('load_average')}.", "",
              "| " + " | ".join(header) + " |", "|" + "---|" * len(header)]
     for key, label in _rows(options.get("rates", ())):
-        cells = [_cell(medians[s].get(key)) for s in systems]
+        cells = [_cell(medians[s].get(key), key) for s in systems]
         cells += [f"{r[key]:.2f}x" if key in r else "–" for r in ratios.values()]
         lines.append(f"| {label} | " + " | ".join(cells) + " |")
     lines += ["", "## Goals", "", "| goal | measured | target | met |", "|---|---|---|---|"]
     for goal in report["goals"]:
-        measured = f"{goal['ratio']:.2f}x" if goal["ratio"] is not None else "–"
         met = {True: "met", False: "**missed**", None: "not measured"}[goal["met"]]
-        lines.append(f"| {goal['name']} | {measured} | {goal['comparison']} {goal['target']:.2f}x | {met} |")
+        lines.append(f"| {goal['name']} | {_goal_value(goal, goal['ratio'])} | {goal['comparison']} "
+                     f"{_goal_value(goal, goal['target'])} | {met} |")
     lines.append("")
     lines += _per_repeat(report["runs"], options.get("rates", ()))
     if report["scaling"]:
@@ -174,10 +217,27 @@ def markdown(report: Mapping[str, Any]) -> str:
               "has copy tasks (one per core, at most one per partition), each a process with strait's "
               "librdkafka settings, the same record size, keys and headers; its records/s is the lower of "
               "the two rates (each: all records over the span from the first worker's first record to the "
-              "last one's last). All three use the same acks, compression, batch.size and linger.ms. "
+              "last one's last). All systems use the same acks, compression, batch.size and linger.ms. "
               "Numbers come from one shared machine and are noisy.", "",
+              report.get("eos_method", EOS_METHOD), "", *_mm2_extra(options),
               "![latency and throughput](bench.png)", ""]
     return "\n".join(lines)
+
+
+def _mm2_extra(options: Mapping[str, Any]) -> list[str]:
+    """The Method's line on MM2 properties given on the command line (none: no line)."""
+    extra = options.get("mm2_properties") or ()
+    if not extra:
+        return []
+    return ["MM2 runs with these properties added to the generated ones: "
+            + ", ".join(f"{key}={value}" for key, value in extra) + ".", ""]
+
+
+def _goal_value(goal: Mapping[str, Any], value: float | None) -> str:
+    """A goal's measured value or target as the Markdown shows it: a ratio, or a count of records."""
+    if value is None:
+        return "–"
+    return f"{value:,.0f}" if goal.get("unit") == "records" else f"{value:.2f}x"
 
 
 def _per_repeat(runs: Mapping[str, Sequence[Mapping[str, Any]]], rates: Sequence[int]) -> list[str]:
@@ -185,7 +245,7 @@ def _per_repeat(runs: Mapping[str, Sequence[Mapping[str, Any]]], rates: Sequence
     latency = [f"p99 / max @{rate:,}/s (ms)" for rate in rates]
     lines = ["## Per repeat", "", "| system | repeat | records/s | CPU-s per GB | peak RSS (MB) | peak PSS (MB) | "
              "start-up (s) | " + " | ".join(latency) + (" |" if latency else "|"), "|" + "---|" * (7 + len(latency))]
-    for system in ("strait", "mm2", "limit"):
+    for system in SYSTEMS:
         for number, run in enumerate(runs.get(system, ()), start=1):
             measured = run.get("latency", {})
             cells = [_cell(run.get(key)) for key in ("records_per_s", "cpu_s_per_gb", "peak_rss_mb", "peak_pss_mb",
@@ -204,7 +264,7 @@ def plot(report: Mapping[str, Any], path: Path) -> None:
     import matplotlib.pyplot as plt
 
     medians = report["medians"]
-    systems = [s for s in ("strait", "mm2", "limit") if s in medians]
+    systems = [s for s in SYSTEMS if s in medians]
     rates = report["options"].get("rates", ())
     figure, (left, right) = plt.subplots(1, 2, figsize=(11, 4.2))
     left.bar([SHORT[s] for s in systems], [medians[s].get("mb_per_s", 0) for s in systems],
@@ -224,7 +284,7 @@ def plot(report: Mapping[str, Any], path: Path) -> None:
     if any(medians[s].get(f"latency.{r}.p50_ms", 0) > 0 for s in systems for r in rates):
         right.set_yscale("log")
     right.set_title("End-to-end latency at fixed rates")
-    right.legend(fontsize=7)
+    right.legend(fontsize=7, ncol=2)
     figure.tight_layout()
     figure.savefig(path, dpi=110)
     plt.close(figure)

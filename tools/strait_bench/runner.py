@@ -7,16 +7,17 @@ import logging
 import shutil
 import sys
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
 
 from strait_bench import limit, systems
 from strait_bench.monitor import TreeMonitor
-from strait_bench.options import BenchOptions
+from strait_bench.options import BenchOptions, exactly_once, replicator
 from strait_bench.stats import latency_summary
-from strait_bench.traffic import KEEP_FOREVER, BenchError, LatencyProbe, Progress, end_offsets, load_topic
+from strait_bench.traffic import (KEEP_FOREVER, BenchError, CommittedView, LatencyProbe, Progress, end_offsets,
+                                  load_topic)
 from strait_lab.clients import create_topic
 from strait_lab.kafka import KafkaCluster, KafkaClusterSpec
 from strait_lab.process import ManagedProcess, tail
@@ -30,13 +31,14 @@ GB = 1e9
 
 @dataclass(frozen=True)
 class Workload:
-    """A loaded source topic."""
+    """A loaded source topic (``last_keys``: each partition's last record's key, None if it has none)."""
 
     topic: str
     partitions: int
     records: int
     record_size: int
     source_ends: Progress
+    last_keys: Mapping[int, bytes | None]
 
     @property
     def payload_bytes(self) -> int:
@@ -70,7 +72,12 @@ class Bench:
         if ends.total != self.options.records:
             raise BenchError(f"topic {topic} holds {ends.total} records after loading {self.options.records}")
         log.info("workload topic=%s partitions=%d load_seconds=%.1f", topic, partitions, seconds)
-        return Workload(topic, partitions, self.options.records, self.options.record_size, ends)
+        view = CommittedView(self.source, topic, partitions)
+        try:  # an exactly-once copy is complete when each partition ends with these records
+            last_keys = view.last_keys(ends.ends)
+        finally:
+            view.close()
+        return Workload(topic, partitions, self.options.records, self.options.record_size, ends, last_keys)
 
     # -- one measurement ---------------------------------------------------------------------------
 
@@ -89,6 +96,7 @@ class Bench:
             if spark is not None:
                 spark.start(workers, cores=1)
                 cores = workers
+            latency = latency and (self.options.eos_latency or not exactly_once(system))
             result = self._measure_replicator(system, target, workload, cores or self.options.cores, folder,
                                               latency, spark)
             return {**result, "workers": workers} if workers else result
@@ -100,12 +108,13 @@ class Bench:
 
     def _start(self, system: str, target: KafkaCluster, topics: list[str], cores: int,
                folder: Path, spark: SparkStandalone | None) -> ManagedProcess:
-        if system == "strait":
+        if replicator(system) == "strait":
             return systems.start_strait(self.source, target, topics, self.options, cores, folder,
-                                        spark.url if spark else None)
-        if system == "mm2":
+                                        spark.url if spark else None, exactly_once=exactly_once(system))
+        if replicator(system) == "mm2":
             tuned = replace(self.options, cores=cores)
-            return systems.start_mm2(self.source, target, topics, tuned, folder)
+            return systems.start_mm2(self.source, target, topics, tuned, folder,
+                                     dict(self.options.mm2_properties), exactly_once=exactly_once(system))
         raise BenchError(f"unknown system {system}")
 
     def _measure_replicator(self, system: str, target: KafkaCluster, workload: Workload, cores: int,
@@ -115,46 +124,84 @@ class Bench:
         # later run must not see (and time) an earlier run's probes.
         probes = f"probe-{self._runs:02d}"
         create_topic(self.source.admin(), probes, workload.partitions, config=KEEP_FOREVER)
-        process = self._start(system, target, [workload.topic, probes], cores, folder, spark)
-        started = time.monotonic()
+        # a copy in transactions is watched as its read_committed users see it
+        view = CommittedView(target, remote, workload.partitions) if exactly_once(system) else None
         try:
-            # on a cluster, the executors are the workers' children
-            with TreeMonitor(process.pid or 0, more=tuple(spark.pids()) if spark else ()) as monitor:
-                first = self._wait(process, target, remote, workload, lambda p: p.total > 0,
-                                   "the first record")
-                cpu_first, first_at = monitor.sample(), time.monotonic()
-                self._wait(process, target, remote, workload, lambda p: _complete(p, workload),
-                           "every record")
-                cpu_done, done_at = monitor.sample(), time.monotonic()
-                result = _throughput(workload, done_at - first_at, cpu_done - cpu_first)
-                result["startup_s"] = round(first_at - started, 2)
-                # A head start copies before Spark is up, slower than the tasks: the rate above then counts
-                # its seconds too; the time from launch to the last record does not depend on when the first came
-                result["all_copied_s"] = round(done_at - started, 2)
-                # likewise the CPU: from launch, the start-up's CPU counts for both systems
-                result["cpu_s_per_gb_from_launch"] = round(cpu_done / (workload.payload_bytes / GB), 2)
-                batches = _batch_seconds(process)
-                result["latency"] = self._latencies(process, target, workload, probes) if latency else {}
-                if batches is not None and latency:
-                    after = _batch_seconds(process) or batches
-                    total, count = after[0] - batches[0], after[1] - batches[1]
-                    result["batch_s_during_latency_runs"] = round(total / count, 3) if count else None
-                final = end_offsets(target, remote, workload.partitions)
-                result["copied"] = workload.records if _complete(final, workload) else 0
-                probed = end_offsets(target, systems.remote_topic(probes, self.source), workload.partitions)
-                result["duplicates"] = final.total - workload.records + probed.total - _probe_records(
-                    result["latency"])
-                result["peak_rss_mb"] = round(monitor.peak_rss / 1e6, 1)
-                result["peak_pss_mb"] = round(monitor.peak_pss / 1e6, 1)
-                result["cpu_seconds_total"] = round(monitor.sample(), 2)  # start-up and latency runs included
-                log.info("measured system=%s partitions=%d cores=%d first=%d result=%s", system,
-                         workload.partitions, cores, first.total, result)
+            process = self._start(system, target, [workload.topic, probes], cores, folder, spark)
+            try:
+                result = self._observe(system, process, target, workload, probes, cores, latency, spark, view)
+            finally:
+                process.stop(timeout=60)
+            if view is not None:  # the replicator stopped: outside the timed and the CPU windows
+                result["duplicates"] = self._committed_duplicates(target, view, probes, workload,
+                                                                  result["latency"])
         finally:
-            process.stop(timeout=60)
+            if view is not None:
+                view.close()
         result.update(system=system, partitions=workload.partitions, cores=cores, log=str(process.log_path))
         return result
 
-    def _wait(self, process: ManagedProcess, target: KafkaCluster, remote: str, workload: Workload,
+    def _observe(self, system: str, process: ManagedProcess, target: KafkaCluster, workload: Workload,
+                 probes: str, cores: int, latency: bool, spark: SparkStandalone | None,
+                 view: CommittedView | None) -> dict[str, Any]:
+        """Time and sample the running replicator: the bulk copy, then the latency runs."""
+        remote = systems.remote_topic(workload.topic, self.source)
+        started = time.monotonic()
+
+        def read() -> Progress:
+            return view.ends() if view else end_offsets(target, remote, workload.partitions)
+
+        def complete(progress: Progress) -> bool:
+            if view is None:
+                return _complete(progress, workload)
+            return view.holds_all(progress, workload.source_ends.ends, workload.last_keys)
+
+        # on a cluster, the executors are the workers' children
+        with TreeMonitor(process.pid or 0, more=tuple(spark.pids()) if spark else ()) as monitor:
+            first = self._wait(process, remote, workload, read, lambda p: p.total > 0, "the first record")
+            cpu_first, first_at = monitor.sample(), time.monotonic()
+            self._wait(process, remote, workload, read, complete, "every record")
+            cpu_done, done_at = monitor.sample(), time.monotonic()
+            result = _throughput(workload, done_at - first_at, cpu_done - cpu_first)
+            result["startup_s"] = round(first_at - started, 2)
+            # A head start copies before Spark is up, slower than the tasks: the rate above then counts
+            # its seconds too; the time from launch to the last record does not depend on when the first came
+            result["all_copied_s"] = round(done_at - started, 2)
+            # likewise the CPU: from launch, the start-up's CPU counts for both systems
+            result["cpu_s_per_gb_from_launch"] = round(cpu_done / (workload.payload_bytes / GB), 2)
+            batches = _batch_seconds(process)
+            result["latency"] = self._latencies(process, target, workload, probes) if latency else {}
+            if batches is not None and latency:
+                after = _batch_seconds(process) or batches
+                total, count = after[0] - batches[0], after[1] - batches[1]
+                result["batch_s_during_latency_runs"] = round(total / count, 3) if count else None
+            final = read()
+            result["copied"] = workload.records if complete(final) else 0
+            if view is None:
+                probed = end_offsets(target, systems.remote_topic(probes, self.source), workload.partitions)
+                result["duplicates"] = final.total - workload.records + probed.total - _probe_records(
+                    result["latency"])
+            result["peak_rss_mb"] = round(monitor.peak_rss / 1e6, 1)
+            result["peak_pss_mb"] = round(monitor.peak_pss / 1e6, 1)
+            result["cpu_seconds_total"] = round(monitor.sample(), 2)  # start-up and latency runs included
+            log.info("measured system=%s partitions=%d cores=%d first=%d result=%s", system,
+                     workload.partitions, cores, first.total, result)
+        return result
+
+    def _committed_duplicates(self, target: KafkaCluster, view: CommittedView, probes: str, workload: Workload,
+                              latency: dict[str, Any]) -> int:
+        """Records a read_committed consumer reads on the remote topics (bulk and probes) beyond those
+        produced to the source: 0 for an exact copy."""
+        probed = CommittedView(target, systems.remote_topic(probes, self.source), workload.partitions)
+        try:
+            read = view.count() + probed.count()
+        finally:
+            probed.close()
+        produced = workload.records + _probe_records(latency)
+        log.info("read_committed topic=%s read=%d produced=%d", view.topic, read, produced)
+        return read - produced
+
+    def _wait(self, process: ManagedProcess, remote: str, workload: Workload, read: Callable[[], Progress],
               done: Callable[[Progress], bool], what: str) -> Progress:
         deadline = time.monotonic() + self.options.timeout_seconds
         progress = Progress({})
@@ -162,13 +209,13 @@ class Bench:
             if not process.alive():
                 raise BenchError(f"{process.name} exited while waiting for {what} on {remote}; "
                                  f"log {process.log_path}:\n{tail(process.log_path)}")
-            progress = end_offsets(target, remote, workload.partitions)
+            progress = read()
             if done(progress):
                 return progress
             time.sleep(POLL_SECONDS)
         raise BenchError(f"{process.name} did not copy {what} of {workload.topic} within "
-                         f"{self.options.timeout_seconds:.0f}s: {progress.total} of {workload.records} "
-                         f"records on {remote}; log {process.log_path}")
+                         f"{self.options.timeout_seconds:.0f}s: end offsets {progress.total} for "
+                         f"{workload.records} records on {remote}; log {process.log_path}")
 
     def _latencies(self, process: ManagedProcess, target: KafkaCluster, workload: Workload,
                    probes: str) -> dict[str, Any]:

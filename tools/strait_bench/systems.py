@@ -1,4 +1,5 @@
-"""The three measured systems as processes: strait's replicator, MirrorMaker 2, ProducerPerformance."""
+"""The measured systems as processes: strait's replicator and MirrorMaker 2 (each also in its exactly-once
+mode), ProducerPerformance for the limit."""
 
 from __future__ import annotations
 
@@ -31,15 +32,19 @@ def remote_topic(topic: str, source: KafkaCluster) -> str:
 
 
 def strait_config(source: KafkaCluster, target: KafkaCluster, topics: Sequence[str],
-                  options: BenchOptions) -> dict:
-    """strait's YAML config: one flow source->target over the given topics, the shared producer tuning."""
+                  options: BenchOptions, exactly_once: bool = False) -> dict:
+    """strait's YAML config: one flow source->target over the given topics, the shared producer tuning;
+    the flow copies in transactions with ``exactly_once``."""
+    flow = {"source": source.alias, "target": target.alias, "topics": {"include": list(topics)},
+            "replication_factor": 1}
+    if exactly_once:
+        flow["exactly_once"] = True
     return {
         "clusters": {
             source.alias: {"bootstrap_servers": source.bootstrap_servers},
             target.alias: {"bootstrap_servers": target.bootstrap_servers, "producer": options.tuning.java()},
         },
-        "flows": [{"source": source.alias, "target": target.alias, "topics": {"include": list(topics)},
-                   "replication_factor": 1}],
+        "flows": [flow],
     }
 
 
@@ -55,12 +60,14 @@ def batch_seconds(metrics_url: str) -> tuple[float, float]:
 
 
 def start_strait(source: KafkaCluster, target: KafkaCluster, topics: Sequence[str], options: BenchOptions,
-                 cores: int, workdir: Path, master: str | None = None) -> ManagedProcess:
+                 cores: int, workdir: Path, master: str | None = None,
+                 exactly_once: bool = False) -> ManagedProcess:
     """`strait run replicator --config FILE` on ``local[cores]`` or a standalone ``master``, as users run it
-    (metrics URL in its env)."""
+    (metrics URL in its env); the flow in its exactly-once mode with ``exactly_once``."""
     workdir.mkdir(parents=True, exist_ok=True)
     config = workdir / "strait.yaml"
-    config.write_text(yaml.safe_dump(strait_config(source, target, topics, options), sort_keys=False))
+    document = strait_config(source, target, topics, options, exactly_once)
+    config.write_text(yaml.safe_dump(document, sort_keys=False))
     port = free_port()
     argv = [sys.executable, "-m", "strait.cli", "run", "replicator", "--config", str(config),
             "--state-dir", str(workdir / "state"), "--master", master or f"local[{cores}]",
@@ -107,6 +114,21 @@ def mm2_properties(source: KafkaCluster, target: KafkaCluster, topics: Sequence[
     return props
 
 
+def mm2_exactly_once_properties(source: KafkaCluster, target: KafkaCluster, rest_port: int) -> dict[str, str]:
+    """What MM2's exactly-once mode (KIP-618, KIP-710) adds to :func:`mm2_properties`.
+
+    The herders into the target get ``exactly.once.source.support=enabled``; in dedicated mode the
+    herder's leader hands out task configs and fences the tasks' earlier producers through the internal
+    REST server, here on ``rest_port``; MirrorSourceConnector supports the mode only with a
+    read_committed source consumer.
+    """
+    a, b = source.alias, target.alias
+    return {f"{b}.exactly.once.source.support": "enabled",
+            "dedicated.mode.enable.internal.rest": "true",
+            "listeners": f"http://127.0.0.1:{rest_port}",
+            f"{a}->{b}.consumer.isolation.level": "read_committed"}
+
+
 def _java(heap: str, log_config: Path, classpath: str, main: str, *args: str) -> list[str]:
     deps.ensure_java()
     return [shutil.which("java") or "java", f"-Xmx{heap}", "-XX:+UseG1GC", "-Djava.awt.headless=true",
@@ -114,12 +136,17 @@ def _java(heap: str, log_config: Path, classpath: str, main: str, *args: str) ->
 
 
 def start_mm2(source: KafkaCluster, target: KafkaCluster, topics: Sequence[str], options: BenchOptions,
-              workdir: Path, overrides: Mapping[str, str] | None = None) -> ManagedProcess:
+              workdir: Path, overrides: Mapping[str, str] | None = None,
+              exactly_once: bool = False) -> ManagedProcess:
     """`connect-mirror-maker` (MirrorMaker's main class) with a generated properties file (``overrides``
-    replace or add properties, e.g. replication factors for a multi-broker drill)."""
+    replace or add properties, e.g. replication factors for a multi-broker drill), in MM2's exactly-once
+    mode with ``exactly_once``."""
     workdir.mkdir(parents=True, exist_ok=True)
     props = workdir / "mm2.properties"
-    settings = {**mm2_properties(source, target, topics, options), **(overrides or {})}
+    settings = mm2_properties(source, target, topics, options)
+    if exactly_once:
+        settings.update(mm2_exactly_once_properties(source, target, free_port()))
+    settings.update(overrides or {})
     props.write_text("".join(f"{k} = {v}\n" for k, v in settings.items()))
     log_config = workdir / "log4j2.properties"
     log_config.write_text(console_log4j2())

@@ -1,4 +1,5 @@
-"""The bench's own Kafka traffic: the bulk load, end offsets, fixed-rate latency probes."""
+"""The bench's own Kafka traffic: the bulk load, end offsets, what a read_committed consumer reads of a
+copy, fixed-rate latency probes."""
 
 from __future__ import annotations
 
@@ -6,10 +7,12 @@ import logging
 import os
 import threading
 import time
-from collections.abc import Mapping
+from collections.abc import Iterator, Mapping
 from dataclasses import dataclass
 
-from confluent_kafka import Consumer, KafkaException, Producer, TopicPartition
+from confluent_kafka import (OFFSET_BEGINNING, Consumer, IsolationLevel, KafkaException, Message, Producer,
+                             TopicPartition)
+from confluent_kafka.admin import OffsetSpec
 
 from strait.errors import StraitError
 from strait_lab.clients import create_topic, librdkafka_log
@@ -19,6 +22,8 @@ log = logging.getLogger(__name__)
 
 HEADERS = [("bench-header", b"strait-bench")]
 KEEP_FOREVER = {"retention.ms": "-1"}  # the records keep their load-time timestamps
+# librdkafka's default, spelled out: a copy made in transactions is read as its users read it
+READ_COMMITTED = {"isolation.level": "read_committed"}
 
 
 class BenchError(StraitError):
@@ -105,12 +110,125 @@ def _end_offsets(cluster: KafkaCluster, topic: str, partitions: int) -> Progress
         consumer.close()
 
 
+class CommittedView:
+    """A topic as a read_committed consumer sees it, for a copy written in transactions.
+
+    A transactional copy's high watermarks count its commit markers (one per partition per
+    transaction) and the records of open transactions, so they run ahead of what its users read. The
+    view reads the last stable offsets instead, and checks that a partition is complete by its last
+    readable record (the load's keys are unique). One admin client and one consumer serve every call;
+    :meth:`close` frees them.
+    """
+
+    def __init__(self, cluster: KafkaCluster, topic: str, partitions: int) -> None:
+        self.cluster, self.topic, self.partitions = cluster, topic, partitions
+        self.admin = cluster.admin()
+        self.consumer = Consumer({**cluster.client_config(), "group.id": "strait-bench-committed",
+                                  "enable.auto.commit": "false", "fetch.wait.max.ms": "5", **READ_COMMITTED,
+                                  "logger": librdkafka_log})
+        self._ended: set[int] = set()  # partitions seen to end with their source's last record
+
+    def close(self) -> None:
+        """Close the consumer (the admin client needs no closing)."""
+        self.consumer.close()
+
+    def ends(self, retry_seconds: float = 60.0) -> Progress:
+        """Each partition's last stable offset (0 while the topic does not exist); a topic without
+        leaders yet is asked again for up to ``retry_seconds``."""
+        deadline = time.monotonic() + retry_seconds
+        while True:
+            try:
+                return self._ends()
+            except KafkaException as exc:
+                if time.monotonic() > deadline:
+                    raise BenchError(f"cannot read the committed ends of {self.topic} on cluster "
+                                     f"{self.cluster.alias}: {exc}") from exc
+                log.debug("committed ends not readable yet topic=%s error=%s", self.topic, exc)
+                time.sleep(0.5)
+
+    def _ends(self) -> Progress:
+        # ListOffsets on a topic the replicator has not created yet fails only after a long wait for leaders
+        metadata = self.admin.list_topics(self.topic, timeout=10).topics.get(self.topic)
+        if metadata is None or metadata.error is not None:
+            return Progress({p: 0 for p in range(self.partitions)})
+        latest = OffsetSpec.latest()
+        partitions = {TopicPartition(self.topic, p): latest for p in range(self.partitions)}
+        futures = self.admin.list_offsets(partitions, isolation_level=IsolationLevel.READ_COMMITTED,
+                                          request_timeout=10)
+        return Progress({tp.partition: future.result().offset for tp, future in futures.items()})
+
+    def last_keys(self, ends: Mapping[int, int], timeout: float = 60.0) -> dict[int, bytes | None]:
+        """The key of the last record a read_committed consumer reads below each partition's given end
+        (None where it reads none)."""
+        deadline = time.monotonic() + timeout
+        keys: dict[int, bytes | None] = {}
+        window = 2  # the last record, then its transaction's commit marker
+        pending = {p: end for p, end in ends.items() if end > 0}
+        while pending:
+            found = self._read_tail({p: max(0, end - window) for p, end in pending.items()}, pending, deadline)
+            keys.update({p: key for p, key in found.items() if key is not None})
+            # nothing readable in the window (aborted records, markers): look further back
+            pending = {p: end for p, end in pending.items() if p not in keys and end - window > 0}
+            window *= 16
+        return {p: keys.get(p) for p in ends}
+
+    def _read_tail(self, starts: Mapping[int, int], ends: Mapping[int, int],
+                   deadline: float) -> dict[int, bytes | None]:
+        """The last key read from each start up to its end."""
+        last: dict[int, bytes | None] = {p: None for p in starts}
+        for message in self._read(starts, ends, deadline, wait=0.01):  # a few records: do not wait for more
+            last[message.partition()] = message.key()
+        return last
+
+    def holds_all(self, progress: Progress, source_ends: Mapping[int, int],
+                  last_keys: Mapping[int, bytes | None]) -> bool:
+        """Whether every partition ends with its source partition's last record (``last_keys``).
+
+        The copy keeps each partition's order and the keys are unique, so a partition whose last
+        record is its source's holds them all. Only partitions whose committed end reached the
+        source's are read (below it they cannot hold every record yet); one found complete is not
+        read again, the source topic being loaded once.
+        """
+        due = {p: progress.ends.get(p, 0) for p, end in source_ends.items()
+               if p not in self._ended and 0 < end <= progress.ends.get(p, 0)}
+        found = self.last_keys(due) if due else {}
+        self._ended.update(p for p, key in found.items() if key is not None and key == last_keys.get(p))
+        return all(p in self._ended or end == 0 for p, end in source_ends.items())
+
+    def count(self, timeout: float = 600.0) -> int:
+        """How many records a read_committed consumer reads from the start of the topic to its committed ends."""
+        ends = self.ends().ends
+        starts = {p: OFFSET_BEGINNING for p, end in ends.items() if end > 0}
+        return sum(1 for _ in self._read(starts, ends, time.monotonic() + timeout))
+
+    def _read(self, starts: Mapping[int, int], ends: Mapping[int, int], deadline: float,
+              wait: float = 0.1) -> Iterator[Message]:
+        """Every record read from each partition's start up to its end, read_committed (``wait``: the
+        longest a batch waits to fill)."""
+        self.consumer.assign([TopicPartition(self.topic, p, start) for p, start in starts.items()])
+        pending = set(starts)
+        try:
+            while pending:
+                if time.monotonic() > deadline:
+                    raise BenchError(f"reading {self.topic} on cluster {self.cluster.alias}: partitions "
+                                     f"{sorted(pending)} not read to their committed ends in time")
+                for message in self.consumer.consume(10_000, timeout=wait):
+                    if message.error() is None and message.offset() < ends[message.partition()]:
+                        yield message
+                # positions, not offsets: a partition's committed records end with a commit marker
+                positions = self.consumer.position([TopicPartition(self.topic, p) for p in pending])
+                pending -= {tp.partition for tp in positions if tp.offset >= ends[tp.partition]}
+        finally:
+            self.consumer.unassign()
+
+
 class LatencyProbe:
     """Produce to the source at a fixed rate (CreateTime = now) and time each record's arrival on the target.
 
     The remote topic keeps the source's timestamps, so the broker's append time on the target is not
     readable; the arrival time at a target consumer polling with ``fetch.wait.max.ms`` of 5 ms is the
-    proxy (it adds at most a few milliseconds).
+    proxy (it adds at most a few milliseconds). The consumer reads read_committed: for a copy made in
+    transactions the latency is the time until the record is visible to such readers.
     """
 
     def __init__(self, source: KafkaCluster, target: KafkaCluster, topic: str, remote: str, partitions: int,
@@ -124,7 +242,7 @@ class LatencyProbe:
         """Latencies (ms) of all records produced at ``rate`` records/s for ``seconds``; fails on a loss."""
         consumer = Consumer({**self.target.client_config(), "group.id": "strait-bench-latency",
                              "enable.auto.commit": "false", "fetch.wait.max.ms": "5", "fetch.min.bytes": "1",
-                             "logger": librdkafka_log})
+                             **READ_COMMITTED, "logger": librdkafka_log})
         try:
             start = end_offsets(self.target, self.remote, self.partitions)
             consumer.assign([TopicPartition(self.remote, p, o) for p, o in start.ends.items()])
