@@ -68,6 +68,9 @@ SYNCS_MESSAGE_TIMEOUT_MS = "300000"
 # Exactly once: a copier commits its transaction this often (records, their syncs on the target and the
 # progress that covers them); a read_committed consumer sees a record about this much later than a copy.
 COMMIT_SECONDS = 0.1
+# ...and this often while it copies a backlog (its fetches come back full): a commit first waits for every
+# record sent to be acknowledged, a pause in the copy that longer transactions pay less often.
+BACKLOG_COMMIT_SECONDS = 1.0
 # A transaction a copier left open (its host gone, unfenced) holds back read_committed consumers of its
 # partitions until the broker aborts it this long after it began; a claimant fences it sooner.
 TRANSACTION_TIMEOUT_MS = "30000"
@@ -774,7 +777,9 @@ class CopyLoop:
                 if now >= next_settle:
                     self._commit()
                     now = time.monotonic()
-                    next_settle = now + COMMIT_SECONDS
+                    next_settle = now + (BACKLOG_COMMIT_SECONDS if fetched >= CONSUME_BATCH else COMMIT_SECONDS)
+                elif fetched < want:  # caught up: a backlog's long transaction need not wait
+                    next_settle = min(next_settle, now + COMMIT_SECONDS)
                 continue
             if now >= next_settle or not fetched:  # idle: syncs follow their records closely
                 self._settle()
