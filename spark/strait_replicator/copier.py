@@ -46,11 +46,10 @@ from strait.flow_spec import FlowSpec
 from strait.logs import setup_logging
 from strait_replicator.live import Hold, LiveRun, hold_record, process_gone, process_identity, release_record
 from strait_replicator.planner import CopyTask, SourcePlan, resumed_ranges
-from strait_replicator.writer import (STOP_FLUSH_SECONDS, TRANSACTION_TIMEOUT_MS, CopiedPartition, CopyLoop,
-                                      CopyRange, CopyTransactions, EpochLimits, FencedError, PassingWriteError,
-                                      ProgressWriter, SourceCopy, SyncWriter, finish_copy,
-                                      install_lazy_zip_invalidation, producer_settings, syncs_producer_settings,
-                                      transactional_id, write_error)
+from strait_replicator.writer import (STOP_FLUSH_SECONDS, CopiedPartition, CopyLoop, CopyRange, CopyTransactions,
+                                      EpochLimits, FencedError, PassingWriteError, ProgressWriter, SourceCopy,
+                                      SyncWriter, copy_producer_settings, finish_copy, install_lazy_zip_invalidation,
+                                      producer_settings, syncs_producer_settings, transactional_id, write_error)
 
 log = logging.getLogger(__name__)
 
@@ -431,9 +430,7 @@ class Copier(threading.Thread):
 def fence_copier(settings: FlowSpec, copier: str, timeout: float) -> None:
     """Exactly once: abort the open transaction of ``copier`` of the flow, if any, and fence it: it can
     commit nothing more. A HandOffError when the target does not answer."""
-    producer = Producer({**producer_settings(settings.target_producer),
-                         "transactional.id": transactional_id(settings.flow, copier),
-                         "transaction.timeout.ms": TRANSACTION_TIMEOUT_MS,
+    producer = Producer({**copy_producer_settings(settings, transactional_id(settings.flow, copier)),
                          "logger": logging.getLogger("strait.librdkafka")})
     try:
         producer.init_transactions(timeout)

@@ -67,7 +67,7 @@ SYNCS_MESSAGE_TIMEOUT_MS = "300000"
 
 # Exactly once: a copier commits its transaction this often (records, their syncs on the target and the
 # progress that covers them); a read_committed consumer sees a record about this much later than a copy.
-COMMIT_SECONDS = 0.1
+COMMIT_SECONDS = 0.02
 # ...and this often while it copies a backlog (its fetches come back full): a commit first waits for every
 # record sent to be acknowledged, a pause in the copy that longer transactions pay less often.
 BACKLOG_COMMIT_SECONDS = 1.0
@@ -211,7 +211,9 @@ def copy_producer_settings(settings: FlowSpec, transactional_id: str | None) -> 
     given = producer_settings(settings.target_producer)
     if transactional_id is None:
         return given
-    return {**given, "transactional.id": transactional_id, "transaction.timeout.ms": TRANSACTION_TIMEOUT_MS}
+    # librdkafka wants a record's delivery timeout within its transaction's
+    timeout = max(int(TRANSACTION_TIMEOUT_MS), int(given["message.timeout.ms"]))
+    return {**given, "transactional.id": transactional_id, "transaction.timeout.ms": str(timeout)}
 
 
 def commit_timeout(settings: FlowSpec) -> float:
@@ -727,6 +729,7 @@ class CopyLoop:
         self.source, self.producer, self.syncs, self.limits = source, producer, syncs, limits
         # exactly once: a commit every COMMIT_SECONDS takes the place of the settles and reports
         self.transactions = transactions
+        self._committed_sent = 0  # records sent up to the last commit
         self.settings, self.copied = source.settings, source.copied
         self.progress = progress if progress is not None and self.settings.progress is not None else None
         self.sent = 0
@@ -775,9 +778,11 @@ class CopyLoop:
                 continue
             if self.transactions is not None:
                 if now >= next_settle:
+                    copied_before = self._committed_sent  # the first records copied become visible soon too
                     self._commit()
                     now = time.monotonic()
-                    next_settle = now + (BACKLOG_COMMIT_SECONDS if fetched >= CONSUME_BATCH else COMMIT_SECONDS)
+                    backlog = fetched >= CONSUME_BATCH and copied_before > 0
+                    next_settle = now + (BACKLOG_COMMIT_SECONDS if backlog else COMMIT_SECONDS)
                 elif fetched < want:  # caught up: a backlog's long transaction need not wait
                     next_settle = min(next_settle, now + COMMIT_SECONDS)
                 continue
@@ -792,6 +797,7 @@ class CopyLoop:
         assert self.transactions is not None
         self.source.pass_logs()
         commit_copy(self.source, self.syncs, self.progress, self.transactions, commit_timeout(self.settings))
+        self._committed_sent = self.sent
         self.transactions.begin()
 
     def _settle(self) -> None:

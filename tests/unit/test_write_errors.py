@@ -10,7 +10,7 @@ from types import SimpleNamespace
 import pytest
 from confluent_kafka import KafkaError
 
-from strait_replicator import copier
+from strait_replicator import copier, writer
 from strait_replicator.live import Hold
 from strait.flow_spec import FlowSpec
 from strait.policy import DefaultReplicationPolicy
@@ -138,3 +138,75 @@ def test_a_holder_claimed_in_part_copies_on_until_the_rest_is_claimed_or_a_few_s
     assert hands_over([*first, claim("b", 2)], 100.5)
     assert hands_over(first, 100.0 + copier.PARTLY_CLAIMED_SECONDS)
     assert hands_over([claim("c", 0, 1, 2)], 0.0, SimpleNamespace(**{**vars(holder), "_partly_claimed_at": None}))
+
+
+# -- exactly once: how a transaction's end answers what joined it -----------------------------------
+
+class _Native:
+    """The native copy's transaction steps as the copy loop meets them (an answer per step)."""
+
+    def __init__(self, **answers: tuple[int, str, int, int, int] | None) -> None:
+        self.answers, self.steps, self.produced = answers, [], []
+
+    def transaction(self, step: str, _timeout: float) -> tuple[int, str, int, int, int] | None:
+        self.steps.append(step)
+        return self.answers.get(step)
+
+    def produce(self, topic: str, partition: int, key: bytes | None, value: bytes | None,
+                headers: list[tuple[str, bytes]]) -> int:
+        self.produced.append((topic, partition, key, value, headers))
+        return 0
+
+
+def _transactions(native: _Native) -> writer.CopyTransactions:
+    source = SimpleNamespace(settings=SimpleNamespace(flow="A->B", target_alias="B"), native=native,
+                             transactional_id="strait-A->B-c1")
+    return writer.CopyTransactions(source)  # type: ignore[arg-type]
+
+
+def _joined(transactions: writer.CopyTransactions) -> list[KafkaError | None]:
+    answers: list[KafkaError | None] = []
+    transactions.start(1.0)
+    transactions.produce("progress", key=b"k", value=b"v", on_delivery=lambda err, _msg: answers.append(err))
+    return answers
+
+
+def test_exactly_once_what_joined_a_transaction_is_acknowledged_when_it_commits() -> None:
+    native = _Native()
+    transactions = _transactions(native)
+    answers = _joined(transactions)
+    assert answers == [], "answered before the commit"
+    transactions.commit(1.0)
+    assert answers == [None] and native.steps == ["init", "begin", "commit"] and not transactions.open
+
+
+def test_exactly_once_a_commit_that_fails_aborts_and_ends_the_copier_for_a_successor() -> None:
+    native = _Native(commit=(KafkaError.REQUEST_TIMED_OUT, "timed out", 0, 0, 1))
+    transactions = _transactions(native)
+    answers = _joined(transactions)
+    with pytest.raises(PassingWriteError, match="strait-A->B-c1 on cluster B, committing"):
+        transactions.commit(1.0)
+    assert native.steps == ["init", "begin", "commit", "abort"] and answers[0] is not None
+
+
+def test_exactly_once_a_fenced_copier_stops_as_one_a_newer_claim_took_over() -> None:
+    native = _Native(commit=(KafkaError._FENCED, "fenced", 1, 0, 0))
+    transactions = _transactions(native)
+    _joined(transactions)
+    with pytest.raises(writer.FencedError):
+        transactions.commit(1.0)
+    assert native.steps == ["init", "begin", "commit"], "a fenced producer can abort nothing"
+
+
+def test_exactly_once_the_copy_producer_is_transactional_under_the_copiers_own_id() -> None:
+    spec = FlowSpec("A->B", "A", "B", DefaultReplicationPolicy(), target_producer={"message.timeout.ms": "5000"})
+    settings = writer.copy_producer_settings(spec, writer.transactional_id(spec.flow, "c1"))
+    assert settings["transactional.id"] == "strait-A->B-c1" and settings["enable.idempotence"] == "true"
+    assert int(settings["message.timeout.ms"]) <= int(settings["transaction.timeout.ms"])
+    assert "transactional.id" not in writer.copy_producer_settings(spec, None)
+
+
+def test_exactly_once_a_delivery_timeout_longer_than_the_transactions_lengthens_them() -> None:
+    spec = FlowSpec("A->B", "A", "B", DefaultReplicationPolicy(), target_producer={"message.timeout.ms": "90000"})
+    settings = writer.copy_producer_settings(spec, "strait-A->B-c1")
+    assert settings["transaction.timeout.ms"] == "90000"
