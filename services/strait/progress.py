@@ -137,11 +137,15 @@ class OffsetsTopic:
         self.progress: dict[Key, Progress] = {}
         self.read_through = False  # a read got to the end once: ``progress`` is whole, if maybe old
 
-    def read(self, timeout: float = DEFAULT_TIMEOUT) -> dict[Key, Progress]:
-        """Every partition's newest progress, read up to the topic's current end."""
+    def read(self, timeout: float = DEFAULT_TIMEOUT, until: Mapping[int, int] | None = None) -> dict[Key, Progress]:
+        """Every partition's newest progress, read up to the topic's current end: its last stable offset
+        (read_committed), or, with ``until``, past those offsets (the high watermarks, read when the
+        progress of transactions open now must be waited for)."""
         deadline = time.monotonic() + timeout
         try:
             ends = self._ends(timeout)
+            if until:
+                ends = {p: max(end, until.get(p, end)) for p, end in ends.items()}
             self._read_to(ends, deadline, timeout)
             self.read_through = True
         except KafkaException as exc:

@@ -99,7 +99,7 @@ class Copier(threading.Thread):
         self.claimed = threading.Event()  # its claim is on the target: any later one is newer
         self._stop_requested = threading.Event()
         self.copied: dict[Key, CopiedPartition] = {}
-        self.reason = ""  # why it stopped: stop, yield, linger, lapsed, done, error
+        self.reason = ""  # why it stopped: stop, yield, linger, lapsed, fenced, done, error
         self._lock = threading.Lock()
         self._wanted_until = _wanted_until(task.limits)
         self._run = LiveRun(task.epoch, self.id)
@@ -117,6 +117,9 @@ class Copier(threading.Thread):
         self._released = False
         self._loop: CopyLoop | None = None
         self._prepared: SourceCopy | None = None  # its copy, made before the claim, until it starts
+        # exactly once: its copy's transactions, initialised before its claim, so that a newer claimant's
+        # fence holds whenever it comes
+        self._transactions: CopyTransactions | None = None
         self._partly_claimed_at: float | None = None  # when a newer claim first covered some of its partitions
         self._unacknowledged = 0  # records its copy left unacknowledged when it ended (-1: unknown)
         # another copier held one of its partitions since the epoch was planned (a successor's predecessor
@@ -197,7 +200,10 @@ class Copier(threading.Thread):
             self.door.close()
             with _registry_lock:
                 _copiers.pop(self.id, None)
-            if (not self._released and self._since >= 0 and not self._unacknowledged
+            if self._transactions is not None:
+                self._transactions.abort(STOP_FLUSH_SECONDS)  # a transaction begun and never committed
+            settled = self._transactions is None or self._transactions.settled  # else it must be fenced
+            if (not self._released and self._since >= 0 and not self._unacknowledged and settled
                     and self.producer.flush(STOP_FLUSH_SECONDS) == 0):
                 self._release()  # nothing of its own is left to arrive: the next copier need not wait
             if self._prepared is not None:  # made, never started: nothing of it to wait for
@@ -223,6 +229,9 @@ class Copier(threading.Thread):
         self._prepared = SourceCopy(list(self.task.ranges), self.settings,
                                     transactional_id(self.settings.flow, self.id) if self.settings.exactly_once
                                     else None)
+        if self.settings.exactly_once:
+            self._transactions = CopyTransactions(self._prepared)
+            self._transactions.start(self._message_timeout)
         self._claim()
         if not self.reason:
             ranges = self._starting_ranges()
@@ -253,10 +262,11 @@ class Copier(threading.Thread):
                        if copier != self.id and copier not in control.released and hold.partitions & self.keys
                        and hold.since < self._since and now <= hold.fence_at and not process_gone(hold.process)]
             if not waiting and self.watch.read_past(0, self._since):
-                if self.settings.exactly_once:
+                if self.settings.exactly_once:  # its partitions' older holders, and any holder of the flow
+                    # that lapsed (a dead copier's open transaction holds back every read of the progress)
                     self._fence(holder for copier, holder in holders.items()
-                                if copier != self.id and copier not in control.released
-                                and holder.partitions & self.keys and holder.since < self._since)
+                                if copier != self.id and copier not in control.released and holder.since < self._since
+                                and (holder.partitions & self.keys or now > holder.fence_at))
                 self._extend_lease()
                 return
             if waiting and not logged:
@@ -273,7 +283,7 @@ class Copier(threading.Thread):
         for hold in holders:
             fence_copier(self.settings, hold.copier, self._message_timeout)
             log.info("flow=%s copier=%s fenced copier=%s (it did not release partitions=%s)", self.settings.flow,
-                     self.id, hold.copier, _named(hold.partitions & self.keys))
+                     self.id, hold.copier, _named(hold.partitions))
             key, value = release_record(self.settings.flow, hold.copier)
             self.producer.produce(self.progress_log.topic, key=key, value=value, partition=0)
 
@@ -296,10 +306,8 @@ class Copier(threading.Thread):
         settings = self.settings
         self._unacknowledged = -1  # until its close says what it left: no release before that
         syncs_producer: Producer | None = None
-        transactions = CopyTransactions(source) if settings.exactly_once else None
+        transactions = self._transactions
         try:
-            if transactions is not None:
-                transactions.start(self._message_timeout)
             source.start(ranges)
             syncs_producer = Producer({**syncs_producer_settings(settings.syncs_producer),
                                        "logger": logging.getLogger("strait.librdkafka")})

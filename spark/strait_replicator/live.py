@@ -39,8 +39,9 @@ log = logging.getLogger(__name__)
 
 Key = tuple[str, int]
 PROGRESS_READ_SECONDS = 10.0
-# Exactly once, the progress must be read to its end: an open transaction of a copier nobody fenced
-# (writer.TRANSACTION_TIMEOUT_MS) is aborted by the broker within its timeout and its abort check's 10 s.
+# Exactly once, the progress must be read to its high watermark: past the copiers' open transactions,
+# which commit within milliseconds; a dead copier's is fenced by its claimant (the claimant fences every
+# lapsed holder of the flow first), else the broker aborts it after its timeout and its 10 s abort check.
 STRICT_READ_SECONDS = 45.0
 WATCH_FETCH_WAIT_MS = 100  # a copier reads its control records this often at least
 
@@ -157,7 +158,10 @@ class ProgressLog:
                 reached[key] = max(reached.get(key, 0), progress.next_offset)
         reader = self.reader(start_at=positions, on_record=note)
         try:
-            reader.read(STRICT_READ_SECONDS if strict else PROGRESS_READ_SECONDS)
+            # strict: up to the high watermark, past every transaction open now (a read_committed
+            # reader's own end is the last stable offset: progress committed after an open one is beyond it)
+            reader.read(STRICT_READ_SECONDS if strict else PROGRESS_READ_SECONDS,
+                        until=self.high_watermarks() if strict else None)
         except Exception as exc:  # noqa: BLE001 - the planned start is safe, only slower
             if strict:
                 raise
@@ -165,6 +169,19 @@ class ProgressLog:
         finally:
             reader.close()
         return reached
+
+    def high_watermarks(self) -> dict[int, int]:
+        """Each partition's high watermark (what a read_uncommitted reader sees: open transactions too)."""
+        consumer = Consumer({**dict(self.consumer), "group.id": "strait-progress",
+                             "isolation.level": "read_uncommitted", "logger": logging.getLogger("strait.librdkafka")})
+        try:
+            metadata = consumer.list_topics(self.topic, timeout=PROGRESS_READ_SECONDS).topics.get(self.topic)
+            if metadata is None or metadata.error is not None:
+                return {}
+            return {p: consumer.get_watermark_offsets(TopicPartition(self.topic, p), timeout=PROGRESS_READ_SECONDS)[1]
+                    for p in metadata.partitions}
+        finally:
+            consumer.close()
 
     def watch(self, positions: Mapping[int, int]) -> ControlWatch:
         """A watch of the control records from ``positions`` on (one per copier)."""

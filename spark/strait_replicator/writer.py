@@ -573,6 +573,9 @@ class CopyTransactions:
         self.native = source.native
         self._callbacks: list[Callable[[KafkaError | None, Any], None]] = []
         self.open = False
+        # every transaction begun ended in a commit or an abort the broker confirmed: nothing of this
+        # copier's can still be committed later (only then may it release its partitions)
+        self.settled = True
 
     def start(self, timeout: float) -> None:
         """Fence every earlier producer of this transactional.id, then open the first transaction."""
@@ -583,6 +586,7 @@ class CopyTransactions:
         """Open the next transaction."""
         self._step("begin", 0.0)
         self.open = True
+        self.settled = False
 
     def commit(self, timeout: float) -> None:
         """Commit the open transaction (what was sent into it is flushed first); a FencedError when a newer
@@ -593,6 +597,7 @@ class CopyTransactions:
             if failure is None or not failure[3] or time.monotonic() >= deadline:  # retriable: commit again
                 break
         self.open = failure is not None and not failure[2]
+        self.settled = failure is None
         callbacks, self._callbacks = self._callbacks, []
         error = None if failure is None else KafkaError(failure[0], failure[1], fatal=bool(failure[2]))
         for callback in callbacks:
@@ -608,10 +613,10 @@ class CopyTransactions:
         self.open = False
         self._callbacks = []
         failure = self.native.transaction("abort", timeout)
+        self.settled = failure is None
         if failure is not None:
-            log.warning("flow=%s transactional_id=%s abort failed (the broker aborts it after %s ms, or a "
-                        "newer copier fences it): %s", self.settings.flow, self.source.transactional_id,
-                        TRANSACTION_TIMEOUT_MS, failure[1])
+            log.warning("flow=%s transactional_id=%s abort failed: its partitions are not released, the next "
+                        "copier fences it: %s", self.settings.flow, self.source.transactional_id, failure[1])
 
     def produce(self, topic: str, key: bytes | None = None, value: bytes | None = None, partition: int = 0,
                 on_delivery: Callable[[KafkaError | None, Any], None] | None = None,
@@ -845,6 +850,9 @@ def sync_points_of(source_offsets: np.ndarray, target_offsets: np.ndarray) -> li
 
 def _raise_write_error(settings: FlowSpec, errors: list[tuple[str, int, KafkaError]]) -> None:
     topic, partition, err = errors[0]
+    if any(error.code() in _FENCED for _t, _p, error in errors):  # exactly once: a newer copier took over
+        raise FencedError(f"flow {settings.flow}: writing to topic {topic} partition {partition} on cluster "
+                          f"{settings.target_alias}: fenced by a newer copier ({err.str()})")
     raise write_error(f"flow {settings.flow}: writing to topic {topic} partition {partition} on cluster "
                       f"{settings.target_alias} failed: {err.str()} ({err.name()})", [e for _t, _p, e in errors])
 

@@ -128,7 +128,7 @@ _NOT_USED = (
             "configuration live"),
     NotUsed(r"exactly\.once\.support|transaction\.boundary.*",
             "strait's exactly-once mode follows exactly.once.source.support; each copier commits its "
-            "transaction about every 0.1 s"),
+            "transaction every 0.02 s (every second while it copies a backlog)"),
     NotUsed(r"(source|target)\.cluster\.alias", "the flow's name (A->B) gives its clusters"),
     NotUsed(r"(checkpoints|heartbeats|offset-syncs|offset\.syncs)\.topic\.(?!location$|replication\.factor$).+",
             "strait creates the internal topics with one compacted partition and the broker's other defaults"),
