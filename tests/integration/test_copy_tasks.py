@@ -32,8 +32,8 @@ from strait_replicator.live import ControlWatch, Hold, hold_named, stop_record
 from strait_replicator.source import CopyStreamReader, CopyTask, SourcePlan
 from strait_replicator.state import EpochOffsets
 from strait_replicator.writer import CopyRange, EpochLimits
-from tests.support.kafka import (NumberedLoad, count, numbered_copies, offsets_end, produce_transactions,
-                                 records_by_partition)
+from tests.support.kafka import (NumberedLoad, committed_records, count, numbered_copies, offsets_end,
+                                 produce_transactions, records_by_partition)
 from tests.support.waiting import wait_for
 
 NEXT_OFFSET = writer.SUMMARY_FIELDS.index("next_offset")
@@ -239,6 +239,16 @@ def _read_to(target: KafkaCluster, source: KafkaCluster, topic: str) -> tuple[tu
         where.close()
 
 
+def _end_workers(*workers: Any) -> None:
+    """Kill the copier workers (thawed first: a frozen one would not die), even half-started ones."""
+    for worker in workers:
+        if worker is not None and worker.pid is not None:
+            with contextlib.suppress(ProcessLookupError):
+                os.kill(worker.pid, signal.SIGCONT)
+            worker.kill()
+            worker.join(10)
+
+
 def _descents(sequence: list[int]) -> int:
     return sum(1 for before, after in zip(sequence, sequence[1:]) if after <= before)
 
@@ -293,12 +303,7 @@ def test_a_copier_in_another_worker_takes_over_and_two_never_write_one_partition
         _write_stop(target_cluster, topic, settings.flow, plan.query)
     finally:
         load.stop()
-        for worker in (worker_a, worker_b):
-            if worker is not None and worker.pid is not None:
-                with contextlib.suppress(ProcessLookupError):
-                    os.kill(worker.pid, signal.SIGCONT)
-                worker.kill()
-                worker.join(10)
+        _end_workers(worker_a, worker_b)
     copies = numbered_copies(target_cluster, remote)
     for partition, sequence in copies.items():
         assert set(sequence) == set(range(sent // 2 + (partition < sent % 2))), f"partition {partition} lost records"
@@ -447,7 +452,7 @@ def test_exactly_once_a_claimant_fences_a_frozen_holder_and_a_read_committed_con
     try:
         worker_a.start()
         rows_a.get(timeout=60)  # A's task ended; its copier goes on
-        wait_for(lambda: _committed(target_cluster, remote) > 1_000, 30, "A's copier committing after its task")
+        wait_for(lambda: committed_records(target_cluster, remote) > 1_000, 30, "A's copier committing after its task")
         read_to, starts = _planned(target_cluster, source_cluster, topic)  # the next epoch planned
         os.kill(worker_a.pid, signal.SIGSTOP)
         frozen_at = time.monotonic()
@@ -455,8 +460,8 @@ def test_exactly_once_a_claimant_fences_a_frozen_holder_and_a_read_committed_con
                          holds=_control_holds(target_cluster, topic, settings.flow))
         worker_b = context.Process(target=_copier_worker, args=(plan, task_b, rows_b, 30.0, False))
         worker_b.start()
-        committed_at_freeze = _committed(target_cluster, remote)
-        wait_for(lambda: _committed(target_cluster, remote) > committed_at_freeze + 400, 60, "B committing")
+        committed_at_freeze = committed_records(target_cluster, remote)
+        wait_for(lambda: committed_records(target_cluster, remote) > committed_at_freeze + 400, 60, "B committing")
         took_over = time.monotonic() - frozen_at
         # a transaction nobody fenced would hold the read_committed consumer back for its 30 s timeout
         assert copier.LEASE_SECONDS <= took_over < copier.LEASE_SECONDS + 10.0, \
@@ -465,16 +470,11 @@ def test_exactly_once_a_claimant_fences_a_frozen_holder_and_a_read_committed_con
         time.sleep(4)  # A thaws: its commit must fail, fenced
         rows_b.get(timeout=60)
         sent = load.stop()
-        wait_for(lambda: _committed(target_cluster, remote) >= sent, 60, "every record committed")
+        wait_for(lambda: committed_records(target_cluster, remote) >= sent, 60, "every record committed")
         _write_stop(target_cluster, topic, settings.flow, plan.query)
     finally:
         load.stop()
-        for worker in (worker_a, worker_b):
-            if worker is not None and worker.pid is not None:
-                with contextlib.suppress(ProcessLookupError):
-                    os.kill(worker.pid, signal.SIGCONT)
-                worker.kill()
-                worker.join(10)
+        _end_workers(worker_a, worker_b)
     copies = numbered_copies(target_cluster, remote)  # read_committed
     for partition, sequence in copies.items():
         assert sequence == list(range(sent // 2 + (partition < sent % 2))), \
@@ -497,9 +497,6 @@ def _planned(target: KafkaCluster, source: KafkaCluster, topic: str) -> tuple[tu
         where.close()
 
 
-def _committed(target: KafkaCluster, remote: str) -> int:
-    """Records a read_committed consumer reads in the remote topic."""
-    return sum(len(sequence) for sequence in numbered_copies(target, remote).values())
 
 
 def test_exactly_once_a_source_with_transactions_is_copied_committed_only_and_translates_exactly(

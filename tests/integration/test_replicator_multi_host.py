@@ -35,7 +35,7 @@ from strait_lab.process import ManagedProcess
 from strait_lab.services import StraitProcess
 from strait_lab.spark import SPARK_ENV, SparkStandalone, spark_bin
 from tests.support.config import flow_config, write_config
-from tests.support.kafka import NumberedLoad, count, records_by_partition
+from tests.support.kafka import NumberedLoad, committed_records, count, records_by_partition
 from tests.support.waiting import wait_for
 
 pytestmark = pytest.mark.slow
@@ -185,7 +185,7 @@ def test_workers_that_share_no_disk_with_the_driver_copy_under_load_and_survive_
         wait_for(lambda: count(target_cluster, remote) > before + 3 * RATE, 180, "copying after the driver loss")
         total = load.stop()
         # exactly once, records read_committed: a transactional copy's offsets also count its commit markers
-        copied = (lambda: _committed(target_cluster, remote)) if exactly_once else (lambda: count(target_cluster, remote))
+        copied = (lambda: committed_records(target_cluster, remote)) if exactly_once else (lambda: count(target_cluster, remote))
         wait_for(lambda: copied() >= total, 300, f"{remote} caught up")
         time.sleep(2)
         driver.stop()
@@ -225,10 +225,3 @@ def test_workers_that_share_no_disk_with_the_driver_copy_under_load_and_survive_
             following = next(r for r in target[partition] if (r.offset or 0) >= row.downstream)
             assert following.value == source[partition][offset].value
 
-
-def _committed(target: KafkaCluster, remote: str) -> int:
-    """Records a read_committed consumer reads in the remote topic (0 before it exists)."""
-    try:
-        return sum(len(records) for records in records_by_partition(target, remote).values())
-    except Exception:  # noqa: BLE001 - not there yet
-        return 0
