@@ -229,6 +229,15 @@ def longest_gap(times: list[float], start: float, end: float) -> float:
     return longest_stretch(times, start, end)[0]
 
 
+def longest_answer(causes: list[float], answers: list[float], start: float, end: float) -> float:
+    """The longest wait from one of ``causes`` between ``start`` and ``end`` (monotonic) to the first of
+    ``answers`` after it; a cause no answer followed yet waits until now."""
+    answered, now = sorted(answers), time.monotonic()
+    waits = [(answered[i] if (i := bisect.bisect_right(answered, t)) < len(answered) else now) - t
+             for t in causes if start <= t <= end]
+    return max(waits, default=0.0)
+
+
 class TopicTail:
     """A consumer in a thread of its own, tailing topic partitions on a cluster until stopped;
     subclasses take each batch of records (:meth:`take`)."""
@@ -346,11 +355,13 @@ class CopyWatch(TopicTail):
 
     def most_behind(self, source: CopyWatch, start: float, end: float) -> float:
         """The most the copy was behind the source (a watch of the source topic) in the window, in seconds."""
-        worst = 0.0
+        worst, when = 0.0, start
         for _since, until, copied in self._intervals(start, end):
             waiting = self._oldest_uncopied(source.reached_at, copied, until)
-            if waiting is not None:
-                worst = max(worst, until - waiting)
+            if waiting is not None and until - waiting > worst:
+                worst, when = until - waiting, until
+        wall = time.time() - time.monotonic()
+        log.info("most behind %.1fs at %s", worst, _clock(when + wall))
         return worst
 
 

@@ -6,9 +6,12 @@ next. Replication must stall no longer than the clusters make a plain producer w
 writing to the target through the same restarts) plus 3 s. In the long outage one source broker
 stays SIGKILLed for minutes while a consumer group commits on the source: the copy must never fall
 more than 5 s behind what a plain consumer of the source can read, and the group's checkpoints on
-the target must keep coming: the longest time without a new checkpoint may exceed the group's own
-longest time without a commit by 15 s at most. (The group's own pauses, 8-37 s in these runs with
-its coordinator alive, are Kafka's and the machine's, not strait's.)
+the target must keep coming: every commit of the group is followed by a new checkpoint within 15 s.
+(The group's own pauses without a commit, 8-47 s in these runs with its coordinator alive, are
+Kafka's and the machine's, not strait's: a commit waits for the dead broker to leave the offsets
+topic's in-sync replicas. An earlier form of the drill compared the longest gap between checkpoints
+with the group's longest gap between commits; the two gaps need not line up, and it failed on a
+stalled cluster with every checkpoint prompt.)
 """
 
 from __future__ import annotations
@@ -31,7 +34,7 @@ from strait_bench.options import BenchOptions
 from strait_bench.systems import start_mm2
 from tests.faults.drill import (
     FLOW, CopyWatch, Drill, DrillResult, KeyedLoad, Mode, Rig, TopicTail, leader_index, librdkafka_log,
-    longest_gap, longest_stretch, record, wait_copied,
+    longest_answer, longest_gap, record, wait_copied,
 )
 from tests.support.kafka import count
 from tests.support.waiting import wait_for
@@ -42,7 +45,7 @@ pytestmark = [pytest.mark.faults, pytest.mark.slow]
 
 STALL_MARGIN_SECONDS = 3.0
 MOST_BEHIND_SECONDS = 5.0
-CHECKPOINT_DELAY_SECONDS = 15.0  # what the checkpoint service may add to the group's own pause
+CHECKPOINT_DELAY_SECONDS = 15.0  # from a commit of the group to a new checkpoint of it
 
 
 def _restart_brokers(drill: Drill, cluster: KafkaCluster, mode: Mode, nodes: list[int]) -> None:
@@ -253,23 +256,20 @@ def test_long_single_broker_outage(rig: Rig, mode: Mode, replicas: Callable[...,
         behind = watch.most_behind(readable, killed, ended)
         stall = watch.longest_stall(drill.load, killed, ended)
         gap = checkpoints.longest_gap(killed, ended)
-        commit_gap, commits_resumed = longest_stretch(list(group.committed_at), killed, ended)
+        commit_gap = longest_gap(list(group.committed_at), killed, ended)
+        answer = longest_answer(list(group.committed_at), list(checkpoints.arrivals), killed, ended)
         print(f"{mode.long_outage_seconds:.0f}s without broker {victim + 1} of {rig.source.alias}: copy at most "
-              f"{behind:.1f}s behind (longest stall {stall:.1f}s), longest gap between checkpoints of "
-              f"{group.group} {gap:.1f}s ({len(checkpoints.arrivals)} checkpoints; the group's own longest gap "
-              f"between commits {commit_gap:.1f}s)")
+              f"{behind:.1f}s behind (longest stall {stall:.1f}s); a checkpoint of {group.group} at most "
+              f"{answer:.1f}s after a commit ({len(checkpoints.arrivals)} checkpoints, longest gap {gap:.1f}s; the "
+              f"group's own longest gap between commits {commit_gap:.1f}s)")
         assert _query_failures(rig) == failures, f"the streaming query failed during the outage: {_query_errors(rig)}"
         rig.source.restart_node(victim, timeout=180)
-        drill.finish(note=f"behind at most {behind:.1f}s; checkpoint gap {gap:.1f}s, the group's own commit gap "
-                          f"{commit_gap:.1f}s")
+        drill.finish(note=f"behind at most {behind:.1f}s; checkpoint at most {answer:.1f}s after a commit (gap "
+                          f"{gap:.1f}s, the group's own commit gap {commit_gap:.1f}s)")
         assert behind <= MOST_BEHIND_SECONDS, f"the copy fell {behind:.1f}s behind during the outage"
-        # The difference alone would excuse a dead service while the group pauses: once the group
-        # commits again, a checkpoint must follow.
-        assert commits_resumed is None or any(t >= commits_resumed for t in checkpoints.arrivals), \
-            f"no checkpoint of {group.group} since its commits resumed"
-        assert gap <= commit_gap + CHECKPOINT_DELAY_SECONDS, (
-            f"no new checkpoint of {group.group} for {gap:.1f}s: {gap - commit_gap:.1f}s longer than the group "
-            f"itself went without committing ({commit_gap:.1f}s)")
+        assert answer <= CHECKPOINT_DELAY_SECONDS, (
+            f"a commit of {group.group} waited {answer:.1f}s for a new checkpoint (bound "
+            f"{CHECKPOINT_DELAY_SECONDS:.0f}s); the group's own longest gap between commits was {commit_gap:.1f}s")
     finally:
         watch.stop()
         readable.stop()
