@@ -4,7 +4,9 @@ password, secrets given by ``${env:...}`` and ``${file:...}`` references, and le
 Clusters A and B run StandardAuthorizer and strait reaches them only through their SASL_SSL listener,
 with Java-style settings as MM2 users write them (so the Spark Kafka source and librdkafka both use
 them). Each component runs as its own SCRAM user holding exactly the ACLs of ``MINIMAL_ACLS`` (the
-README's table). One deployment is shared by the tests of this module: every component does its job
+README's table). Flow A->B copies in exactly-once mode, so its replicator's grants include the
+TransactionalId ones (a superset of an at-least-once flow's: the same reads and writes, in
+transactions). One deployment is shared by the tests of this module: every component does its job
 without one authorizer denial and uses every ACL it was given; ACL sync never gives WRITE on a
 remote topic; a TLS-only (SSL, no SASL) flow replicates in the same replicator; and no secret appears
 in any log, CLI output, /metrics page, Spark checkpoint file or Redis entry.
@@ -40,12 +42,13 @@ from strait_lab.services import StraitProcess
 from tests.integration.test_configsync_support import alter, overrides
 from tests.support.cli import strait
 from tests.support.config import write_config
-from tests.support.kafka import commit_offsets, count, group_offsets, records_by_partition
+from tests.support.kafka import commit_offsets, committed_records, count, group_offsets, records_by_partition
 from tests.support.waiting import wait_for
 
 pytestmark = pytest.mark.slow
 
 OP, TOPIC, GROUP, CLUSTER = AclOperation, ResourceType.TOPIC, ResourceType.GROUP, ResourceType.BROKER
+TRANSACTIONAL_ID = ResourceType.TRANSACTIONAL_ID
 LITERAL, PREFIXED = ResourcePatternType.LITERAL, ResourcePatternType.PREFIXED
 ALLOW = AclPermissionType.ALLOW
 COMPONENTS = ("replicator", "configsync", "heartbeat", "checkpoint")
@@ -97,6 +100,8 @@ MINIMAL_ACLS: dict[str, tuple[Grant, ...]] = {
         Grant("target", TOPIC, "strait-offsets.{source}.internal", LITERAL,
               (OP.READ, OP.WRITE, OP.DESCRIBE, OP.CREATE)),
         Grant("target", GROUP, "strait-progress", LITERAL, (OP.DESCRIBE,)),
+        # exactly-once mode only: each copier's transactions, and fencing the copier before it
+        Grant("target", TRANSACTIONAL_ID, "strait-", PREFIXED, (OP.WRITE, OP.DESCRIBE)),
     ),
     "configsync": (
         Grant("source", TOPIC, "{topics}", PREFIXED, (OP.DESCRIBE, OP.DESCRIBE_CONFIGS)),
@@ -268,10 +273,10 @@ def _tls_only_entry(cluster: KafkaCluster) -> dict[str, Any]:
     return {"bootstrap_servers": settings.pop("bootstrap.servers"), "client": settings}
 
 
-def _flow(source: str, target: str, topics: str, groups: str) -> dict[str, Any]:
+def _flow(source: str, target: str, topics: str, groups: str, exactly_once: bool = False) -> dict[str, Any]:
     schedule = {"enabled": True, "interval_seconds": 2}
     return {
-        "source": source, "target": target,
+        "source": source, "target": target, "exactly_once": exactly_once,
         "topics": {"include": [f"{topics}.*"]}, "groups": {"include": [f"{groups}.*"]},
         "replication_factor": 1, "offset_syncs_topic_location": "target",
         "refresh_topics": {"enabled": True, "interval_seconds": 3}, "refresh_groups": schedule,
@@ -286,7 +291,7 @@ def _config(lab: SecureLab, component: str, topics: str, groups: str, tls_topics
         "redis_url": f"redis://:${{env:STRAIT_TEST_REDIS_PASSWORD}}@127.0.0.1:{lab.redis.port}/0",
         "clusters": {"A": _cluster_entry(lab, lab.source, component),
                      "B": _cluster_entry(lab, lab.target, component)},
-        "flows": [_flow("A", "B", topics, groups)],
+        "flows": [_flow("A", "B", topics, groups, exactly_once=True)],
     }
     if component == "replicator":  # TLS-only smoke: the same clusters as C and D over SSL, no SASL
         config["clusters"].update({"C": _tls_only_entry(lab.source), "D": _tls_only_entry(lab.target)})
@@ -354,7 +359,7 @@ def deployment(secure_lab: SecureLab, lab_root: Path,
 
 _AUDIT = re.compile(r"Principal = User:(strait-\w+) is (Allowed|Denied) operation = (\w+) from host = \S+ "
                     r"on resource = (\w+):LITERAL:(\S+) for request")
-_RESOURCE = {"Topic": TOPIC, "Group": GROUP, "Cluster": CLUSTER}
+_RESOURCE = {"Topic": TOPIC, "Group": GROUP, "Cluster": CLUSTER, "TransactionalId": TRANSACTIONAL_ID}
 
 
 def _audit(cluster: KafkaCluster) -> list[tuple[str, str, str, str, str]]:
@@ -382,8 +387,16 @@ def _restart(d: Deployment, component: str) -> None:
 
 
 def _replicated(d: Deployment) -> None:
-    wait_for(lambda: count(d.lab.target, d.remote(d.orders)) == RECORDS, 300,
+    """Every record of the orders topic copied (read_committed: the copy's offsets hold commit markers)."""
+    wait_for(lambda: committed_records(d.lab.target, d.remote(d.orders)) == RECORDS, 300,
              f"{RECORDS} records on {d.remote(d.orders)}")
+
+
+def _translated(d: Deployment) -> dict[int, int]:
+    """COMMITTED as the remote topic's offsets: each partition's offset of the copy of the record the
+    source group is at (commit markers shift an exactly-once copy's offsets)."""
+    copies = records_by_partition(d.lab.target, d.remote(d.orders))
+    return {p: copies[p][offset].offset or 0 for p, offset in COMMITTED.items()}
 
 
 def test_every_component_does_its_job_as_its_least_privileged_user(deployment: Deployment) -> None:
@@ -391,7 +404,8 @@ def test_every_component_does_its_job_as_its_least_privileged_user(deployment: D
     remote = d.remote(d.orders)
     _replicated(d)
     wait_for(lambda: count(target, "mm2-offset-syncs.A.internal") > 0, 60, "offset syncs on the target")
-    wait_for(lambda: group_offsets(target, f"{d.groups}app", remote, 2) == COMMITTED, 90,
+    translated = _translated(d)
+    wait_for(lambda: group_offsets(target, f"{d.groups}app", remote, 2) == translated, 90,
              "the group's offsets checkpointed and synced to the target")
     assert count(target, "A.checkpoints.internal") > 0
     heartbeat = d.processes["heartbeat"]
