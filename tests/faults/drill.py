@@ -506,6 +506,10 @@ def progress_covers(rig: Rig, topic: str, partitions: set[int]) -> bool:
     return partitions <= {partition for (name, partition) in found if name == topic}
 
 
+# Once a killed broker is back, the target holds a record produced after its return within this long.
+RETURN_CATCH_UP_SECONDS = 10.0
+
+
 def wait_copied(rig: Rig, topic: str, mark: Mapping[int, int], timeout: float = 300.0) -> float:
     """Wait until :func:`copied_up_to`; returns the moment (monotonic) it was seen."""
     wait_for(lambda: copied_up_to(rig, topic, mark), timeout,

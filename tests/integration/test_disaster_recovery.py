@@ -269,10 +269,12 @@ def _kill_at_an_epoch_boundary(checkpoint: Path, source: KafkaCluster) -> None:
 
 @pytest.mark.parametrize("kill,group_sync,exactly_once", [
     ("at-boundary", False, False),
+    ("at-boundary", False, True),
     pytest.param("behind", False, False, marks=FULL_ONLY),
     pytest.param("behind", True, False, marks=FULL_ONLY),
     pytest.param("behind", False, True, marks=FULL_ONLY),
-], ids=["at-boundary", "behind-group-sync-off", "behind-group-sync-on", "behind-exactly-once"])
+], ids=["at-boundary", "at-boundary-exactly-once", "behind-group-sync-off", "behind-group-sync-on",
+        "behind-exactly-once"])
 def test_source_killed_failover_reports_exact_rpo_and_bounded_reread(
     kafka_cluster_factory: Callable[..., KafkaCluster], target_cluster: KafkaCluster, redis_url: str,
     services: Callable[..., StraitProcess], unique_name: Callable[[str], str], tmp_path: Path, kill: str,
