@@ -117,15 +117,7 @@ def _spark_submit(master: str, args: list[str], log: Path) -> ManagedProcess:
         "--conf", "spark.driver.host=127.0.0.1", str(main), *args], log, env=SPARK_ENV)
 
 
-FULL = os.environ.get("STRAIT_FAULTS") == "full"
-
-
-@pytest.mark.parametrize("exactly_once", [
-    False,
-    pytest.param(True, marks=pytest.mark.skipif(not FULL, reason="runs in `make test-faults` (STRAIT_FAULTS=full): "
-                                                                 "the suite's time; `make test` runs the "
-                                                                 "exactly-once SIGKILL and hand-off tests")),
-], ids=["at-least-once", "exactly-once"])
+@pytest.mark.parametrize("exactly_once", [False, True], ids=["at-least-once", "exactly-once"])
 def test_workers_that_share_no_disk_with_the_driver_copy_under_load_and_survive_sigkills(
     other_hosts: SparkStandalone, source_cluster: KafkaCluster, target_cluster: KafkaCluster,
     unique_name: Callable[[str], str], tmp_path: Path, lab_root: Path, exactly_once: bool,
