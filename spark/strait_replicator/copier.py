@@ -445,6 +445,8 @@ def fence_copier(settings: FlowSpec, copier: str, timeout: float) -> None:
     except KafkaException as exc:
         raise HandOffError(f"flow {settings.flow}: fencing copier {copier} on cluster {settings.target_alias} "
                            f"failed: {exc.args[0].str() if exc.args else exc}") from None
+    finally:
+        producer.close()
 
 
 _copiers: dict[str, Copier] = {}  # this worker's running copiers

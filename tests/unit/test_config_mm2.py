@@ -234,3 +234,9 @@ def test_a_bad_exactly_once_value_or_an_acks_it_cannot_use_is_refused_naming_the
     assert "B.exactly.once.source.support" in message and "expected enabled, preparing, disabled" in message
     message = _error("A->B.enabled = true\nexactly.once.source.support = enabled\nB.producer.acks = 1\n")
     assert "exactly_once: cluster B's producer settings: acks=1 cannot be used" in message
+    message = _error("A->B.enabled = true\nexactly.once.source.support = enabled\n"
+                     "B.producer.max.in.flight.requests.per.connection = 10\n")
+    assert "max.in.flight.requests.per.connection=10 cannot be used" in message
+    allowed = parse_mm2_properties(BASE + "A->B.enabled = true\nexactly.once.source.support = enabled\n"
+                                   "B.producer.max.in.flight.requests.per.connection = 5\n", "mm2.properties")
+    assert [flow.exactly_once for flow in allowed.config.flows if flow.enabled] == [True]  # type: ignore[attr-defined]

@@ -108,6 +108,8 @@ def check_flows(config: StraitConfig, problems: Problems, label: Callable[[int, 
 
 # Producer settings a transactional producer cannot take (librdkafka refuses them or they break fencing).
 _NOT_TRANSACTIONAL = {"acks": ("all", "-1"), "enable.idempotence": ("true",)}
+_IN_FLIGHT_KEYS = ("max.in.flight.requests.per.connection", "max.in.flight")  # librdkafka's name and alias
+_MOST_IN_FLIGHT = 5
 
 
 def exactly_once_problem(producer: Mapping[str, object]) -> str | None:
@@ -119,6 +121,11 @@ def exactly_once_problem(producer: Mapping[str, object]) -> str | None:
                     f"producer ({key}={allowed[0]}); remove the setting or turn exactly_once off")
     if "transactional.id" in producer:
         return "transactional.id is strait's own (one per copier, from the flow's name): remove it"
+    for key in _IN_FLIGHT_KEYS:
+        value = producer.get(key)
+        if value is not None and (not str(value).strip().isdigit() or int(str(value)) > _MOST_IN_FLIGHT):
+            return (f"{key}={value} cannot be used: an idempotent producer keeps at most {_MOST_IN_FLIGHT} "
+                    f"requests in flight per broker; set 1 to {_MOST_IN_FLIGHT} or remove it")
     return None
 
 
