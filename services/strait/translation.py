@@ -114,6 +114,26 @@ def _consumer(settings: Mapping[str, str], **extra: object) -> Consumer:
                      "enable.auto.offset.store": False, "logger": librdkafka_log, **extra})
 
 
+# A partition whose leader moves or was just created answers "not leader" for a moment: asked again.
+_LEADER_MOVING = (KafkaError.NOT_LEADER_FOR_PARTITION, KafkaError.LEADER_NOT_AVAILABLE)
+_LEADER_RETRY_SECONDS = 0.2
+
+
+def high_watermark(consumer: Consumer, partition: TopicPartition, timeout: float) -> int:
+    """The partition's end offset, asked again while its leader moves (until ``timeout``); a
+    KafkaException when it cannot be had."""
+    deadline = time.monotonic() + timeout
+    while True:
+        try:
+            return int(consumer.get_watermark_offsets(partition, timeout=max(0.5, deadline - time.monotonic()))[1])
+        except KafkaException as exc:
+            error = exc.args[0] if exc.args and isinstance(exc.args[0], KafkaError) else None
+            moving = error is not None and error.code() in _LEADER_MOVING
+            if not moving or time.monotonic() + _LEADER_RETRY_SECONDS > deadline:
+                raise
+            time.sleep(_LEADER_RETRY_SECONDS)
+
+
 def read_committed(settings: Mapping[str, str]) -> dict[str, str]:
     """Source consumer settings as the replicator reads: read_committed (librdkafka's default, which its
     copy consumer keeps) unless configured otherwise."""
@@ -133,7 +153,7 @@ class SyncsFollower:
         self._consumer = _consumer(settings)
         partition = TopicPartition(location.topic, 0)
         try:
-            _low, self._end_at_start = self._consumer.get_watermark_offsets(partition, timeout=timeout)
+            self._end_at_start = high_watermark(self._consumer, partition, timeout)
         except KafkaException as exc:
             self._consumer.close()
             raise TranslationError(f"cluster {location.alias}: reading the end of {location.topic}: "
@@ -395,7 +415,7 @@ def read_stored_checkpoints(settings: Mapping[str, str], topic: str, timeout: fl
     latest: dict[CheckpointKey, StoredCheckpoint] = {}
     try:
         try:
-            _low, high = consumer.get_watermark_offsets(TopicPartition(topic, 0), timeout=timeout)
+            high = high_watermark(consumer, TopicPartition(topic, 0), timeout)
         except KafkaException as exc:
             raise TranslationError(f"reading the end of {topic}: {exc.args[0].str() if exc.args else exc}") from None
         if high <= 0:

@@ -25,7 +25,9 @@ from __future__ import annotations
 import logging
 import threading
 import time
+from concurrent.futures import Future
 from dataclasses import dataclass
+from typing import Any
 
 from confluent_kafka import (
     KafkaException,
@@ -99,6 +101,8 @@ class FlowCheckpointer:
         self._group_sync = GroupOffsetSync(flow_name)
         self._translations: dict[str, list[PartitionTranslation]] = {}
         self._current_at: dict[str, float] = {}  # group -> when its checkpoints last matched its commits
+        self._listing: Future[Any] | None = None  # the source's groups being listed
+        self._listed: set[str] | None = None  # the groups the last listing answered
         self._trouble = FlowTrouble(metrics.SERVICE, flow_name, "checkpoint step")
         self._corrupt_syncs = 0  # corrupt records of the syncs topic already counted
         self._next_setup = self._next_pass = self._next_sync = 0.0
@@ -270,6 +274,7 @@ class FlowCheckpointer:
         location = flow.topic_names().offset_syncs
         follower = SyncsFollower(self.config.cluster(location.alias).librdkafka_config("consumer"), location)
         self._corrupt_syncs = 0
+        self._listing = self._listed = None
         self._clients = _Clients(RenewableAdmin(source.librdkafka_config("admin")), target_admin,
                                  Producer({**target.librdkafka_config("producer"), "enable.idempotence": True,
                                            "linger.ms": "5", "logger": librdkafka_log}),
@@ -303,20 +308,29 @@ class FlowCheckpointer:
     def _source_groups(self) -> list[str]:
         """The source's groups that pass the flow's filter and fall in a shard held here.
 
-        A listing that some broker did not answer keeps the groups known before: a group is
-        forgotten only when a complete listing no longer has it.
+        The listing runs beside the passes: while it is not answered (ListGroups asks every broker,
+        and a broker that died answers nothing until the controllers fence it), a pass uses the groups
+        the last listing found, so the checkpoints of the groups already known never wait for it. A
+        listing that some broker did not answer keeps the groups known before: a group is forgotten
+        only when a complete listing no longer has it.
         """
         assert self._clients is not None
-        try:
-            listing = self._clients.source_admin.get().list_consumer_groups(
-                request_timeout=GROUP_LIST_TIMEOUT).result(timeout=SERVICE_ADMIN_TIMEOUT)
-        except KafkaException as exc:
-            raise explain_error(exc, self.flow.source, "listing consumer groups") from None
-        listed = {g.group_id for g in listing.valid}
-        if listing.errors:
-            log.info("flow=%s cluster=%s listing groups: %d broker(s) did not answer (%s); groups known before are "
-                     "kept", self.name, self.flow.source, len(listing.errors), listing.errors[0])
-            listed |= set(self._current_at)
+        if self._listing is None:
+            self._listing = self._clients.source_admin.get().list_consumer_groups(request_timeout=GROUP_LIST_TIMEOUT)
+        if self._listed is not None and not self._listing.done():
+            listed = self._listed
+        else:
+            listing, self._listing = self._listing, None
+            try:
+                answer = listing.result(timeout=SERVICE_ADMIN_TIMEOUT)
+            except KafkaException as exc:
+                raise explain_error(exc, self.flow.source, "listing consumer groups") from None
+            listed = {g.group_id for g in answer.valid}
+            if answer.errors:
+                log.info("flow=%s cluster=%s listing groups: %d broker(s) did not answer (%s); groups known before "
+                         "are kept", self.name, self.flow.source, len(answer.errors), answer.errors[0])
+                listed |= set(self._current_at)
+            self._listed = listed
         group_filter = self.flow.group_filter()
         return sorted(g for g in listed if group_filter.should_replicate_group(g) and self.shards.owns(g))
 

@@ -25,6 +25,7 @@ TIMED = pytest.mark.usefixtures("alone_from_here")  # the verdict rests on timin
 pytestmark = [pytest.mark.faults, pytest.mark.slow]
 
 BROKER_SESSION_TIMEOUT_S = 9.0  # Kafka's broker.session.timeout.ms default
+BOUNDARY_STALL_MARGIN_SECONDS = 1.0
 FREEZE_S = BROKER_SESSION_TIMEOUT_S + 6.0
 # A source broker's death delays the source's own writes (elections, the load's retries); the copy may
 # only add this much to them: from the moment the source acknowledged a post-kill record on every
@@ -172,7 +173,9 @@ def test_broker_sigstop_past_session_timeout(rig: Rig, mode: Mode) -> None:
 def test_epoch_boundaries_do_not_pause_the_copy(rig: Rig, mode: Mode) -> None:
     """Steady load through at least ``mode.boundaries`` epoch boundaries: the copy's longest stall is
     no longer than the longest acknowledgement gap of a direct producer to the target in the same
-    run + 0.5 s (copiers outlive their epoch's task), and nothing is lost."""
+    run + 1 s (copiers outlive their epoch's task; before them a boundary paused the copy 2-7 s), and
+    nothing is lost. The margin was 0.5 s until a fresh-clone run measured a 0.98 s stall against a
+    0.46 s ack gap, with no boundary, hand-off or log line of the replicator's in that second."""
     drill = Drill.begin(rig, "epoch-boundaries", mode)
     direct_topic = f"{drill.topic}-direct"
     rig.create_topic(direct_topic, rig.target)
@@ -196,7 +199,7 @@ def test_epoch_boundaries_do_not_pause_the_copy(rig: Rig, mode: Mode) -> None:
         watch.stop()
         direct.abort()
     drill.finish(note=note)
-    assert stall <= gap + 0.5, note
+    assert stall <= gap + BOUNDARY_STALL_MARGIN_SECONDS, note
 
 
 @TIMED
