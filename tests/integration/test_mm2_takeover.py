@@ -10,6 +10,15 @@ its next checkpoints from strait's checkpoint service, never behind MM2's. strai
 strait takes over again, from MM2's offsets or offset syncs, while the load goes on. After each
 switch every source record is on B; the records copied twice are counted and stay within the bound
 strait reports (what MM2 copied after its last offset commit).
+
+The same turns with both in their exactly-once modes (MM2's `exactly.once.source.support=enabled`,
+strait's `exactly_once: true`): a read_committed consumer of the remote topic reads every record once
+after each switch. MM2 commits its source offsets in the transactions of its copies, and strait reads
+them read_committed, so it resumes exactly where MM2's last committed transaction ended, even after a
+SIGKILL. A SIGKILLed MM2's open transaction hides every later record from read_committed consumers
+until its transaction timeout aborts it (10 s here, MM2's producers default to 60 s; not timed by
+this test): strait does not fence MM2's producers (their transactional ids are
+``<source>-mm2-MirrorSourceConnector-<task>``).
 """
 
 from __future__ import annotations
@@ -38,6 +47,7 @@ from tests.support.config import flow_config, write_config
 from tests.support.kafka import (
     NumberedLoad,
     commit_offsets,
+    committed_records,
     count,
     group_offsets,
     numbered_copies,
@@ -50,6 +60,9 @@ pytestmark = pytest.mark.slow
 PARTITIONS = 3
 MM2_SETTINGS = {"emit.heartbeats.enabled": "false", "offset.flush.interval.ms": "2000",
                 "emit.checkpoints.interval.seconds": "1"}
+# MM2's transactions time out after 10 s (60 s by default): a SIGKILLed MM2's open one then stops hiding
+# the records after it from read_committed consumers.
+MM2_EXACTLY_ONCE_SETTINGS = {"B.producer.transaction.timeout.ms": "10000"}
 CONSUMED = 3_000  # per partition, by the group MM2 checkpoints
 
 
@@ -69,10 +82,10 @@ class Turns:
     """The topic, what was produced to it, and MM2 and strait taking turns on it."""
 
     def __init__(self, source: KafkaCluster, target: KafkaCluster, topic: str, tmp_path: Path,
-                 lab_root: Path, redis_url: str) -> None:
+                 lab_root: Path, redis_url: str, exactly_once: bool = False) -> None:
         self.source, self.target, self.topic, self.remote = source, target, topic, f"A.{topic}"
-        self.tmp_path, self.lab_root = tmp_path, lab_root
-        config = flow_config(source, target, [topic], redis_url=redis_url,
+        self.tmp_path, self.lab_root, self.exactly_once = tmp_path, lab_root, exactly_once
+        config = flow_config(source, target, [topic], redis_url=redis_url, exactly_once=exactly_once,
                              groups={"include": [f"{topic}-.*"]}, emit_checkpoints={"interval_seconds": 1})
         self.config = write_config(tmp_path / "flow.yaml", config)
         self.produced = 0
@@ -81,13 +94,18 @@ class Turns:
     def produce(self, total: int, rate: float = 20_000) -> None:
         self.produced += produce_numbered(self.source, self.topic, PARTITIONS, total, rate, first=self.produced)
 
+    def copied(self) -> int:
+        """The records on the remote topic (read_committed in exactly-once mode: commit markers hold offsets)."""
+        return committed_records(self.target, self.remote) if self.exactly_once else count(self.target, self.remote)
+
     def caught_up(self, what: str, extra: int = 0) -> None:
-        wait_for(lambda: count(self.target, self.remote) >= self.produced + extra, 180, what)
+        wait_for(lambda: self.copied() >= self.produced + extra, 180, what)
 
     def mm2(self) -> ManagedProcess:
         self.turn += 1
+        settings = {**MM2_SETTINGS, **(MM2_EXACTLY_ONCE_SETTINGS if self.exactly_once else {})}
         return start_mm2(self.source, self.target, [self.topic], BenchOptions(), self.tmp_path / f"mm2-{self.turn}",
-                         MM2_SETTINGS)
+                         settings, exactly_once=self.exactly_once)
 
     def strait(self, what: str, load: NumberedLoad | None = None) -> tuple[str, int, int]:
         """strait's replicator from a new state dir until it caught up (with ``load`` still producing
@@ -99,8 +117,8 @@ class Turns:
         try:
             process.start(timeout=120)
             if load is not None:
-                before = count(self.target, self.remote)
-                wait_for(lambda: count(self.target, self.remote) > before + 3_000, 120, f"{what}: copying")
+                before = self.copied()
+                wait_for(lambda: self.copied() > before + 3_000, 120, f"{what}: copying")
                 self.produced += load.stop()
             self.caught_up(what)
             time.sleep(2)
@@ -112,6 +130,30 @@ class Turns:
         duplicates = _duplicates(self.target, self.remote, self.produced)
         print(f"{what}: strait resumed from {evidence}, reported at most {bound}, found {duplicates}")
         return evidence, int(bound), duplicates
+
+    def strait_after_mm2(self, what: str, end: Callable[[ManagedProcess], None], rate: float) \
+            -> tuple[str, int, int]:
+        """MM2 copies what was produced (none twice), then under a load of ``rate`` records/s is ended by
+        ``end``, and strait takes over while the load goes on: :meth:`strait`'s answer."""
+        mm2 = self.mm2()
+        load: NumberedLoad | None = None
+        try:
+            self.caught_up(f"MirrorMaker 2 copying before {what}")
+            time.sleep(3)  # anything MM2 would copy a second time arrives meanwhile
+            twice = _duplicates(self.target, self.remote, self.produced)
+            print(f"MM2 before {what}: {twice} records twice")
+            assert twice == 0, "MirrorMaker 2 went on where the copies end"
+            before = self.copied()
+            load = NumberedLoad(self.source, self.topic, PARTITIONS, rate, first=self.produced)
+            wait_for(lambda: self.copied() >= before + 3 * rate, 60, "MirrorMaker 2 copying under load")
+            end(mm2)
+        except BaseException:
+            if load is not None:
+                load.stop()
+            raise
+        finally:
+            mm2.stop()
+        return self.strait(f"taking over under load from {what}", load)
 
 
 def test_strait_takes_over_from_mirrormaker2_hands_back_and_takes_over_after_a_crash(
@@ -175,6 +217,24 @@ def test_strait_takes_over_from_mirrormaker2_hands_back_and_takes_over_after_a_c
     evidence, bound, after_sigkill = turns.strait("taking over under load from MM2 SIGKILLed", load)
     assert evidence in ("mm2-offsets", "offset-syncs")
     assert after_sigkill <= bound, "the reported bound holds"
+
+
+def test_both_in_exactly_once_mode_take_turns_and_every_record_is_read_once(
+    source_cluster: KafkaCluster, target_cluster: KafkaCluster, unique_name: Callable[[str], str],
+    tmp_path: Path, lab_root: Path, redis_url: str,
+) -> None:
+    turns = Turns(source_cluster, target_cluster, unique_name("mm2-eos-turns"), tmp_path, lab_root, redis_url,
+                  exactly_once=True)
+    create_topic(source_cluster.admin(), turns.topic, partitions=PARTITIONS, config={"retention.ms": "-1"})
+    turns.produce(10_000)
+    evidence, _bound, twice = turns.strait_after_mm2("MM2 stopped by SIGTERM", lambda mm2: mm2.stop(), 1_000)
+    assert (evidence, twice) == ("mm2-offsets", 0), "strait went on where MM2's last transaction ended"
+
+    handed = strait("handover", "--to", "mm2", "--flow", "A->B", "--config", str(turns.config))
+    assert handed.returncode == 0, handed.stderr
+    turns.produce(5_000)
+    evidence, _bound, twice = turns.strait_after_mm2("MM2 SIGKILLed", lambda mm2: mm2.kill(), 2_000)
+    assert twice == 0 and evidence in ("mm2-offsets", "offset-syncs"), (evidence, twice)
 
 
 def _mm2_checkpoints(target: KafkaCluster, group: str) -> dict[tuple[str, str, int], StoredCheckpoint]:
