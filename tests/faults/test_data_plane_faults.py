@@ -140,13 +140,13 @@ def test_broker_sigkill(rig: Rig, mode: Mode, side: str) -> None:
         drill.abort()
 
 
-@TIMED
 def test_broker_sigstop_past_session_timeout(rig: Rig, mode: Mode) -> None:
     """Freeze (SIGSTOP) the source broker leading partition 0 past the broker session timeout, then SIGCONT.
 
     The frozen broker is fenced by the controllers and its partitions move; when it runs again it
     rejoins. Recovery: from the SIGSTOP until the target holds a record produced after it on every
-    partition (measured while the broker may still be frozen).
+    partition (measured while the broker may still be frozen). The drill only counts (nothing lost,
+    duplicates within a bound that grows with the recovery), so it runs beside other tests.
     """
     drill = Drill.begin(rig, "broker-sigstop", mode)
     try:
