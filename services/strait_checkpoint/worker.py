@@ -11,7 +11,8 @@ Start-up: the checkpoints already on the target are read back for every shard at
 regresses across a restart or a hand-over), then the offset-syncs topic is read from its beginning;
 no checkpoint is written before that read reached the end offset the topic had at start. Then,
 every emit interval, the source groups that pass the flow's group filter and fall in a held shard
-are listed (a new group is seen within one interval), their committed offsets translated exactly,
+are listed (a new group is seen within two intervals: the listing runs beside the passes, so a
+broker that does not answer it holds back no checkpoint), their committed offsets translated exactly,
 and a checkpoint written for each partition whose translation changed. Offsets without an exact
 translation yet are left out, never guessed.
 
@@ -34,6 +35,7 @@ from confluent_kafka import (
     Producer,
     TopicPartition,
 )
+from confluent_kafka.admin import AdminClient
 
 from strait.config.model import FlowConfig, StraitConfig
 from strait.coord.assignment import ShardItem
@@ -68,6 +70,8 @@ POLL_BUDGET = 0.2
 # the controllers have not fenced it yet (about 9 s) each listing waits this long, then answers
 # without that broker's groups. Reading a group's commits whose coordinator died waits as long.
 GROUP_LIST_TIMEOUT = 3.0
+# A listing still unanswered after this long is asked again (its answer is lost, or its broker hangs).
+LISTING_GIVE_UP_SECONDS = 30.0
 GROUP_READ_TIMEOUT = 5.0
 CORRUPT_RECORD = "corrupt_record"  # strait_errors_total kind of a skipped undecodable record
 # How long a flow's checkpointer outlives its last shard here (idle, reading nothing): several lease TTLs.
@@ -75,6 +79,16 @@ IDLE_LINGER_SECONDS = 30.0
 IDLE_TICK_SECONDS = 0.5
 # A checkpointer replaced by a restart ends within a step; one waiting on a dead cluster is left behind.
 REPLACED_JOIN_SECONDS = 15.0
+
+@dataclass(frozen=True)
+class _Listing:
+    """A ListGroups call in flight: its admin client (kept alive with it), its answer to come, and when
+    it was asked (monotonic)."""
+
+    admin: AdminClient
+    answer: Future[Any]
+    asked_at: float
+
 
 @dataclass
 class _Clients:
@@ -101,7 +115,7 @@ class FlowCheckpointer:
         self._group_sync = GroupOffsetSync(flow_name)
         self._translations: dict[str, list[PartitionTranslation]] = {}
         self._current_at: dict[str, float] = {}  # group -> when its checkpoints last matched its commits
-        self._listing: Future[Any] | None = None  # the source's groups being listed
+        self._listing: _Listing | None = None  # the source's groups being listed
         self._listed: set[str] | None = None  # the groups the last listing answered
         self._trouble = FlowTrouble(metrics.SERVICE, flow_name, "checkpoint step")
         self._corrupt_syncs = 0  # corrupt records of the syncs topic already counted
@@ -310,29 +324,40 @@ class FlowCheckpointer:
 
         The listing runs beside the passes: while it is not answered (ListGroups asks every broker,
         and a broker that died answers nothing until the controllers fence it), a pass uses the groups
-        the last listing found, so the checkpoints of the groups already known never wait for it. A
-        listing that some broker did not answer keeps the groups known before: a group is forgotten
-        only when a complete listing no longer has it.
+        the last listing found, so the checkpoints of the groups already known never wait for it; an
+        answered listing is used and the next one asked at once. A listing that some broker did not
+        answer keeps the groups known before: a group is forgotten only when a complete listing no
+        longer has it.
         """
         assert self._clients is not None
-        if self._listing is None:
-            self._listing = self._clients.source_admin.get().list_consumer_groups(request_timeout=GROUP_LIST_TIMEOUT)
-        if self._listed is not None and not self._listing.done():
-            listed = self._listed
-        else:
-            listing, self._listing = self._listing, None
-            try:
-                answer = listing.result(timeout=SERVICE_ADMIN_TIMEOUT)
-            except KafkaException as exc:
-                raise explain_error(exc, self.flow.source, "listing consumer groups") from None
-            listed = {g.group_id for g in answer.valid}
-            if answer.errors:
-                log.info("flow=%s cluster=%s listing groups: %d broker(s) did not answer (%s); groups known before "
-                         "are kept", self.name, self.flow.source, len(answer.errors), answer.errors[0])
-                listed |= set(self._current_at)
-            self._listed = listed
+        admin = self._clients.source_admin.get()
+        listing = self._listing
+        if listing is None or listing.admin is not admin or (
+                not listing.answer.done() and time.monotonic() - listing.asked_at > LISTING_GIVE_UP_SECONDS):
+            listing = self._listing = self._ask_groups(admin)  # the client was renewed, or the call is lost
+        if self._listed is None or listing.answer.done():
+            self._listing = None
+            self._listed = self._answered_groups(listing)
+            self._listing = self._ask_groups(admin)
         group_filter = self.flow.group_filter()
-        return sorted(g for g in listed if group_filter.should_replicate_group(g) and self.shards.owns(g))
+        return sorted(g for g in self._listed if group_filter.should_replicate_group(g) and self.shards.owns(g))
+
+    @staticmethod
+    def _ask_groups(admin: AdminClient) -> _Listing:
+        return _Listing(admin, admin.list_consumer_groups(request_timeout=GROUP_LIST_TIMEOUT), time.monotonic())
+
+    def _answered_groups(self, listing: _Listing) -> set[str]:
+        """The groups of a listing, waiting for its answer if need be (the first pass)."""
+        try:
+            answer = listing.answer.result(timeout=SERVICE_ADMIN_TIMEOUT)
+        except (KafkaException, TimeoutError) as exc:
+            raise explain_error(exc, self.flow.source, "listing consumer groups") from None
+        listed = {g.group_id for g in answer.valid}
+        if answer.errors:
+            log.info("flow=%s cluster=%s listing groups: %d broker(s) did not answer (%s); groups known before "
+                     "are kept", self.name, self.flow.source, len(answer.errors), answer.errors[0])
+            listed |= set(self._current_at)
+        return listed
 
     def _checkpoint_pass(self) -> None:
         assert self._clients is not None

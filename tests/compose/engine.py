@@ -13,6 +13,7 @@ that may have none of them and reaches no image registry.
 from __future__ import annotations
 
 import hashlib
+import http.client
 import logging
 import os
 import shutil
@@ -146,8 +147,8 @@ def _ensure_compose(host: DockerHost) -> None:
         return
     plugin = host.workdir / "config" / "cli-plugins" / "docker-compose"
     plugin.parent.mkdir(parents=True, exist_ok=True)
-    if not _compose_from_debian(host, plugin):
-        _build_compose(host, plugin)
+    if not (_compose_from_debian(host, plugin) and host.run("compose", "version", check=False, timeout=30).returncode == 0):
+        _build_compose(host, plugin)  # no package, or its binary does not run here (another architecture)
     host.run("compose", "version", timeout=30)
 
 
@@ -157,7 +158,7 @@ def _compose_from_debian(host: DockerHost, plugin: Path) -> bool:
     try:
         with urllib.request.urlopen(url, timeout=120) as response:
             package = response.read()
-    except OSError as exc:
+    except (OSError, http.client.HTTPException) as exc:  # unreachable, gone, or cut short
         log.info("no docker compose package at %s (%s): building it instead", url, exc)
         return False
     if hashlib.sha256(package).hexdigest() != COMPOSE_DEB_SHA256:
@@ -167,8 +168,11 @@ def _compose_from_debian(host: DockerHost, plugin: Path) -> bool:
     shutil.rmtree(unpacked, ignore_errors=True)
     unpacked.mkdir()
     (unpacked / "package.deb").write_bytes(package)
-    subprocess.run(["dpkg-deb", "-x", "package.deb", "."], cwd=unpacked, check=True, capture_output=True,
-                   timeout=120)
+    unpacking = subprocess.run(["dpkg-deb", "-x", "package.deb", "."], cwd=unpacked, capture_output=True,
+                               timeout=120)
+    if unpacking.returncode != 0 or not (unpacked / COMPOSE_DEB_PLUGIN).is_file():
+        log.warning("unpacking %s failed: building docker compose instead", url)
+        return False
     shutil.copy2(unpacked / COMPOSE_DEB_PLUGIN, plugin)
     shutil.rmtree(unpacked, ignore_errors=True)
     log.info("docker compose from Debian's package %s", COMPOSE_DEB)

@@ -258,17 +258,25 @@ def test_long_single_broker_outage(rig: Rig, mode: Mode, replicas: Callable[...,
         ended = time.monotonic()
         behind = watch.most_behind(readable, killed, ended)
         stall = watch.longest_stall(drill.load, killed, ended)
-        gap = checkpoints.longest_gap(killed, ended)
-        commit_gap = longest_gap(list(group.committed_at), killed, ended)
-        answer = longest_answer(list(group.committed_at), list(checkpoints.arrivals), killed, ended)
-        print(f"{mode.long_outage_seconds:.0f}s without broker {victim + 1} of {rig.source.alias}: copy at most "
-              f"{behind:.1f}s behind (longest stall {stall:.1f}s); a checkpoint of {group.group} at most "
-              f"{answer:.1f}s after a commit ({len(checkpoints.arrivals)} checkpoints, longest gap {gap:.1f}s; the "
-              f"group's own longest gap between commits {commit_gap:.1f}s)")
         assert _query_failures(rig) == failures, f"the streaming query failed during the outage: {_query_errors(rig)}"
         rig.source.restart_node(victim, timeout=180)
         returned, mark = time.monotonic(), drill.load.next_mark()
         caught_up = wait_copied(rig, drill.topic, mark) - returned
+        # The group's commits from the kill to the catch-up (it commits once the broker is back, if not
+        # before), each given its full time to be answered by a checkpoint.
+        settled = time.monotonic()
+        commits = [t for t in group.committed_at if killed <= t <= settled]
+        assert commits, f"{group.group} committed nothing from the kill until the copy caught up"
+        wait_for(lambda: all(any(a > t for a in checkpoints.arrivals) or time.monotonic() - t > CHECKPOINT_DELAY_SECONDS
+                             for t in commits), CHECKPOINT_DELAY_SECONDS + 5, "every commit answered or overdue")
+        answer = longest_answer(commits, list(checkpoints.arrivals), killed, settled)
+        gap = checkpoints.longest_gap(killed, settled)
+        commit_gap = longest_gap(commits, killed, settled)
+        print(f"{mode.long_outage_seconds:.0f}s without broker {victim + 1} of {rig.source.alias}: copy at most "
+              f"{behind:.1f}s behind (longest stall {stall:.1f}s), caught up {caught_up:.1f}s after its return; a "
+              f"checkpoint of {group.group} at most {answer:.1f}s after a commit ({len(commits)} commits, "
+              f"{len(checkpoints.arrivals)} checkpoints, longest gap {gap:.1f}s; the group's own longest gap "
+              f"between commits {commit_gap:.1f}s)")
         drill.finish(note=f"behind at most {behind:.1f}s; checkpoint at most {answer:.1f}s after a commit (gap "
                           f"{gap:.1f}s, the group's own commit gap {commit_gap:.1f}s); caught up {caught_up:.1f}s "
                           f"after the broker's return")

@@ -237,6 +237,8 @@ def test_a_bad_exactly_once_value_or_an_acks_it_cannot_use_is_refused_naming_the
     message = _error("A->B.enabled = true\nexactly.once.source.support = enabled\n"
                      "B.producer.max.in.flight.requests.per.connection = 10\n")
     assert "max.in.flight.requests.per.connection=10 cannot be used" in message
+    message = _error("A->B.enabled = true\nexactly.once.source.support = enabled\nB.producer.max.in.flight = 0\n")
+    assert "max.in.flight=0 cannot be used" in message
     allowed = parse_mm2_properties(BASE + "A->B.enabled = true\nexactly.once.source.support = enabled\n"
                                    "B.producer.max.in.flight.requests.per.connection = 5\n", "mm2.properties")
     assert [flow.exactly_once for flow in allowed.config.flows if flow.enabled] == [True]  # type: ignore[attr-defined]

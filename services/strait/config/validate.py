@@ -123,7 +123,8 @@ def exactly_once_problem(producer: Mapping[str, object]) -> str | None:
         return "transactional.id is strait's own (one per copier, from the flow's name): remove it"
     for key in _IN_FLIGHT_KEYS:
         value = producer.get(key)
-        if value is not None and (not str(value).strip().isdigit() or int(str(value)) > _MOST_IN_FLIGHT):
+        text = str(value).strip() if value is not None else ""
+        if value is not None and (not text.isdecimal() or not 1 <= int(text) <= _MOST_IN_FLIGHT):
             return (f"{key}={value} cannot be used: an idempotent producer keeps at most {_MOST_IN_FLIGHT} "
                     f"requests in flight per broker; set 1 to {_MOST_IN_FLIGHT} or remove it")
     return None
