@@ -196,25 +196,9 @@ def test_strait_takes_over_from_mirrormaker2_hands_back_and_takes_over_after_a_c
     assert handed.returncode == 0, handed.stderr
     assert f"wrote {PARTITIONS} partitions to mm2-offsets.A.internal" in handed.stdout
     turns.produce(5_000)
-    load: NumberedLoad | None = None
-    mm2 = turns.mm2()
-    try:
-        turns.caught_up("MirrorMaker 2 taking back over")
-        time.sleep(3)  # anything MM2 would copy a second time arrives meanwhile
-        after_handback = _duplicates(target_cluster, turns.remote, turns.produced)
-        print(f"MM2 after the hand-back copied {after_handback} records a second time")
-        assert after_handback == 0, "MirrorMaker 2 went on where strait's copies end"
-        before = count(target_cluster, turns.remote)
-        load = NumberedLoad(source_cluster, turns.topic, PARTITIONS, 2_000, first=turns.produced)
-        wait_for(lambda: count(target_cluster, turns.remote) >= before + 6_000, 60, "MirrorMaker 2 copying under load")
-        mm2.kill()  # mid-stream, between two offset commits; the load goes on
-    except BaseException:
-        if load is not None:
-            load.stop()
-        raise
-    finally:
-        mm2.stop()
-    evidence, bound, after_sigkill = turns.strait("taking over under load from MM2 SIGKILLed", load)
+    # MM2 goes on where strait's copies end (none twice), then is SIGKILLed mid-stream, between two
+    # offset commits, while the load goes on
+    evidence, bound, after_sigkill = turns.strait_after_mm2("MM2 SIGKILLed", lambda mm2: mm2.kill(), 2_000)
     assert evidence in ("mm2-offsets", "offset-syncs")
     assert after_sigkill <= bound, "the reported bound holds"
 
