@@ -292,18 +292,23 @@ class Resume:
     duplicates: int
 
 
-def decide_start(key: Key, found: PartitionEvidence, start: str | None) -> Resume | None:
-    """The start of one partition from its evidence (see the module's order); None when nothing decides it."""
+def decide_start(key: Key, found: PartitionEvidence, start: str | None, exactly_once: bool = False) -> Resume | None:
+    """The start of one partition from its evidence (see the module's order); None when nothing decides it.
+
+    ``exactly_once``: the flow's copies are read read_committed and must hold each record once, so a
+    take-over from MM2's offsets starts exactly at MM2's commit (see below)."""
     held = found.remote_end - found.remote_start
     if found.progress is not None:
         at = found.progress
         duplicates = min(max(0, held), max(0, found.remote_end - at.target_offset - 1)) if at.target_offset >= 0 else -1
         return Resume(at.next_offset, "strait-progress", duplicates if held > 0 else 0)
     if found.mm2_next is not None:
-        # Right after an offset sync, never between two: a committed source offset between MM2's last
-        # sync and strait's first would otherwise translate past records MM2 copied (a consumer failing
-        # over would skip them). The records from there to MM2's commit are copied again.
-        anchor = found.sync_below_mm2
+        # At-least-once: right after MM2's last offset sync below its commit, so that every committed
+        # source offset across the switch translates exactly; the records from that sync to MM2's
+        # commit are copied again (and counted in the bound). Exactly-once: at MM2's commit, copying
+        # nothing twice; a group committed between MM2's last sync and its commit then translates as
+        # MM2 itself would (just after that sync: read again, never skipped).
+        anchor = None if exactly_once else found.sync_below_mm2
         start = found.mm2_next if anchor is None else anchor[0] + 1
         return Resume(start, "mm2-offsets", _bound_after(found, start, anchor or found.newest_sync))
     if found.newest_sync is not None:
@@ -340,12 +345,13 @@ def _bound_after(found: PartitionEvidence, start: int, sync: tuple[int, int] | N
 
 
 def decide_starts(flow: str, evidence: Mapping[Key, PartitionEvidence], start: str | None,
-                  remote_names: Mapping[str, str]) -> dict[Key, Resume]:
-    """Every partition's start; ResumeError naming the topics a remote copy exists for with no evidence."""
+                  remote_names: Mapping[str, str], exactly_once: bool = False) -> dict[Key, Resume]:
+    """Every partition's start (``exactly_once``: see :func:`decide_start`); ResumeError naming the topics
+    a remote copy exists for with no evidence."""
     decided: dict[Key, Resume] = {}
     unknown: dict[str, list[int]] = {}
     for key, found in sorted(evidence.items()):
-        resume = decide_start(key, found, start)
+        resume = decide_start(key, found, start, exactly_once)
         if resume is None:
             unknown.setdefault(key[0], []).append(key[1])
         else:

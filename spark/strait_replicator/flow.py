@@ -330,7 +330,8 @@ class FlowRunner:
                                    f"resume evidence", lambda: time.monotonic() > deadline)
         if evidence is None:
             raise ResumeError(f"flow {self.flow_name}: the resume evidence could not be read in {RESUME_SECONDS:.0f}s")
-        decided = decide_starts(self.flow_name, evidence, plan.spec.start, dict(plan.spec.remote_names))
+        decided = decide_starts(self.flow_name, evidence, plan.spec.start, dict(plan.spec.remote_names),
+                                plan.spec.exactly_once)
         self._forget_resume()
         for topic, (evidence, duplicates) in summarize(decided).items():
             self._resume_labels.append((self.flow_name, topic, evidence))

@@ -203,9 +203,6 @@ def test_strait_takes_over_from_mirrormaker2_hands_back_and_takes_over_after_a_c
     assert after_sigkill <= bound, "the reported bound holds"
 
 
-@pytest.mark.xfail(strict=False, reason="known defect (issue 44): in 1 of 3 runs strait, taking over from MM2's "
-                                        "exactly-once mode after a SIGTERM, copied 246 records a second time "
-                                        "(evidence mm2-offsets); not yet diagnosed")
 def test_both_in_exactly_once_mode_take_turns_and_every_record_is_read_once(
     source_cluster: KafkaCluster, target_cluster: KafkaCluster, unique_name: Callable[[str], str],
     tmp_path: Path, lab_root: Path, redis_url: str,

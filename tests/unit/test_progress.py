@@ -57,15 +57,15 @@ evidence = st.builds(
 )
 
 
-@given(evidence, st.sampled_from([None, "earliest", "latest", "from-target"]))
+@given(evidence, st.sampled_from([None, "earliest", "latest", "from-target"]), st.booleans())
 def test_the_strongest_evidence_decides_and_an_unexplained_remote_copy_needs_a_choice(
-        found: PartitionEvidence, start: str | None) -> None:
-    resume = decide_start(("t", 0), found, start)
+        found: PartitionEvidence, start: str | None, exactly_once: bool) -> None:
+    resume = decide_start(("t", 0), found, start, exactly_once)
     held = found.remote_end - found.remote_start
     if found.progress is not None:
         assert resume is not None and (resume.offset, resume.evidence) == (found.progress.next_offset, "strait-progress")
     elif found.mm2_next is not None:
-        anchored = found.mm2_next if found.sync_below_mm2 is None else found.sync_below_mm2[0] + 1
+        anchored = found.mm2_next if found.sync_below_mm2 is None or exactly_once else found.sync_below_mm2[0] + 1
         assert resume is not None and (resume.offset, resume.evidence) == (anchored, "mm2-offsets")
     elif found.newest_sync is not None:
         assert resume is not None and (resume.offset, resume.evidence) == (found.newest_sync[0] + 1, "offset-syncs")
@@ -100,6 +100,10 @@ def test_duplicates_are_bounded_by_what_the_target_holds_past_the_evidence() -> 
     anchored = decide_start(("t", 0), PartitionEvidence(remote_end=1000, mm2_next=800, newest_sync=(850, 850),
                                                         sync_below_mm2=(700, 700)), None)
     assert anchored == Resume(701, "mm2-offsets", 299)
+    # an exactly-once flow starts at MM2's commit: read_committed readers must find no record twice
+    exact_copy = decide_start(("t", 0), PartitionEvidence(remote_end=1000, mm2_next=800, newest_sync=(700, 700),
+                                                          sync_below_mm2=(700, 700)), None, exactly_once=True)
+    assert exact_copy == Resume(800, "mm2-offsets", 299)
 
 
 def test_the_error_names_the_remote_topics_and_says_how_to_choose() -> None:
