@@ -118,7 +118,7 @@ class OffsetsTopic:
     ``start_at`` is where reading begins in each partition of the topic: ``"beginning"``, ``"end"``
     (only what is written from now on), or the offsets a reader got to (:attr:`positions`).
     ``on_record`` sees every progress record read, in order; ``on_raw`` the key, value and offset of
-    every record read (the replicator's control records too). A topic that does not exist holds no
+    every record read (the replicator's control records too; any Connect topic's records). A topic that does not exist holds no
     progress. Not thread-safe.
     """
 
@@ -515,6 +515,42 @@ def _mm2_offsets(sources: FlowSpec, timeout: float) -> dict[Key, Progress]:
         log.warning("flow=%s MirrorMaker 2's offsets not read (grant READ and DESCRIBE on %s to use them): %s",
                     sources.flow, sources.mm2_offsets.topic, exc)
         return {}
+
+
+def mm2_task_transactional_ids(sources: FlowSpec, timeout: float = DEFAULT_TIMEOUT) -> list[str]:
+    """The transactional ids MirrorMaker 2's source tasks use in its exactly-once mode (dedicated
+    mode: ``<source>-mm2-<connector>-<task>``), one per task of its newest task generation, read from
+    its Connect config topic on the target (``mm2-configs.<source>.internal``). None when MM2 never ran
+    there, ran in a Connect cluster (the flow names its offsets topic: the cluster's group is not
+    known), ran without its exactly-once mode (Connect records the task count it fences only in that
+    mode), or the topic may not be read (a warning)."""
+    if sources.mm2_offsets is None or sources.mm2_offsets.topic != f"mm2-offsets.{sources.source_alias}.internal":
+        return []
+    configs = SyncsLocation(sources.mm2_offsets.alias, f"mm2-configs.{sources.source_alias}.internal")
+    counts: list[int] = []
+
+    def task_count(key: bytes | None, value: bytes | None, _offset: int) -> None:
+        if key != b"tasks-fencing-" + sources.mm2_connector.encode():
+            return
+        try:
+            parsed = json.loads(value) if value is not None else None
+            count = parsed.get("task-count") if isinstance(parsed, dict) else None
+        except ValueError:
+            count = None
+        if isinstance(count, int) and count >= 0:
+            counts.append(count)
+    reader = OffsetsTopic(dict(sources.target_consumer), configs, sources.source_alias, sources.mm2_connector,
+                          on_raw=task_count)
+    try:
+        reader.read(timeout)
+    except ResumeNotAuthorizedError as exc:
+        log.warning("flow=%s MirrorMaker 2's tasks not known (grant READ and DESCRIBE on %s to fence their open "
+                    "transactions): %s", sources.flow, configs.topic, exc)
+        return []
+    finally:
+        reader.close()
+    tasks = counts[-1] if counts else 0  # the newest generation's
+    return [f"{sources.source_alias}-mm2-{sources.mm2_connector}-{task}" for task in range(tasks)]
 
 
 def _remote_offsets(admin: AdminClient, sources: FlowSpec, keys: Sequence[Key], names: Mapping[str, str],

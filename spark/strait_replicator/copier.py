@@ -449,6 +449,27 @@ def fence_copier(settings: FlowSpec, copier: str, timeout: float) -> None:
         producer.close()
 
 
+def fence_mm2_tasks(settings: FlowSpec, transactional_ids: Iterable[str], timeout: float) -> list[str]:
+    """Abort the open transactions of MirrorMaker 2's exactly-once tasks and fence them (taking over
+    from a crashed MM2: read_committed readers then see the copies that follow at once, not after
+    MM2's ``transaction.timeout.ms``); the ids fenced. One that cannot be fenced (an ACL, a timeout) is
+    logged: its transaction ends at its timeout."""
+    fenced: list[str] = []
+    for name in transactional_ids:
+        producer = Producer({**copy_producer_settings(settings, name), "logger": logging.getLogger("strait.librdkafka")})
+        try:
+            producer.init_transactions(timeout)
+            fenced.append(name)
+        except KafkaException as exc:
+            log.warning("flow=%s MirrorMaker 2's transactional id %s not fenced on cluster %s (grant WRITE and "
+                        "DESCRIBE on TransactionalId %s-mm2- prefixed): %s; its open transaction hides later "
+                        "records from read_committed readers until it times out", settings.flow, name,
+                        settings.target_alias, settings.source_alias, exc.args[0].str() if exc.args else exc)
+        finally:
+            producer.close()
+    return fenced
+
+
 _copiers: dict[str, Copier] = {}  # this worker's running copiers
 # (flow, partitions) -> (first, last) passing write failure of their copiers here (monotonic)
 _passing_failures: dict[tuple[str, frozenset[Key]], tuple[float, float]] = {}

@@ -34,12 +34,13 @@ from strait.flow_spec import FlowSpec, flow_spec
 from strait.metrics import set_flow_state
 from strait.progress import (
     COPY_EVIDENCE, OffsetsTopic, Progress, Resume, ResumeError, decide_starts, gather_evidence,
-    keys_of, progress_topic_spec, resume_report, summarize,
+    keys_of, mm2_task_transactional_ids, progress_topic_spec, resume_report, summarize,
 )
 from strait.retry import FlowTrouble, retry_transient
 from strait.remote_topics import RemoteTopic, reconcile_remote_topics, replicated_topics
 from strait_replicator import metrics
 from strait_replicator.live import PartitionReport, ProgressLog, RunReport, run_report
+from strait_replicator.copier import fence_mm2_tasks
 from strait_replicator.headstart import END_SECONDS, HeadStart
 from strait_replicator.session import SparkStartError
 from strait_replicator.planner import SourcePlan
@@ -61,6 +62,7 @@ LIVE_READ_SECONDS = 2.0  # the control loop waits at most this long for the live
 PLAN_POLL_SECONDS = 0.1  # how often a control loop waiting for a plan looks at the stop request
 STOP_RECORD_SECONDS = 2.0
 RESUME_SECONDS = 60.0  # how long passing cluster states may hold up reading where a query starts
+MM2_FENCE_SECONDS = 30.0  # per MirrorMaker 2 task fenced on a take-over
 _TASK_ERROR = re.compile(r"(?:ReplicationWriteError|ReplicationReadError|StraitError|KafkaException): (.+)")
 _ANY_ERROR = re.compile(r"^\S*(?:Error|Exception): (.+)$", re.MULTILINE)
 
@@ -324,14 +326,9 @@ class FlowRunner:
         """Where each partition's copy starts, decided from the evidence in Kafka (:mod:`strait.progress`);
         the evidence and the bound on records copied again are logged and exported per topic."""
         keys = keys_of([(t.source, t.partitions) for t in plan.topics])
-        # A remote topic just created may not have its leaders yet: such passing states are retried
-        deadline = time.monotonic() + RESUME_SECONDS
-        evidence = retry_transient(lambda: gather_evidence(plan.spec, keys), f"flow={self.flow_name} reading "
-                                   f"resume evidence", lambda: time.monotonic() > deadline)
-        if evidence is None:
-            raise ResumeError(f"flow {self.flow_name}: the resume evidence could not be read in {RESUME_SECONDS:.0f}s")
-        decided = decide_starts(self.flow_name, evidence, plan.spec.start, dict(plan.spec.remote_names),
-                                plan.spec.exactly_once)
+        decided = self._decide_starts(plan, keys)
+        if any(resume.evidence == "mm2-offsets" for resume in decided.values()) and self._fenced_mm2(plan):
+            decided = self._decide_starts(plan, keys)  # what MM2 committed before its fence, nothing after
         self._forget_resume()
         for topic, (evidence, duplicates) in summarize(decided).items():
             self._resume_labels.append((self.flow_name, topic, evidence))
@@ -342,6 +339,30 @@ class FlowRunner:
         if self.publish is not None:
             self.publish(self.flow_name, resume_report(decided))
         return decided
+
+    def _decide_starts(self, plan: FlowPlan, keys: list[TopicPartitionKey]) -> dict[TopicPartitionKey, Resume]:
+        # A remote topic just created may not have its leaders yet: such passing states are retried
+        deadline = time.monotonic() + RESUME_SECONDS
+        evidence = retry_transient(lambda: gather_evidence(plan.spec, keys), f"flow={self.flow_name} reading "
+                                   f"resume evidence", lambda: time.monotonic() > deadline)
+        if evidence is None:
+            raise ResumeError(f"flow {self.flow_name}: the resume evidence could not be read in {RESUME_SECONDS:.0f}s")
+        return decide_starts(self.flow_name, evidence, plan.spec.start, dict(plan.spec.remote_names),
+                             plan.spec.exactly_once)
+
+    def _fenced_mm2(self, plan: FlowPlan) -> bool:
+        """Taking over from MirrorMaker 2's exactly-once mode: its tasks' open transactions aborted and
+        fenced (see :func:`fence_mm2_tasks`); whether any was."""
+        try:
+            transactional_ids = mm2_task_transactional_ids(plan.spec)
+        except ResumeError as exc:
+            log.warning("flow=%s MirrorMaker 2's exactly-once tasks not fenced: %s", self.flow_name, exc)
+            return False
+        fenced = fence_mm2_tasks(plan.spec, transactional_ids, MM2_FENCE_SECONDS)
+        if fenced:
+            log.info("flow=%s fenced MirrorMaker 2's exactly-once tasks transactional_ids=%s", self.flow_name,
+                     ",".join(fenced))
+        return bool(fenced)
 
     def _forget_resume(self) -> None:
         """Remove this flow's resume evidence series (its previous start only: other flows keep theirs)."""

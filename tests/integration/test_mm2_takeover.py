@@ -15,10 +15,10 @@ The same turns with both in their exactly-once modes (MM2's `exactly.once.source
 strait's `exactly_once: true`): a read_committed consumer of the remote topic reads every record once
 after each switch. MM2 commits its source offsets in the transactions of its copies, and strait reads
 them read_committed, so it resumes exactly where MM2's last committed transaction ended, even after a
-SIGKILL. A SIGKILLed MM2's open transaction hides every later record from read_committed consumers
-until its transaction timeout aborts it (10 s here, MM2's producers default to 60 s; not timed by
-this test): strait does not fence MM2's producers (their transactional ids are
-``<source>-mm2-MirrorSourceConnector-<task>``).
+SIGKILL. A SIGKILLed MM2's open transaction would hide every later record from read_committed
+consumers until its transaction timeout (10 minutes here, 60 s by default): strait fences MM2's task
+producers when it takes over (their transactional ids are ``<source>-mm2-MirrorSourceConnector-<task>``),
+so the test's waits for strait's copies pass long before that.
 """
 
 from __future__ import annotations
@@ -60,9 +60,11 @@ pytestmark = pytest.mark.slow
 PARTITIONS = 3
 MM2_SETTINGS = {"emit.heartbeats.enabled": "false", "offset.flush.interval.ms": "2000",
                 "emit.checkpoints.interval.seconds": "1"}
-# MM2's transactions time out after 10 s (60 s by default): a SIGKILLed MM2's open one then stops hiding
-# the records after it from read_committed consumers.
-MM2_EXACTLY_ONCE_SETTINGS = {"B.producer.transaction.timeout.ms": "10000"}
+# MM2's transactions span 3 s (not a poll's records, the default), so a SIGKILL leaves one open, and
+# time out after 10 minutes (60 s by default): only strait's fence ends it within the test's waits for
+# strait's copies.
+MM2_EXACTLY_ONCE_SETTINGS = {"A->B.transaction.boundary": "interval", "A->B.transaction.boundary.interval.ms": "3000",
+                             "B.producer.transaction.timeout.ms": "600000"}
 CONSUMED = 3_000  # per partition, by the group MM2 checkpoints
 
 
@@ -90,6 +92,7 @@ class Turns:
         self.config = write_config(tmp_path / "flow.yaml", config)
         self.produced = 0
         self.turn = 0
+        self.replicator_log = ""  # the last strait turn's
 
     def produce(self, total: int, rate: float = 20_000) -> None:
         self.produced += produce_numbered(self.source, self.topic, PARTITIONS, total, rate, first=self.produced)
@@ -126,6 +129,7 @@ class Turns:
             if load is not None:
                 load.stop()  # counted above, or the turn failed
             process.stop()
+        self.replicator_log = process.log_text()
         evidence, bound = resume_evidence(process, self.topic)[0]
         duplicates = _duplicates(self.target, self.remote, self.produced)
         print(f"{what}: strait resumed from {evidence}, reported at most {bound}, found {duplicates}")
@@ -219,6 +223,8 @@ def test_both_in_exactly_once_mode_take_turns_and_every_record_is_read_once(
     turns.produce(5_000)
     evidence, _bound, twice = turns.strait_after_mm2("MM2 SIGKILLed", lambda mm2: mm2.kill(), 2_000)
     assert twice == 0 and evidence in ("mm2-offsets", "offset-syncs"), (evidence, twice)
+    assert "fenced MirrorMaker 2's exactly-once tasks transactional_ids=A-mm2-MirrorSourceConnector-0" \
+        in turns.replicator_log, "the SIGKILLed MM2's open transaction was aborted by strait"
 
 
 def _mm2_checkpoints(target: KafkaCluster, group: str) -> dict[tuple[str, str, int], StoredCheckpoint]:
