@@ -9,16 +9,21 @@ job, copies through the workers and its live metrics move while they copy; a wor
 mid-epoch (a replacement joins); the driver is SIGKILLed mid-epoch and started again with `strait run
 replicator --master`; every record reaches the target byte for byte, and the offset syncs translate
 exactly; a graceful stop reaches the tasks on the other hosts (the stop record) and ends their epoch.
+The replicator runs two flows through the same crashes, one per mode: A->B exactly once (issue 44:
+each record read once, in order, read_committed) and B->A at least once.
 """
 
 from __future__ import annotations
 
 import os
+import re
 import sys
 import time
 import urllib.request
 from collections.abc import Callable, Iterator
+from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 import psutil
 import pytest
@@ -27,6 +32,7 @@ from prometheus_client.parser import text_string_to_metric_families
 import strait_replicator
 
 from strait.config import load_config
+from strait.config.model import StraitConfig
 from strait.translation import CommittedOffset, load_index, translate_offset
 from strait_lab.clients import create_topic
 from strait_lab.kafka import KafkaCluster
@@ -34,7 +40,7 @@ from strait_lab.ports import free_port
 from strait_lab.process import ManagedProcess
 from strait_lab.services import StraitProcess
 from strait_lab.spark import SPARK_ENV, SparkStandalone, spark_bin
-from tests.support.config import flow_config, write_config
+from tests.support.config import cluster_entry, flow_config, strait_config, write_config
 from tests.support.kafka import NumberedLoad, committed_records, count, records_by_partition
 from tests.support.waiting import wait_for
 
@@ -117,35 +123,67 @@ def _spark_submit(master: str, args: list[str], log: Path) -> ManagedProcess:
         "--conf", "spark.driver.host=127.0.0.1", str(main), *args], log, env=SPARK_ENV)
 
 
-FULL = os.environ.get("STRAIT_FAULTS") == "full"
+@dataclass
+class _Flow:
+    """One of the replicator's two flows in this test: its clusters, topic, mode and load."""
+
+    source: KafkaCluster
+    target: KafkaCluster
+    topic: str
+    exactly_once: bool
+    load: NumberedLoad | None = None
+    total: int = 0
+
+    @property
+    def name(self) -> str:
+        return f"{self.source.alias}->{self.target.alias}"
+
+    @property
+    def remote(self) -> str:
+        return f"{self.source.alias}.{self.topic}"
+
+    def offsets(self) -> int:
+        """The remote's records and, in exactly-once mode, commit markers (cheap: watermarks only)."""
+        return count(self.target, self.remote)
+
+    def copied(self) -> int:
+        """The records a read_committed consumer reads on the remote (exactly once: markers hold offsets)."""
+        return committed_records(self.target, self.remote) if self.exactly_once else count(self.target, self.remote)
+
+    def config(self) -> dict[str, Any]:
+        return flow_config(self.source, self.target, [self.topic], exactly_once=self.exactly_once)["flows"][0]
 
 
-@pytest.mark.parametrize("exactly_once", [
-    False,
-    pytest.param(True, marks=pytest.mark.skipif(not FULL, reason="runs in `make test-faults` (STRAIT_FAULTS=full): "
-                                                                 "the suite's time (about 35 minutes with it)")),
-], ids=["at-least-once", "exactly-once"])
+def _all_copying(flows: list[_Flow], what: str, records: int) -> None:
+    """Wait until every flow's remote grew by ``records`` from now."""
+    before = [flow.offsets() for flow in flows]
+    wait_for(lambda: all(flow.offsets() > start + records for flow, start in zip(flows, before)), 180, what)
+
+
 def test_workers_that_share_no_disk_with_the_driver_copy_under_load_and_survive_sigkills(
     other_hosts: SparkStandalone, source_cluster: KafkaCluster, target_cluster: KafkaCluster,
-    unique_name: Callable[[str], str], tmp_path: Path, lab_root: Path, exactly_once: bool,
+    unique_name: Callable[[str], str], tmp_path: Path, lab_root: Path,
 ) -> None:
-    """Exactly once, the same with every record once and in order for a read_committed consumer."""
-    topic = unique_name("multi-host-eos" if exactly_once else "multi-host")
-    remote = f"A.{topic}"
-    create_topic(source_cluster.admin(), topic, partitions=PARTITIONS, config={"retention.ms": "-1"})
-    config = write_config(tmp_path / "s.yaml", flow_config(source_cluster, target_cluster, [topic],
-                                                            exactly_once=exactly_once))
+    """Two flows in one replicator, so one run serves both modes: A->B exactly once (every record once
+    and in order for a read_committed consumer) and B->A at least once."""
+    flows = [_Flow(source_cluster, target_cluster, unique_name("multi-host-eos"), exactly_once=True),
+             _Flow(target_cluster, source_cluster, unique_name("multi-host"), exactly_once=False)]
+    for flow in flows:
+        create_topic(flow.source.admin(), flow.topic, partitions=PARTITIONS, config={"retention.ms": "-1"})
+    config = write_config(tmp_path / "s.yaml", strait_config(
+        {c.alias: cluster_entry(c) for c in (source_cluster, target_cluster)}, [flow.config() for flow in flows]))
     # A URI, as for hdfs:// or s3a://: only the driver's JVM opens it, through Hadoop's file system.
     args = ["--config", str(config), "--state-dir", (tmp_path / "state").as_uri()]
-    load = NumberedLoad(source_cluster, topic, PARTITIONS, RATE)
     drivers: list[ManagedProcess | StraitProcess] = []
     try:
+        for flow in flows:
+            flow.load = NumberedLoad(flow.source, flow.topic, PARTITIONS, RATE)
         port = free_port()
         submitted = _spark_submit(other_hosts.url, [*args, "--epoch-seconds", "20", "--metrics-port", str(port)],
-                                  lab_root / "replicator" / f"driver-0-{topic}.log")
+                                  lab_root / "replicator" / f"driver-0-{flows[0].topic}.log")
         drivers.append(submitted)
         submitted.start()
-        wait_for(lambda: count(target_cluster, remote) > 2 * RATE, 180, "the workers copying")
+        wait_for(lambda: all(flow.offsets() > 2 * RATE for flow in flows), 180, "the workers copying")
         # The driver starts counting once its tail of the progress topic is up (seconds after the first
         # copies on a loaded 2-core CI: [0, 0.0, 33550.0, 35150.0] once); from then on it must keep moving.
         moving = [wait_for(lambda: _copied_total(port), 60, "the driver counting the copies live")]
@@ -157,8 +195,7 @@ def test_workers_that_share_no_disk_with_the_driver_copy_under_load_and_survive_
 
         other_hosts.workers[0].kill()  # a host lost mid-epoch, its executor with it
         other_hosts.add_worker(hidden=tmp_path)  # and replaced
-        before = count(target_cluster, remote)
-        wait_for(lambda: count(target_cluster, remote) > before + 3 * RATE, 180, "copying after the worker loss")
+        _all_copying(flows, "copying after the worker loss", 3 * RATE)
 
         time.sleep(5)
         copiers = _spark_python_processes(submitted, *other_hosts.workers)
@@ -168,7 +205,7 @@ def test_workers_that_share_no_disk_with_the_driver_copy_under_load_and_survive_
         assert (tmp_path / "state" / "A_to_B" / "checkpoint" / "commits").is_dir(), "spark-submit ran no epoch"
         # epochs longer than the stop's grace: only the stop record ends the last one in time
         driver = StraitProcess("replicator", [*args, "--master", other_hosts.url, "--epoch-seconds", "300"],
-                               lab_root / "replicator", env=SPARK_ENV, name=f"driver-1-{topic}")
+                               lab_root / "replicator", env=SPARK_ENV, name=f"driver-1-{flows[0].topic}")
         drivers.append(driver)
         driver.start(timeout=120)
         # Its executors and their Python workers go with the driver: no copier of the old driver's is
@@ -180,50 +217,59 @@ def test_workers_that_share_no_disk_with_the_driver_copy_under_load_and_survive_
                            f"{time.monotonic() - killed_at:.0f} s: {_described(alive)}")
         print(f"the old driver's {len(copiers)} Spark Python processes were gone "
               f"{time.monotonic() - killed_at:.1f} s after its SIGKILL (new driver started)")
-        before = count(target_cluster, remote)
-        wait_for(lambda: count(target_cluster, remote) > before + 3 * RATE, 180, "copying after the driver loss")
-        total = load.stop()
-        # exactly once, records read_committed: a transactional copy's offsets also count its commit markers
-        copied = (lambda: committed_records(target_cluster, remote)) if exactly_once else (lambda: count(target_cluster, remote))
-        wait_for(lambda: copied() >= total, 300, f"{remote} caught up")
+        _all_copying(flows, "copying after the driver loss", 3 * RATE)
+        for flow in flows:
+            flow.total = flow.load.stop() if flow.load is not None else 0
+        for flow in flows:
+            wait_for(lambda: flow.copied() >= flow.total, 300, f"{flow.remote} caught up")
         # The driver's head start copies until the first epoch's tasks on the other hosts take over: the
         # stop must find those tasks running (a stop 9 s after the start once found none yet).
-        wait_for(lambda: "ended reason=yield" in driver.log_text(), 120, "the tasks on the other hosts copying")
+        wait_for(lambda: all(re.search(f"flow={re.escape(flow.name)} head start copier=.* ended reason=yield",
+                                       driver.log_text()) for flow in flows), 120, "the tasks on the other hosts copying")
         time.sleep(2)
         driver.stop()
-        assert "running epoch ended=True" in driver.log_text(), \
-            "the tasks on the other hosts did not see the stop record: the epoch was left running"
+        for flow in flows:
+            assert f"flow={flow.name} running epoch ended=True" in driver.log_text(), \
+                f"flow {flow.name}: the tasks on the other hosts did not see the stop record: the epoch was left running"
     finally:
-        load.stop()
+        for flow in flows:
+            if flow.load is not None:
+                flow.load.stop()
         for process in drivers:
             process.stop()
 
     assert not list((tmp_path / "state").rglob("strait-live*")), "no live files beside the checkpoint"
-    source = records_by_partition(source_cluster, topic)
-    target = records_by_partition(target_cluster, remote)
+    strait_config_loaded = load_config(config)
+    for flow in flows:
+        _every_record_copied_and_translated(flow, strait_config_loaded)
+
+
+def _every_record_copied_and_translated(flow: _Flow, config: StraitConfig) -> None:
+    """Every record of the flow's source on its remote (once each and in order exactly once; at least
+    once, with one replay per crash that hit a partition's task), and the offset syncs exact."""
+    source = records_by_partition(flow.source, flow.topic)
+    target = records_by_partition(flow.target, flow.remote)
     duplicates, rewinds = 0, []
     for partition in range(PARTITIONS):
         originals = {(r.key, r.value) for r in source[partition]}
         copies = [(r.key, r.value) for r in target[partition]]
-        assert set(copies) == originals, f"partition {partition}: records lost or changed"
+        assert set(copies) == originals, f"flow {flow.name} partition {partition}: records lost or changed"
         duplicates += len(copies) - len(set(copies))
         rewinds.append(_rewinds([r.value for r in target[partition]],
                                 {r.value: i for i, r in enumerate(source[partition])}))
-    print(f"multi-host: {total} records, {duplicates} copied twice after a worker and a driver SIGKILL; "
-          f"replays per partition {rewinds}")
-    if exactly_once:
+    print(f"multi-host flow {flow.name} (exactly_once={flow.exactly_once}): {flow.total} records, {duplicates} "
+          f"copied twice after a worker and a driver SIGKILL; replays per partition {rewinds}")
+    if flow.exactly_once:
         assert duplicates == 0 and max(rewinds) == 0, f"exactly once: {duplicates} twice, replays {rewinds}"
     # One replay per crash that hit the partition's task (a worker, the driver), a retried task once more
     assert max(rewinds) <= 4, f"copies went back in source order {rewinds} times: two copiers interleaved"
 
-    strait_config = load_config(config)
-    flow = strait_config.flow("A->B")
-    index = load_index(strait_config, flow)
+    flow_config_loaded = config.flow(flow.name)
+    index = load_index(config, flow_config_loaded)
     for partition in range(PARTITIONS):
         for offset in (1, len(source[partition]) // 2, len(source[partition]) - 1):
-            row = translate_offset(flow, index, CommittedOffset(topic, partition, offset))
-            assert row.downstream is not None, f"{topic}[{partition}] offset {offset} not translated"
+            row = translate_offset(flow_config_loaded, index, CommittedOffset(flow.topic, partition, offset))
+            assert row.downstream is not None, f"{flow.topic}[{partition}] offset {offset} not translated"
             # the record a consumer resuming there reads next is the one the source group would read next
             following = next(r for r in target[partition] if (r.offset or 0) >= row.downstream)
             assert following.value == source[partition][offset].value
-
