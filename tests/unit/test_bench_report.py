@@ -11,7 +11,7 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from strait.config.document import config_from_dict
-from strait_bench import limit, report, systems
+from strait_bench import limit, report, runner, systems
 from strait_bench.options import SYSTEMS, BenchOptions, exactly_once, parse_args, replicator
 from strait_bench.stats import latency_summary, medians, percentile, ratios
 from strait_bench.traffic import slow_seconds
@@ -227,3 +227,13 @@ def test_the_slow_seconds_of_a_latency_run_are_listed_worst_first_with_their_cou
         f"{time.strftime('%H:%M:%S', time.gmtime(1002))} max=400ms slow=2",
         f"{time.strftime('%H:%M:%S', time.gmtime(1000))} max=300ms slow=1"]
     assert slow_seconds(created, [1.0] * 5) == []
+
+
+def test_strait_latency_runs_wait_for_the_query_and_for_its_head_start_to_end() -> None:
+    query = "flow=A->B query started topics=2 epoch_seconds=60 records_per_second=unlimited\n"
+    head = "flow=A->B head start copier=c1 copies partitions=12 until the query's tasks take them\n"
+    ended = "flow=A->B head start copier=c1 ended reason=yield\n"
+    assert not runner._started(head)
+    assert not runner._started(head + query), "the query started, its tasks have not yet taken over"
+    assert runner._started(head + query + ended)
+    assert runner._started(query), "no head start: the query's start is the end of start-up"

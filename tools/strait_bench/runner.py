@@ -26,6 +26,16 @@ from strait_lab.spark import SparkStandalone
 log = logging.getLogger(__name__)
 
 POLL_SECONDS = 0.2
+# strait's latency runs begin once its start-up is over (:func:`_started`), and this long after. Spark's query start is
+# start-up (as MM2's 10-13 s before its first record are), reported as startup_s and all_copied_s;
+# measured inside the first latency window it made most of strait's slow seconds there.
+STEADY_AFTER_SECONDS = 5.0
+
+
+def _started(log_text: str) -> bool:
+    """strait's query started and, when a head start copied, the head start ended (its copiers yielded
+    to the query's tasks)."""
+    return " query started " in log_text and (" head start copier=" not in log_text or " ended reason=" in log_text)
 GB = 1e9
 
 
@@ -169,6 +179,8 @@ class Bench:
             result["all_copied_s"] = round(done_at - started, 2)
             # likewise the CPU: from launch, the start-up's CPU counts for both systems
             result["cpu_s_per_gb_from_launch"] = round(cpu_done / (workload.payload_bytes / GB), 2)
+            if latency and replicator(system) == "strait":
+                result["latency_waited_s"] = round(self._steady(process), 2)
             batches = _batch_seconds(process)
             result["latency"] = self._latencies(process, target, workload, probes) if latency else {}
             if batches is not None and latency:
@@ -216,6 +228,20 @@ class Bench:
         raise BenchError(f"{process.name} did not copy {what} of {workload.topic} within "
                          f"{self.options.timeout_seconds:.0f}s: end offsets {progress.total} for "
                          f"{workload.records} records on {remote}; log {process.log_path}")
+
+    def _steady(self, process: ManagedProcess) -> float:
+        """Wait until strait's start-up is over (:func:`_started`); the seconds waited."""
+        began = time.monotonic()
+        deadline = began + self.options.timeout_seconds
+        while not _started(process.log_path.read_text(errors="replace")):
+            if not process.alive() or time.monotonic() > deadline:
+                raise BenchError(f"{process.name} did not finish starting its query; log {process.log_path}:\n"
+                                 f"{tail(process.log_path)}")
+            time.sleep(POLL_SECONDS)
+        time.sleep(STEADY_AFTER_SECONDS)
+        waited = time.monotonic() - began
+        log.info("latency runs begin steady_after_s=%.1f", waited)
+        return waited
 
     def _latencies(self, process: ManagedProcess, target: KafkaCluster, workload: Workload,
                    probes: str) -> dict[str, Any]:
