@@ -63,32 +63,33 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
 
 # Folders whose tests share a package-scoped fixture (the fault drills' rig): one xdist worker runs them all.
 _PACKAGE_SCOPES = ("tests/faults/",)
-# Seconds the slowest files took in one process (2026-11-28, 2 cores). They start first, so that no
-# long file runs on one worker at the end while the other has nothing left.
+# Seconds the slowest files took in a two-worker run on 2 cores (2026-11-29's timeline; the drills' and
+# the compose lab's from one process, 2026-11-28). They start first, so that no long file runs on one
+# worker at the end while the other has nothing left.
 _SLOWEST_SECONDS = {
     "tests/faults/": 494,
     "tests/compose/test_compose_lab.py": 530,
-    "tests/integration/test_replicator.py": 221,
-    "tests/integration/test_disaster_recovery.py": 146,
-    "tests/integration/test_dead_source_alerts.py": 116,
-    "tests/integration/test_mm2_scenarios.py": 107,
-    "tests/integration/test_bad_input_catalogue.py": 110,
-    "tests/integration/test_guide_setups.py": 60,
-    "tests/integration/test_stop_dead_cluster.py": 89,
-    "tests/integration/test_dashboard_queries.py": 88,
-    "tests/integration/test_mm2_takeover.py": 80,
-    "tests/integration/test_verify.py": 68,
-    "tests/integration/test_checkpoint_replicas.py": 66,
-    "tests/integration/test_resume_evidence.py": 63,
-    "tests/integration/test_replicator_multi_host.py": 60,
-    "tests/integration/test_security.py": 57,
-    "tests/integration/test_copy_tasks.py": 57,
-    "tests/integration/test_compat_matrix.py": 54,
-    "tests/integration/test_guide_tls_setups.py": 54,
-    "tests/integration/test_bench.py": 53,
-    "tests/integration/test_checkpoint.py": 52,
-    "tests/integration/test_failover.py": 51,
-    "tests/integration/test_replicator_faults.py": 47,
+    "tests/integration/test_disaster_recovery.py": 359,
+    "tests/integration/test_replicator.py": 207,
+    "tests/integration/test_mm2_takeover.py": 200,
+    "tests/integration/test_dead_source_alerts.py": 140,
+    "tests/integration/test_bench.py": 130,
+    "tests/integration/test_stop_dead_cluster.py": 121,
+    "tests/integration/test_bad_input_catalogue.py": 99,
+    "tests/integration/test_mm2_scenarios.py": 98,
+    "tests/integration/test_copy_tasks.py": 98,
+    "tests/integration/test_dashboard_queries.py": 86,
+    "tests/integration/test_verify.py": 75,
+    "tests/integration/test_replicator_multi_host.py": 74,
+    "tests/integration/test_checkpoint_replicas.py": 67,
+    "tests/integration/test_replicator_faults.py": 61,
+    "tests/integration/test_resume_evidence.py": 57,
+    "tests/integration/test_checkpoint.py": 56,
+    "tests/integration/test_guide_setups.py": 52,
+    "tests/integration/test_failover.py": 44,
+    "tests/integration/test_security.py": 40,
+    "tests/integration/test_compat_matrix.py": 39,
+    "tests/integration/test_guide_tls_setups.py": 34,
 }
 # The compose lab first builds its images for minutes (6 on a fresh machine), then holds the machine
 # in a shared span (tests/support/machine.py): the other workers' tests run beside it, but no timed

@@ -39,6 +39,7 @@ from __future__ import annotations
 import json
 import logging
 import time
+import warnings
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
@@ -118,8 +119,8 @@ class OffsetsTopic:
     ``start_at`` is where reading begins in each partition of the topic: ``"beginning"``, ``"end"``
     (only what is written from now on), or the offsets a reader got to (:attr:`positions`).
     ``on_record`` sees every progress record read, in order; ``on_raw`` the key, value and offset of
-    every record read (the replicator's control records too; any Connect topic's records). A topic that does not exist holds no
-    progress. Not thread-safe.
+    every record read (the replicator's control records too; any Connect topic's records). A topic that
+    does not exist holds no progress. Not thread-safe.
     """
 
     def __init__(self, settings: Mapping[str, str], location: SyncsLocation, cluster: str,
@@ -550,7 +551,55 @@ def mm2_task_transactional_ids(sources: FlowSpec, timeout: float = DEFAULT_TIMEO
     finally:
         reader.close()
     tasks = counts[-1] if counts else 0  # the newest generation's
-    return [f"{sources.source_alias}-mm2-{sources.mm2_connector}-{task}" for task in range(tasks)]
+    return [f"{mm2_group(sources)}-{sources.mm2_connector}-{task}" for task in range(tasks)]
+
+
+def mm2_group(sources: FlowSpec) -> str:
+    """The group MirrorMaker 2's workers (dedicated mode) join on the target for the flow's source."""
+    return f"{sources.source_alias}-mm2"
+
+
+_GONE_GROUP_STATES = ("EMPTY", "DEAD")  # DEAD: also a group that does not exist
+MM2_GROUP_CALL_SECONDS = 5.0
+
+
+def mm2_workers_gone(sources: FlowSpec, wait_seconds: float) -> bool:
+    """Whether MirrorMaker 2's worker group on the target is confirmed to have no member (Empty, or no
+    such group), waiting up to ``wait_seconds`` for a crashed worker's session to expire (Connect's
+    default is 10 s). Anything short of that (live members, a group the principal may not describe, a
+    failed call) is False: a live MM2's tasks are never fenced."""
+    admin = admin_client(dict(sources.target_admin))
+    group = mm2_group(sources)
+    deadline = time.monotonic() + wait_seconds
+    while True:
+        state = _group_state(admin, group)
+        if state in _GONE_GROUP_STATES:
+            return True
+        if time.monotonic() >= deadline:
+            log.info("flow=%s MirrorMaker 2's worker group=%s cluster=%s state=%s: not known to be gone",
+                     sources.flow, group, sources.target_alias, state)
+            return False
+        time.sleep(1.0)
+
+
+def _group_state(admin: AdminClient, group: str) -> str:
+    """The group's state as the broker reports it, upper case ("LIVE" while it has members; "DEAD" when
+    there is no such group; "ERROR: ..." when the call fails). Kafka's DescribeGroups through the older
+    ``list_groups`` call: ``describe_consumer_groups`` refuses a Connect group, and
+    ``list_consumer_groups`` leaves Connect groups out."""
+    try:
+        with warnings.catch_warnings():  # deprecated, but the only call of this client for a Connect group
+            warnings.simplefilter("ignore", DeprecationWarning)
+            found = admin.list_groups(group, timeout=MM2_GROUP_CALL_SECONDS)
+    except Exception as exc:  # noqa: BLE001 - any failure means "not known to be gone"
+        return f"ERROR: {type(exc).__name__}: {exc}"
+    for meta in found:
+        if meta.id != group:
+            continue
+        if meta.error is not None and meta.error.code() != KafkaError.GROUP_ID_NOT_FOUND:
+            return f"ERROR: {meta.error.str()}"
+        return "LIVE" if meta.members else str(meta.state or "DEAD").upper()
+    return "DEAD"
 
 
 def _remote_offsets(admin: AdminClient, sources: FlowSpec, keys: Sequence[Key], names: Mapping[str, str],

@@ -456,15 +456,16 @@ def fence_mm2_tasks(settings: FlowSpec, transactional_ids: Iterable[str], timeou
     logged: its transaction ends at its timeout."""
     fenced: list[str] = []
     for name in transactional_ids:
-        producer = Producer({**copy_producer_settings(settings, name), "logger": logging.getLogger("strait.librdkafka")})
+        producer = Producer({**copy_producer_settings(settings, name),
+                             "logger": logging.getLogger("strait.librdkafka")})
         try:
             producer.init_transactions(timeout)
             fenced.append(name)
         except KafkaException as exc:
-            log.warning("flow=%s MirrorMaker 2's transactional id %s not fenced on cluster %s (grant WRITE and "
-                        "DESCRIBE on TransactionalId %s-mm2- prefixed): %s; its open transaction hides later "
-                        "records from read_committed readers until it times out", settings.flow, name,
-                        settings.target_alias, settings.source_alias, exc.args[0].str() if exc.args else exc)
+            log.warning("flow=%s MirrorMaker 2's transactional_id=%s not fenced on cluster=%s (grant WRITE and "
+                        "DESCRIBE on that TransactionalId): %s; its open transaction hides later records from "
+                        "read_committed readers until it times out", settings.flow, name, settings.target_alias,
+                        exc.args[0].str() if exc.args else exc)
         finally:
             producer.close()
     return fenced

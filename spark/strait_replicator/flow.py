@@ -33,8 +33,8 @@ from strait.kafka.admin import (
 from strait.flow_spec import FlowSpec, flow_spec
 from strait.metrics import set_flow_state
 from strait.progress import (
-    COPY_EVIDENCE, OffsetsTopic, Progress, Resume, ResumeError, decide_starts, gather_evidence,
-    keys_of, mm2_task_transactional_ids, progress_topic_spec, resume_report, summarize,
+    COPY_EVIDENCE, OffsetsTopic, Progress, Resume, ResumeError, decide_starts, gather_evidence, keys_of,
+    mm2_group, mm2_task_transactional_ids, mm2_workers_gone, progress_topic_spec, resume_report, summarize,
 )
 from strait.retry import FlowTrouble, retry_transient
 from strait.remote_topics import RemoteTopic, reconcile_remote_topics, replicated_topics
@@ -62,7 +62,12 @@ LIVE_READ_SECONDS = 2.0  # the control loop waits at most this long for the live
 PLAN_POLL_SECONDS = 0.1  # how often a control loop waiting for a plan looks at the stop request
 STOP_RECORD_SECONDS = 2.0
 RESUME_SECONDS = 60.0  # how long passing cluster states may hold up reading where a query starts
-MM2_FENCE_SECONDS = 30.0  # per MirrorMaker 2 task fenced on a take-over
+# Fencing MirrorMaker 2's tasks on a take-over runs in the control loop: each step (reading its task
+# count, fencing one task) gets this long...
+MM2_FENCE_SECONDS = 10.0
+# ...and a crashed MM2 worker stays a member of its group this long at most (Connect's session timeout
+# is 10 s by default) before its tasks may be fenced
+MM2_LEAVE_SECONDS = 12.0
 _TASK_ERROR = re.compile(r"(?:ReplicationWriteError|ReplicationReadError|StraitError|KafkaException): (.+)")
 _ANY_ERROR = re.compile(r"^\S*(?:Error|Exception): (.+)$", re.MULTILINE)
 
@@ -352,13 +357,24 @@ class FlowRunner:
 
     def _fenced_mm2(self, plan: FlowPlan) -> bool:
         """Taking over from MirrorMaker 2's exactly-once mode: its tasks' open transactions aborted and
-        fenced (see :func:`fence_mm2_tasks`); whether any was."""
+        fenced (see :func:`fence_mm2_tasks`); whether any was. Never fails the take-over: without a
+        fence an open transaction of MM2's only ends at its timeout."""
         try:
-            transactional_ids = mm2_task_transactional_ids(plan.spec)
-        except ResumeError as exc:
-            log.warning("flow=%s MirrorMaker 2's exactly-once tasks not fenced: %s", self.flow_name, exc)
+            transactional_ids = mm2_task_transactional_ids(plan.spec, MM2_FENCE_SECONDS)
+            if not transactional_ids:
+                return False
+            if not mm2_workers_gone(plan.spec, MM2_LEAVE_SECONDS):  # still copying other topics, maybe
+                log.warning("flow=%s MirrorMaker 2's workers (group %s on %s) may still be running: its "
+                            "exactly-once tasks are not fenced, and an open transaction of theirs hides later "
+                            "records from read_committed readers until it ends; stop MirrorMaker 2 for these "
+                            "topics before strait takes them over", self.flow_name, mm2_group(plan.spec),
+                            plan.spec.target_alias)
+                return False
+            fenced = fence_mm2_tasks(plan.spec, transactional_ids, MM2_FENCE_SECONDS)
+        except Exception as exc:  # noqa: BLE001 - see the docstring
+            log.warning("flow=%s MirrorMaker 2's exactly-once tasks not fenced: %s: %s", self.flow_name,
+                        type(exc).__name__, exc)
             return False
-        fenced = fence_mm2_tasks(plan.spec, transactional_ids, MM2_FENCE_SECONDS)
         if fenced:
             log.info("flow=%s fenced MirrorMaker 2's exactly-once tasks transactional_ids=%s", self.flow_name,
                      ",".join(fenced))

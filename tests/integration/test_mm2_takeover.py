@@ -34,6 +34,8 @@ from confluent_kafka import TopicPartition
 
 from strait.config import load_config
 from strait.config.store import apply_config
+from strait.flow_spec import FlowSpec, flow_spec
+from strait.progress import mm2_workers_gone
 from strait.translation import StoredCheckpoint, read_stored_checkpoints
 from strait_bench.options import BenchOptions
 from strait_bench.systems import start_mm2
@@ -104,6 +106,11 @@ class Turns:
     def caught_up(self, what: str, extra: int = 0) -> None:
         wait_for(lambda: self.copied() >= self.produced + extra, 180, what)
 
+    def spec(self) -> FlowSpec:
+        """The flow's spec, as the replicator builds it."""
+        config = load_config(self.config)
+        return flow_spec(config, config.flow("A->B"), [(self.topic, self.remote)], None)
+
     def mm2(self) -> ManagedProcess:
         self.turn += 1
         settings = {**MM2_SETTINGS, **(MM2_EXACTLY_ONCE_SETTINGS if self.exactly_once else {})}
@@ -150,6 +157,8 @@ class Turns:
             before = self.copied()
             load = NumberedLoad(self.source, self.topic, PARTITIONS, rate, first=self.produced)
             wait_for(lambda: self.copied() >= before + 3 * rate, 60, "MirrorMaker 2 copying under load")
+            if self.exactly_once:  # a take-over never fences the tasks of an MM2 that may still run
+                assert not mm2_workers_gone(self.spec(), 0), "MirrorMaker 2's running workers taken for gone"
             end(mm2)
         except BaseException:
             if load is not None:

@@ -232,8 +232,10 @@ def test_the_slow_seconds_of_a_latency_run_are_listed_worst_first_with_their_cou
 def test_strait_latency_runs_wait_for_the_query_and_for_its_head_start_to_end() -> None:
     query = "flow=A->B query started topics=2 epoch_seconds=60 records_per_second=unlimited\n"
     head = "flow=A->B head start copier=c1 copies partitions=12 until the query's tasks take them\n"
+    unclaimed = "flow=A->B head start copier=c2 not claimed: the query's tasks copy its partitions\n"
     ended = "flow=A->B head start copier=c1 ended reason=yield\n"
     assert not runner._started(head)
     assert not runner._started(head + query), "the query started, its tasks have not yet taken over"
     assert runner._started(head + query + ended)
     assert runner._started(query), "no head start: the query's start is the end of start-up"
+    assert runner._started(unclaimed + query), "a head start that never copied ends nothing"

@@ -26,17 +26,18 @@ from strait_lab.spark import SparkStandalone
 log = logging.getLogger(__name__)
 
 POLL_SECONDS = 0.2
-# strait's latency runs begin once its start-up is over (:func:`_started`), and this long after. Spark's query start is
-# start-up (as MM2's 10-13 s before its first record are), reported as startup_s and all_copied_s;
-# measured inside the first latency window it made most of strait's slow seconds there.
+GB = 1e9
+
+# strait's latency runs begin once its start-up is over (:func:`_started`), and this long after. Spark's
+# query start is start-up (as MM2's 10-13 s before its first record are), reported as startup_s and
+# all_copied_s; measured inside the first latency window it made most of strait's slow seconds there.
 STEADY_AFTER_SECONDS = 5.0
 
 
 def _started(log_text: str) -> bool:
-    """strait's query started and, when a head start copied, the head start ended (its copiers yielded
-    to the query's tasks)."""
-    return " query started " in log_text and (" head start copier=" not in log_text or " ended reason=" in log_text)
-GB = 1e9
+    """strait's query started and, when a head start copier copied (claimed its partitions), the head
+    start ended (its copiers yielded to the query's tasks)."""
+    return " query started " in log_text and (" copies partitions=" not in log_text or " ended reason=" in log_text)
 
 
 @dataclass(frozen=True)
