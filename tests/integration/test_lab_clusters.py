@@ -67,11 +67,22 @@ def test_acls_are_enforced_for_scram_users(secured_cluster: KafkaCluster, unique
                                "*", AclOperation.READ, AclPermissionType.ALLOW)
     for future in admin.create_acls([binding, group_binding]).values():
         future.result(timeout=15)
-    records = consume_all(alice, topic, timeout=30)
+    # Each broker applies the new ACLs from the metadata log on its own: one may still refuse for a moment
+    records = wait_for(lambda: _consumed_or_refused(alice, topic), 30, "the ACL to reach every broker")
     assert [(r.key, r.value) for r in records] == [(b"k", b"v")]
 
     with pytest.raises(Exception):
         produce(alice, topic, [Record(b"k2", b"denied")], timeout=10)
+
+
+def _consumed_or_refused(config: dict[str, str], topic: str) -> list[Record] | None:
+    """Every record of ``topic``, or None while a broker still refuses the principal."""
+    try:
+        return consume_all(config, topic, timeout=30)
+    except Exception as exc:  # noqa: BLE001 - only an authorization refusal is retried
+        if "authoriz" not in str(exc).lower():
+            raise
+        return None
 
 
 def test_admin_user_is_a_super_user_over_sasl(secured_cluster: KafkaCluster) -> None:
