@@ -47,7 +47,7 @@ from typing import Any
 from confluent_kafka import Consumer, KafkaError, KafkaException, Producer, TopicPartition
 from confluent_kafka.admin import AdminClient
 
-from strait.config.model import FlowConfig, StraitConfig, SyncsLocation
+from strait.config.model import FlowConfig, StraitConfig, SyncsLocation, dedicated_mm2_offsets_topic
 from strait.errors import StraitError
 from strait.flow_spec import FlowSpec
 from strait.kafka.admin import TopicSpec, admin_client, create_topics, list_offsets, topic_partitions
@@ -525,7 +525,7 @@ def mm2_task_transactional_ids(sources: FlowSpec, timeout: float = DEFAULT_TIMEO
     there, ran in a Connect cluster (the flow names its offsets topic: the cluster's group is not
     known), ran without its exactly-once mode (Connect records the task count it fences only in that
     mode), or the topic may not be read (a warning)."""
-    if sources.mm2_offsets is None or sources.mm2_offsets.topic != f"mm2-offsets.{sources.source_alias}.internal":
+    if sources.mm2_offsets is None or sources.mm2_offsets.topic != dedicated_mm2_offsets_topic(sources.source_alias):
         return []
     configs = SyncsLocation(sources.mm2_offsets.alias, f"mm2-configs.{sources.source_alias}.internal")
     counts: list[int] = []

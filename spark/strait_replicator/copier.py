@@ -435,18 +435,26 @@ class Copier(threading.Thread):
                         self.settings.flow, self.id)
 
 
-def fence_copier(settings: FlowSpec, copier: str, timeout: float) -> None:
-    """Exactly once: abort the open transaction of ``copier`` of the flow, if any, and fence it: it can
-    commit nothing more. A HandOffError when the target does not answer."""
-    producer = Producer({**copy_producer_settings(settings, transactional_id(settings.flow, copier)),
+def _fence(settings: FlowSpec, name: str, timeout: float) -> None:
+    """Abort the open transaction of the producer with transactional.id ``name`` on the flow's target,
+    if any, and fence it: it can commit nothing more. KafkaException when the target refuses or does
+    not answer."""
+    producer = Producer({**copy_producer_settings(settings, name),
                          "logger": logging.getLogger("strait.librdkafka")})
     try:
         producer.init_transactions(timeout)
+    finally:
+        producer.close()
+
+
+def fence_copier(settings: FlowSpec, copier: str, timeout: float) -> None:
+    """Exactly once: abort the open transaction of ``copier`` of the flow, if any, and fence it: it can
+    commit nothing more. A HandOffError when the target does not answer."""
+    try:
+        _fence(settings, transactional_id(settings.flow, copier), timeout)
     except KafkaException as exc:
         raise HandOffError(f"flow {settings.flow}: fencing copier {copier} on cluster {settings.target_alias} "
                            f"failed: {exc.args[0].str() if exc.args else exc}") from None
-    finally:
-        producer.close()
 
 
 def fence_mm2_tasks(settings: FlowSpec, transactional_ids: Iterable[str], timeout: float) -> list[str]:
@@ -456,18 +464,14 @@ def fence_mm2_tasks(settings: FlowSpec, transactional_ids: Iterable[str], timeou
     logged: its transaction ends at its timeout."""
     fenced: list[str] = []
     for name in transactional_ids:
-        producer = Producer({**copy_producer_settings(settings, name),
-                             "logger": logging.getLogger("strait.librdkafka")})
         try:
-            producer.init_transactions(timeout)
+            _fence(settings, name, timeout)
             fenced.append(name)
         except KafkaException as exc:
             log.warning("flow=%s MirrorMaker 2's transactional_id=%s not fenced on cluster=%s (grant WRITE and "
                         "DESCRIBE on that TransactionalId): %s; its open transaction hides later records from "
                         "read_committed readers until it times out", settings.flow, name, settings.target_alias,
                         exc.args[0].str() if exc.args else exc)
-        finally:
-            producer.close()
     return fenced
 
 

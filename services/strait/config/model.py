@@ -379,7 +379,7 @@ class FlowTopics:
     @property
     def mm2_offsets(self) -> SyncsLocation:
         """MirrorMaker 2's Connect offsets topic for this source, on the target."""
-        return SyncsLocation(self.target, self.mm2_offsets_topic or f"mm2-offsets.{self.source}.internal")
+        return SyncsLocation(self.target, self.mm2_offsets_topic or dedicated_mm2_offsets_topic(self.source))
 
     @property
     def mm2_connector(self) -> str:
@@ -447,3 +447,8 @@ class StraitConfig:
     def enabled_flows(self) -> tuple[FlowConfig, ...]:
         """The flows that replicate."""
         return tuple(flow for flow in self.flows if flow.enabled)
+
+
+def dedicated_mm2_offsets_topic(source: str) -> str:
+    """The Connect offsets topic MirrorMaker 2 in dedicated mode keeps for ``source`` on the target."""
+    return f"mm2-offsets.{source}.internal"
