@@ -111,6 +111,13 @@ def _warm_up(rig: Rig) -> None:
     wait_copied(rig, load.topic, load.mark(), timeout=600)
 
 
+@pytest.fixture(autouse=True)
+def _brokers_back_after_each_drill(request: pytest.FixtureRequest) -> Iterator[None]:
+    yield
+    if "rig" in request.fixturenames:
+        request.getfixturevalue("rig").restore_nodes()
+
+
 @pytest.fixture
 def replicas(rig: Rig) -> Iterator[Callable[..., list[StraitProcess]]]:
     """Start service replicas side by side: ``replicas("heartbeat", "heartbeat")``; stopped after the test."""

@@ -463,6 +463,15 @@ class Rig:
         return StraitProcess(component, ["--config", str(self.config_path), "--lease-ttl", str(LEASE_TTL)],
                              self.workdir, name=f"{component}-{index}-{time.monotonic_ns()}")
 
+    def restore_nodes(self) -> None:
+        """Start again any broker a drill left down (it failed before its own restart): the next drills
+        share the clusters and would each wait out their timeouts on a missing broker."""
+        for cluster in (self.source, self.target):
+            for n, node in enumerate(cluster.nodes):
+                if not node.alive():
+                    log.warning("restarting a broker a drill left down cluster=%s node=%d", cluster.alias, n + 1)
+                    cluster.restart_node(n, timeout=180)
+
     def stop(self) -> None:
         """Stop the replicator (SIGKILL: the rig's state is thrown away, a graceful stop only costs time)."""
         if self.replicator is not None:

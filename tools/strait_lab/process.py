@@ -10,6 +10,7 @@ import contextlib
 import ctypes
 import logging
 import os
+import re
 import signal
 import subprocess
 import time
@@ -19,6 +20,7 @@ from pathlib import Path
 from strait_lab.errors import ProcessStartError
 
 log = logging.getLogger(__name__)
+_ERROR_LINE = re.compile(r"\b(ERROR|FATAL|Exception|Error:)")
 
 _CONSOLE_LOG4J2 = """\
 status = warn
@@ -64,12 +66,18 @@ def _die_with_parent() -> None:
 
 
 def tail(path: Path, lines: int = 20) -> str:
-    """The last lines of a log file, for error messages."""
+    """The last lines of a log file, for error messages, after its first error lines if the tail has
+    none (a server that failed to start logs the cause, then many lines of its shutdown)."""
     try:
         content = path.read_text(errors="replace").splitlines()
     except FileNotFoundError:
         return "(no log written)"
-    return "\n".join(content[-lines:])
+    last = content[-lines:]
+    if any(_ERROR_LINE.search(line) for line in last):
+        return "\n".join(last)
+    errors = [line for line in content[:-lines] if _ERROR_LINE.search(line)][:5]
+    first = ["first errors:", *errors, "last lines:"] if errors else []
+    return "\n".join([*first, *last])
 
 
 class ManagedProcess:
