@@ -21,7 +21,7 @@ def test_bench_measures_every_system_and_writes_the_report(tmp_path: Path) -> No
     # cluster): each otherwise scans the classpath by reflection, 2-15 s apiece here, in two MM2 runs
     discovery = tuple((f"{scope}plugin.discovery", "service_load") for scope in ("", "A.", "B."))
     options = replace(BenchOptions(), partitions=2, records=5_000, repeats=1, rates=(200,),
-                      latency_seconds=2.0, scaling=False, out=tmp_path / "report", broker_heap="512m",
+                      latency_seconds=2.0, latency_warmup_seconds=1.0, scaling=False, out=tmp_path / "report", broker_heap="512m",
                       jvm_heap="1g", timeout_seconds=400.0, mm2_properties=discovery)
 
     paths = run(options)
@@ -38,6 +38,7 @@ def test_bench_measures_every_system_and_writes_the_report(tmp_path: Path) -> No
         assert run_result["records_per_s"] > 0 and run_result["cpu_seconds_total"] > 0, system
         assert run_result["peak_rss_mb"] > 0, system
         assert run_result["latency"]["200"]["count"] == 400, system
+        assert run_result["latency"]["200"]["warmup"]["count"] == 200, system  # read, and kept out of the window
     for system in ("strait", "mm2"):
         assert report["runs"][system][0]["duplicates"] >= 0
         # shared pages split between the tree's processes: never more than the RSS sum

@@ -50,6 +50,8 @@ class BenchOptions:
     repeats: int = 3
     rates: tuple[int, ...] = (5_000, 20_000)
     latency_seconds: float = 75.0  # longer than strait's 60 s epochs: each window holds a change
+    # the probe produces at the window's rate this long before the clock starts (:class:`LatencyProbe`)
+    latency_warmup_seconds: float = 10.0
     epoch_seconds: float = 60.0  # strait's epochs (micro-batches), the replicator's default
     cores: int = field(default_factory=lambda: os.cpu_count() or 2)
     systems: tuple[str, ...] = SYSTEMS
@@ -74,7 +76,7 @@ class BenchOptions:
         return self.out or cache_dir() / "bench" / time.strftime("%Y%m%dT%H%M%SZ", time.gmtime())
 
 
-QUICK = dict(partitions=6, records=100_000, repeats=1, latency_seconds=5.0, scaling=False,
+QUICK = dict(partitions=6, records=100_000, repeats=1, latency_seconds=5.0, latency_warmup_seconds=1.0, scaling=False,
              scaling_partitions=24)
 
 
@@ -90,6 +92,8 @@ def parse_args(argv: Sequence[str] | None = None) -> BenchOptions:
     parser.add_argument("--repeats", type=int, help="measurements per system, medians reported (3)")
     parser.add_argument("--rates", help="comma-separated records/s of the latency runs (5000,20000)")
     parser.add_argument("--latency-seconds", type=float, help="seconds of each fixed-rate latency run (75)")
+    parser.add_argument("--latency-warmup-seconds", type=float,
+                        help="seconds the probe produces at each rate before its window's clock starts (10)")
     parser.add_argument("--epoch-seconds", type=float, help="strait's epochs (60, its default)")
     parser.add_argument("--cores", type=int, help="Spark cores and MM2 tasks.max (all cores)")
     parser.add_argument("--systems", help=f"comma-separated subset of {','.join(SYSTEMS)}")
@@ -120,7 +124,8 @@ def options_from(args: argparse.Namespace) -> BenchOptions:
     """BenchOptions from parsed arguments (unset ones keep the preset's value)."""
     options = replace(BenchOptions(), **QUICK) if args.quick else BenchOptions()
     given = {name: getattr(args, name) for name in (
-        "partitions", "records", "record_size", "repeats", "latency_seconds", "epoch_seconds", "cores",
+        "partitions", "records", "record_size", "repeats", "latency_seconds", "latency_warmup_seconds",
+        "epoch_seconds", "cores",
         "scaling_partitions",
         "broker_heap", "jvm_heap", "out") if getattr(args, name) is not None}
     options = replace(options, **given, head_start=args.head_start, eos_latency=args.eos_latency,
@@ -156,3 +161,5 @@ def validate(options: BenchOptions) -> None:
             raise ValueError(f"--{name.replace('_', '-')} must be at least 1")
     if any(rate < 1 for rate in options.rates):
         raise ValueError("--rates must be positive records per second")
+    if options.latency_warmup_seconds < 0:
+        raise ValueError("--latency-warmup-seconds must not be negative")

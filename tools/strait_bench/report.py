@@ -25,7 +25,11 @@ LATENCY_METHOD = (
     "Remote topics keep the source timestamps, so the target's append time cannot be read; the consumer "
     "adds a few milliseconds at most. Each window lasts --latency-seconds (75 s by default, longer than "
     "strait's 60 s epochs, so every strait window holds at least one change of epochs; the report counts "
-    "them). For the limit the figure is ProducerPerformance's own send-to-ack latency at the same rate."
+    "them). Before each window's clock starts, the same probe producer sends --latency-warmup-seconds "
+    "(10 s) of records at the window's rate; they are read but kept out of the window's figures (their "
+    "count, p99 and max are in the JSON as latency.<rate>.warmup): a new producer's first seconds slowed "
+    "every system alike and held most of a window's records over 250 ms, so p99 measured the probe's "
+    "start. For the limit the figure is ProducerPerformance's own send-to-ack latency at the same rate."
 )
 CPU_METHOD = (
     "CPU-seconds and peak RSS are summed over the whole process tree of each system, sampled every 0.25 s "

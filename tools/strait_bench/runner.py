@@ -252,12 +252,15 @@ class Bench:
                              workload.record_size)
         summaries = {}
         for rate in self.options.rates:
-            before = _batch_seconds(process)
-            summary: dict[str, Any] = latency_summary(probe.measure(rate, self.options.latency_seconds))
+            before: list[tuple[float, float] | None] = []
+            summary: dict[str, Any] = latency_summary(probe.measure(
+                rate, self.options.latency_seconds, self.options.latency_warmup_seconds,
+                on_clock_start=lambda: before.append(_batch_seconds(process))))
             after = _batch_seconds(process)
-            if before is not None and after is not None:
-                summary["epochs_ended"] = int(after[1] - before[1])
+            if before and before[0] is not None and after is not None:
+                summary["epochs_ended"] = int(after[1] - before[0][1])
             summary["slow_seconds"] = probe.slow_seconds
+            summary["warmup"] = _warmup_summary(probe.warmup_latencies)
             log.info("latency rate=%d slowest seconds (UTC, as in the system's log): %s", rate,
                      "; ".join(probe.slow_seconds) or "none over 250 ms")
             summaries[str(rate)] = summary
@@ -350,7 +353,16 @@ def _complete(progress: Progress, workload: Workload) -> bool:
 
 
 def _probe_records(latency: dict[str, Any]) -> int:
-    return sum(int(summary["count"]) for summary in latency.values())
+    return sum(int(summary["count"]) + int((summary.get("warmup") or {}).get("count", 0))
+               for summary in latency.values())
+
+
+def _warmup_summary(latencies: list[float]) -> dict[str, Any]:
+    """The warm-up records' count, p99 and max: kept in the report, never in the window's figures."""
+    if not latencies:
+        return {"count": 0}
+    full = latency_summary(latencies)
+    return {"count": full["count"], "p99_ms": full["p99_ms"], "max_ms": full["max_ms"]}
 
 
 def _throughput(workload: Workload, seconds: float, cpu_seconds: float, polled: bool = True) -> dict[str, Any]:

@@ -7,7 +7,7 @@ import logging
 import os
 import threading
 import time
-from collections.abc import Iterator, Mapping
+from collections.abc import Callable, Iterator, Mapping
 from dataclasses import dataclass
 
 from confluent_kafka import (OFFSET_BEGINNING, Consumer, IsolationLevel, KafkaException, Message, Producer,
@@ -237,9 +237,18 @@ class LatencyProbe:
         self.topic, self.remote, self.partitions = topic, remote, partitions
         self.values = payloads(size, 64)
         self.slow_seconds: list[str] = []  # of the last measure: where its slow records were created
+        self.warmup_latencies: list[float] = []  # of the last measure: its warm-up records', not counted
 
-    def measure(self, rate: int, seconds: float, timeout: float = 180.0) -> list[float]:
-        """Latencies (ms) of all records produced at ``rate`` records/s for ``seconds``; fails on a loss."""
+    def measure(self, rate: int, seconds: float, warmup_seconds: float = 0.0,
+                on_clock_start: Callable[[], None] | None = None, timeout: float = 180.0) -> list[float]:
+        """Latencies (ms) of all records produced at ``rate`` records/s for ``seconds``; fails on a loss.
+
+        The same producer first sends ``warmup_seconds`` of records at that rate, read and kept apart
+        (:attr:`warmup_latencies`): a new producer's first seconds (its connections, its idempotent
+        producer id, the brokers' first appends of the idle probe topic) slowed every system alike and
+        made most of a window's records over 250 ms. ``on_clock_start`` is called once the first
+        measured record is due.
+        """
         consumer = Consumer({**self.target.client_config(), "group.id": "strait-bench-latency",
                              "enable.auto.commit": "false", "fetch.wait.max.ms": "5", "fetch.min.bytes": "1",
                              **READ_COMMITTED, "logger": librdkafka_log})
@@ -247,45 +256,59 @@ class LatencyProbe:
             start = end_offsets(self.target, self.remote, self.partitions)
             consumer.assign([TopicPartition(self.remote, p, o) for p, o in start.ends.items()])
             consumer.consume(1, timeout=1.0)  # join the fetch loop before the clock starts
-            total = max(1, int(rate * seconds))
-            producer_thread = threading.Thread(target=self._produce, args=(rate, total), daemon=True)
+            warmup, total = int(rate * warmup_seconds), max(1, int(rate * seconds))
+            clock_started = threading.Event()
+            producer_thread = threading.Thread(target=self._produce, args=(rate, warmup, total, clock_started),
+                                               daemon=True)
             producer_thread.start()
-            created, latencies = self._collect(consumer, total, seconds + timeout)
+            created, latencies = self._collect(consumer, warmup, total, seconds + warmup_seconds + timeout,
+                                               clock_started, on_clock_start)
             producer_thread.join(timeout)
             self.slow_seconds = slow_seconds(created, latencies)
         finally:
             consumer.close()
-        if len(latencies) < total:
+        if len(latencies) < total or len(self.warmup_latencies) < warmup:
             raise BenchError(f"latency run at {rate} records/s: only {len(latencies)} of {total} records "
-                             f"reached "
+                             f"(and {len(self.warmup_latencies)} of {warmup} warm-up records) reached "
                              f"{self.remote} on cluster {self.target.alias}; see the replicator's log")
         return latencies
 
-    def _produce(self, rate: int, total: int) -> None:
+    def _produce(self, rate: int, warmup: int, total: int, clock_started: threading.Event) -> None:
         producer = _producer(self.source, **{"linger.ms": "0"})
         started = time.monotonic()
-        for i in range(total):
+        for i in range(warmup + total):
             due = started + i / rate
             delay = due - time.monotonic()
             if delay > 0:
                 time.sleep(delay)
-            _send(producer, self.topic, b"probe-%d" % i, self.values[i % len(self.values)])
+            if i == warmup:
+                clock_started.set()
+            key = b"warmup-%d" % i if i < warmup else b"probe-%d" % (i - warmup)
+            _send(producer, self.topic, key, self.values[i % len(self.values)])
             producer.poll(0)
         producer.flush(60)
 
-    def _collect(self, consumer: Consumer, total: int, timeout: float) -> tuple[list[int], list[float]]:
-        """Each probe record's creation time (ms) and latency (ms)."""
+    def _collect(self, consumer: Consumer, warmup: int, total: int, timeout: float, clock_started: threading.Event,
+                 on_clock_start: Callable[[], None] | None) -> tuple[list[int], list[float]]:
+        """Each probe record's creation time (ms) and latency (ms); the warm-up's latencies apart."""
         created: list[int] = []
         latencies: list[float] = []
+        self.warmup_latencies = []
         deadline = time.monotonic() + timeout
-        while len(latencies) < total and time.monotonic() < deadline:
+        while (len(latencies) < total or len(self.warmup_latencies) < warmup) and time.monotonic() < deadline:
+            if on_clock_start is not None and clock_started.is_set():
+                on_clock_start()
+                on_clock_start = None
             # poll, not consume(n): a batch call waits for n records or its timeout, delaying arrivals
             message = consumer.poll(0.05)
             if message is None or message.error() is not None:
                 continue
-            if (message.key() or b"").startswith(b"probe-"):
+            key = message.key() or b""
+            if key.startswith(b"probe-"):
                 created.append(message.timestamp()[1])
                 latencies.append(time.time() * 1000 - created[-1])
+            elif key.startswith(b"warmup-"):
+                self.warmup_latencies.append(time.time() * 1000 - message.timestamp()[1])
         return created, latencies
 
 
