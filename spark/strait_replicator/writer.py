@@ -74,6 +74,8 @@ BACKLOG_COMMIT_SECONDS = 1.0
 # A transaction a copier left open (its host gone, unfenced) holds back read_committed consumers of its
 # partitions until the broker aborts it this long after it began; a claimant fences it sooner.
 TRANSACTION_TIMEOUT_MS = "30000"
+# A commit slower than this is logged with where its time went (acknowledgements, syncs, the commit).
+SLOW_COMMIT_SECONDS = 0.25
 
 CONSUMER_DEFAULTS = {
     "fetch.max.bytes": "52428800",
@@ -663,7 +665,9 @@ def commit_copy(source: SourceCopy, syncs: SyncWriter, progress: ProgressWriter 
     records, which say that every record sent so far is copied, join the transaction: the commit makes
     the records and the progress visible together, and an abort neither.
     """
+    began = time.monotonic()
     source.flush(timeout)
+    flushed = time.monotonic()
     for part in source.copied.values():
         part.settle(syncs)
     if not source.settings.syncs_in_transaction:
@@ -672,7 +676,13 @@ def commit_copy(source: SourceCopy, syncs: SyncWriter, progress: ProgressWriter 
     if progress is not None and progress.settings.progress is not None:
         progress.write({key: (part.report(part.settled_position()), part.last_target)
                         for key, part in source.copied.items()}, final=final)
+    written = time.monotonic()
     transactions.commit(timeout)
+    ended = time.monotonic()
+    if ended - began >= SLOW_COMMIT_SECONDS:
+        log.debug("flow=%s transactional_id=%s slow commit seconds=%.3f flush=%.3f settle=%.3f commit=%.3f",
+                 source.settings.flow, source.transactional_id, ended - began, flushed - began,
+                 written - flushed, ended - written)
     syncs.check()
     if progress is not None:
         progress.check()

@@ -38,7 +38,8 @@ def test_bench_measures_every_system_and_writes_the_report(tmp_path: Path) -> No
         assert run_result["records_per_s"] > 0 and run_result["cpu_seconds_total"] > 0, system
         assert run_result["peak_rss_mb"] > 0, system
         assert run_result["latency"]["200"]["count"] == 400, system
-        assert run_result["latency"]["200"]["warmup"]["count"] == 200, system  # read, and kept out of the window
+        if system != "limit":  # the probe's warm-up records are read, and kept out of the window
+            assert run_result["latency"]["200"]["warmup"]["count"] == 200, system
     for system in ("strait", "mm2"):
         assert report["runs"][system][0]["duplicates"] >= 0
         # shared pages split between the tree's processes: never more than the RSS sum
