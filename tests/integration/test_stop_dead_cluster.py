@@ -153,16 +153,19 @@ def prepared(kafka_cluster_factory: Callable[..., KafkaCluster], target_cluster:
     lab.workdir.mkdir(parents=True)
     runs: list[Running] = []
     try:
-        lab.up()
         lab_topic = f"orders-{uuid.uuid4().hex[:6]}"
-        create_topic(lab.clusters["A"].admin(), lab_topic, partitions=2)
-        produce(lab.clusters["A"].client_config(), lab_topic, [Record(f"k{i}".encode(), b"v", ()) for i in range(100)])
+
+        def orders(lab: Lab) -> None:  # on A before the lab's services start: copied from their first pass
+            create_topic(lab.clusters["A"].admin(), lab_topic, partitions=2)
+            produce(lab.clusters["A"].client_config(), lab_topic,
+                    [Record(f"k{i}".encode(), b"v", ()) for i in range(100)])
+
+        lab.up(prepare=orders)
         for alias in ("Z", "Y"):  # Z is killed below: no other test may use it
             runs.append(_start_components(kafka_cluster_factory(alias), target_cluster, redis_server_factory().url,
                                           folder, module_services))
         for running in runs:
             _wait_working(running, target_cluster)
-        # The lab's configuration refreshes topics every 30 s.
         wait_for(lambda: count(lab.clusters["B"], f"A.{lab_topic}") == 100, 240, "the records copied to B")
         yield Prepared(runs[0], runs[1], lab, lab_topic)
     finally:
