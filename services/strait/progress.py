@@ -525,7 +525,8 @@ def mm2_task_transactional_ids(sources: FlowSpec, timeout: float = DEFAULT_TIMEO
     there, ran in a Connect cluster (the flow names its offsets topic: the cluster's group is not
     known), ran without its exactly-once mode (Connect records the task count it fences only in that
     mode), or the topic may not be read (a warning)."""
-    if sources.mm2_offsets is None or sources.mm2_offsets.topic != dedicated_mm2_offsets_topic(sources.source_alias):
+    dedicated = dedicated_mm2_offsets_topic(sources.source_alias)
+    if sources.mm2_offsets is None or sources.mm2_offsets.topic != dedicated:
         return []
     configs = SyncsLocation(sources.mm2_offsets.alias, f"mm2-configs.{sources.source_alias}.internal")
     counts: list[int] = []

@@ -681,8 +681,8 @@ def commit_copy(source: SourceCopy, syncs: SyncWriter, progress: ProgressWriter 
     ended = time.monotonic()
     if ended - began >= SLOW_COMMIT_SECONDS:
         log.debug("flow=%s transactional_id=%s slow commit seconds=%.3f flush=%.3f settle=%.3f commit=%.3f",
-                 source.settings.flow, source.transactional_id, ended - began, flushed - began,
-                 written - flushed, ended - written)
+                  source.settings.flow, source.transactional_id, ended - began, flushed - began,
+                  written - flushed, ended - written)
     syncs.check()
     if progress is not None:
         progress.check()

@@ -469,7 +469,8 @@ class Rig:
         for cluster in (self.source, self.target):
             for n, node in enumerate(cluster.nodes):
                 if not node.alive():
-                    log.warning("restarting a broker a drill left down cluster=%s node=%d", cluster.alias, n + 1)
+                    log.warning("restarting a broker a drill left down cluster=%s node=%d",
+                                cluster.alias, n + 1)
                     cluster.restart_node(n, timeout=180)
 
     def stop(self) -> None:

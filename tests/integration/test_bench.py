@@ -21,8 +21,8 @@ def test_bench_measures_every_system_and_writes_the_report(tmp_path: Path) -> No
     # cluster): each otherwise scans the classpath by reflection, 2-15 s apiece here, in two MM2 runs
     discovery = tuple((f"{scope}plugin.discovery", "service_load") for scope in ("", "A.", "B."))
     options = replace(BenchOptions(), partitions=2, records=5_000, repeats=1, rates=(200,),
-                      latency_seconds=2.0, latency_warmup_seconds=1.0, scaling=False, out=tmp_path / "report", broker_heap="512m",
-                      jvm_heap="1g", timeout_seconds=400.0, mm2_properties=discovery)
+                      latency_seconds=2.0, latency_warmup_seconds=1.0, scaling=False, out=tmp_path / "report",
+                      broker_heap="512m", jvm_heap="1g", timeout_seconds=400.0, mm2_properties=discovery)
 
     paths = run(options)
 

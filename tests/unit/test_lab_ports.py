@@ -32,7 +32,8 @@ def test_without_room_below_the_ephemeral_range_the_kernel_chooses(
     assert 1024 <= ports.free_port() <= 65535
 
 
-def test_an_unreadable_range_counts_as_linuxs_default(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
+def test_an_unreadable_range_counts_as_linuxs_default(
+        monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
     monkeypatch.setattr(ports, "_EPHEMERAL_RANGE_FILE", str(tmp_path / "missing"))
     monkeypatch.setenv("STRAIT_PORT_SHARD", "0/1")
     assert 20000 <= ports.free_port() < 32768

@@ -10,7 +10,8 @@ from strait_lab.process import tail
 def test_the_tail_of_a_failed_start_leads_with_its_first_errors(tmp_path: Path) -> None:
     log = tmp_path / "server.log"
     cause = "ERROR Exiting Kafka due to fatal exception during startup. (kafka.Kafka$)"
-    log.write_text("\n".join(["INFO starting", cause, *(f"INFO shutting down {i}" for i in range(30))]) + "\n")
+    shutdown = [f"INFO shutting down {i}" for i in range(30)]
+    log.write_text("\n".join(["INFO starting", cause, *shutdown]) + "\n")
     lines = tail(log, lines=20).splitlines()
     assert lines[:3] == ["first errors:", cause, "last lines:"]
     assert lines[3:] == [f"INFO shutting down {i}" for i in range(10, 30)]

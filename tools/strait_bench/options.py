@@ -76,8 +76,8 @@ class BenchOptions:
         return self.out or cache_dir() / "bench" / time.strftime("%Y%m%dT%H%M%SZ", time.gmtime())
 
 
-QUICK = dict(partitions=6, records=100_000, repeats=1, latency_seconds=5.0, latency_warmup_seconds=1.0, scaling=False,
-             scaling_partitions=24)
+QUICK = dict(partitions=6, records=100_000, repeats=1, latency_seconds=5.0, latency_warmup_seconds=1.0,
+             scaling=False, scaling_partitions=24)
 
 
 def parse_args(argv: Sequence[str] | None = None) -> BenchOptions:

@@ -258,8 +258,8 @@ class LatencyProbe:
             consumer.consume(1, timeout=1.0)  # join the fetch loop before the clock starts
             warmup, total = int(rate * warmup_seconds), max(1, int(rate * seconds))
             clock_started = threading.Event()
-            producer_thread = threading.Thread(target=self._produce, args=(rate, warmup, total, clock_started),
-                                               daemon=True)
+            producer_thread = threading.Thread(target=self._produce, daemon=True,
+                                               args=(rate, warmup, total, clock_started))
             producer_thread.start()
             created, latencies = self._collect(consumer, warmup, total, seconds + warmup_seconds + timeout,
                                                clock_started, on_clock_start)
@@ -288,7 +288,8 @@ class LatencyProbe:
             producer.poll(0)
         producer.flush(60)
 
-    def _collect(self, consumer: Consumer, warmup: int, total: int, timeout: float, clock_started: threading.Event,
+    def _collect(self, consumer: Consumer, warmup: int, total: int, timeout: float,
+                 clock_started: threading.Event,
                  on_clock_start: Callable[[], None] | None) -> tuple[list[int], list[float]]:
         """Each probe record's creation time (ms) and latency (ms); the warm-up's latencies apart."""
         created: list[int] = []

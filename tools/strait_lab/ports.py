@@ -51,15 +51,6 @@ def _candidate(ports: range) -> int:
     return _random.randrange(ports.start, ports.stop)
 
 
-def _bindable(port: int) -> bool:
-    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
-        try:
-            sock.bind(("127.0.0.1", port))
-        except OSError:
-            return False
-    return True
-
-
 def free_port() -> int:
     """A loopback port that is free now, not yet handed out by this process, and in its shard."""
     index, count = _shard()
@@ -67,7 +58,7 @@ def free_port() -> int:
     with _lock:
         while True:
             port = _candidate(ports)
-            if port not in _handed_out and (port // 2) % count == index % count and _bindable(port):
+            if port not in _handed_out and (port // 2) % count == index % count and port_is_free(port):
                 _handed_out.add(port)
                 return port
 
