@@ -8,9 +8,9 @@ from __future__ import annotations
 
 import logging
 from concurrent.futures import FIRST_COMPLETED, wait
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, TypeVar
 
 from confluent_kafka import IsolationLevel, KafkaError, KafkaException, TopicPartition
 from confluent_kafka.admin import (
@@ -19,6 +19,7 @@ from confluent_kafka.admin import (
 
 from strait.errors import StraitError
 
+T = TypeVar("T")
 log = logging.getLogger(__name__)
 librdkafka_log = logging.getLogger("strait.librdkafka")
 
@@ -160,40 +161,60 @@ def _partition_counts(metadata: Any, alias: str) -> dict[str, int]:
     return counts
 
 
+# KRaft's controller refuses a request that would write more than 10,000 metadata records ("Unable to
+# perform excessively large batch operation"): a topic is about one record per partition, plus one and
+# its configs. Requests stay well under it, so a flow of thousands of topics is created in several.
+MAX_RECORDS_PER_REQUEST = 4_000
+
+
+def _batched(items: Iterable[T], weight: Callable[[T], int], limit: int | None = None) -> Iterator[list[T]]:
+    """``items`` in order, cut into lists whose summed ``weight`` stays within ``limit`` (default
+    MAX_RECORDS_PER_REQUEST; an item heavier than it goes alone)."""
+    limit = MAX_RECORDS_PER_REQUEST if limit is None else limit
+    batch: list[T] = []
+    total = 0
+    for item in items:
+        if batch and total + weight(item) > limit:
+            yield batch
+            batch, total = [], 0
+        batch.append(item)
+        total += weight(item)
+    if batch:
+        yield batch
+
+
 def create_topics(admin: AdminClient, alias: str, specs: Iterable[TopicSpec],
                   timeout: float = DEFAULT_TIMEOUT) -> list[str]:
     """Create the topics that do not exist yet; returns the names actually created."""
     new = [NewTopic(s.name, s.partitions, s.replication_factor, config=dict(s.config)) for s in specs]
-    if not new:
-        return []
     created: list[str] = []
-    for name, future in admin.create_topics(new, operation_timeout=timeout, request_timeout=timeout).items():
-        try:
-            future.result(timeout=timeout)
-            created.append(name)
-            log.info("created cluster=%s topic=%s", alias, name)
-        except KafkaException as exc:
-            if exc.args[0].code() == KafkaError.TOPIC_ALREADY_EXISTS:
-                continue
-            raise explain_error(exc, alias, f"creating topic {name}") from None
+    for batch in _batched(new, lambda t: t.num_partitions + 1 + len(t.config or {})):
+        for name, future in admin.create_topics(batch, operation_timeout=timeout, request_timeout=timeout).items():
+            try:
+                future.result(timeout=timeout)
+                created.append(name)
+                log.info("created cluster=%s topic=%s", alias, name)
+            except KafkaException as exc:
+                if exc.args[0].code() == KafkaError.TOPIC_ALREADY_EXISTS:
+                    continue
+                raise explain_error(exc, alias, f"creating topic {name}") from None
     return created
 
 
 def grow_partitions(admin: AdminClient, alias: str, counts: Mapping[str, int],
                     timeout: float = DEFAULT_TIMEOUT) -> None:
     """Raise each topic's partition count to the given one (never shrinks)."""
-    if not counts:
-        return
     requests = [NewPartitions(topic, count) for topic, count in counts.items()]
-    for topic, future in admin.create_partitions(requests, operation_timeout=timeout,
-                                                 request_timeout=timeout).items():
-        try:
-            future.result(timeout=timeout)
-            log.info("grew cluster=%s topic=%s partitions=%s", alias, topic, counts[topic])
-        except KafkaException as exc:
-            if exc.args[0].code() == KafkaError.INVALID_PARTITIONS and "already has" in exc.args[0].str():
-                continue  # another replica grew it first
-            raise explain_error(exc, alias, f"growing topic {topic} to {counts[topic]} partitions") from None
+    for batch in _batched(requests, lambda r: r.new_total_count):
+        for topic, future in admin.create_partitions(batch, operation_timeout=timeout,
+                                                     request_timeout=timeout).items():
+            try:
+                future.result(timeout=timeout)
+                log.info("grew cluster=%s topic=%s partitions=%s", alias, topic, counts[topic])
+            except KafkaException as exc:
+                if exc.args[0].code() == KafkaError.INVALID_PARTITIONS and "already has" in exc.args[0].str():
+                    continue  # another replica grew it first
+                raise explain_error(exc, alias, f"growing topic {topic} to {counts[topic]} partitions") from None
 
 
 def internal_topic(name: str, replication_factor: int = -1) -> TopicSpec:
