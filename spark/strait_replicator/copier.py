@@ -592,8 +592,13 @@ def _wanted_until(limits: EpochLimits) -> float:
     return time.time() + limits.task_seconds() + LINGER_SECONDS
 
 
+NAMED_IN_LOG = 10  # a log line names this many partitions, then counts the rest (a copier may hold thousands)
+
+
 def _named(keys: frozenset[Key]) -> str:
-    return ",".join(f"{topic}[{partition}]" for topic, partition in sorted(keys))
+    names = [f"{topic}[{partition}]" for topic, partition in sorted(keys)[:NAMED_IN_LOG]]
+    more = len(keys) - len(names)
+    return ",".join(names) + (f",... ({len(keys)} partitions)" if more > 0 else "")
 
 
 # -- the door: renewal by a task in another Python worker of the same host -------------------------

@@ -61,6 +61,8 @@ GRACEFUL_STOP_SECONDS = 120.0
 LIVE_READ_SECONDS = 2.0  # the control loop waits at most this long for the live progress (a target down)
 PLAN_POLL_SECONDS = 0.1  # how often a control loop waiting for a plan looks at the stop request
 STOP_RECORD_SECONDS = 2.0
+# The steps of Spark's progress report (durationMs) that plan a micro-batch: the planning metric's sum.
+PLANNING_STEPS = ("latestOffset", "getBatch", "queryPlanning")
 RESUME_SECONDS = 60.0  # how long passing cluster states may hold up reading where a query starts
 # Fencing MirrorMaker 2's tasks on a take-over runs in the control loop: each step (reading its task
 # count, fencing one task) gets this long...
@@ -125,7 +127,7 @@ class FlowRunner:
         self._records_at_fail = 0
         self._retry_at = 0.0
         self._next_refresh = 0.0
-        self._logged_batch: int | None = None
+        self._seen_batch: int | None = None
         self._stopping = threading.Event()
         self._query_id = ""
         self._resume_labels: list[tuple[str, str, str]] = []
@@ -547,8 +549,11 @@ class FlowRunner:
                                               or self.live.task_records > self._records_at_fail):
             self._recovered()  # the restarted query's tasks run: they took over, copied or committed an epoch
         progress = self.query.lastProgress
-        if progress and log.isEnabledFor(logging.DEBUG) and progress.get("batchId") != self._logged_batch:
-            self._logged_batch = progress.get("batchId")
+        if progress and progress.get("batchId") != self._seen_batch:
+            self._seen_batch = progress.get("batchId")
+            durations = progress.get("durationMs") or {}
+            metrics.PLANNING_DURATION.labels(flow=self.flow_name).observe(
+                sum(float(durations.get(step, 0)) for step in PLANNING_STEPS) / 1000.0)
             log.debug("flow=%s batch=%s rows=%s durations_ms=%s", self.flow_name, progress.get("batchId"),
                       progress.get("numInputRows"), json.dumps(progress.get("durationMs", {}), sort_keys=True))
 

@@ -23,6 +23,12 @@ BATCH_DURATION = Histogram(
     "strait_replicator_batch_duration_seconds", "Wall time of one micro-batch", ["flow"],
     buckets=(0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30, 60, 120),
 )
+# Spark's own timing of a micro-batch's planning (durationMs: latestOffset, getBatch, queryPlanning): what
+# a change of epochs costs the driver, growing with a flow's partitions.
+PLANNING_DURATION = Histogram(
+    "strait_replicator_planning_seconds", "Driver time planning one micro-batch (offsets and query plan)",
+    ["flow"], buckets=(0.01, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30),
+)
 TOPICS_REPLICATED = Gauge("strait_flow_topics", "Source topics the flow replicates", ["flow"])
 DATA_LOSS = Counter("strait_source_data_loss_total",
                     "Source records deleted (retention, delete-records) before they were copied",

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import dataclasses
+import json
 import logging
 import os
 import platform
@@ -13,7 +14,7 @@ from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any
 
-from strait_bench import report
+from strait_bench import report, wide
 from strait_bench.options import BenchOptions, parse_args
 from strait_bench.runner import Bench
 from strait.errors import StraitError
@@ -23,11 +24,11 @@ log = logging.getLogger(__name__)
 
 def run(options: BenchOptions) -> dict[str, Path]:
     """Run the benchmark with ``options``; return the paths of the report files."""
+    if options.wide is not None:
+        return run_wide(options)
     out = options.out_dir()
     workdir = out / "work"
-    machine: dict[str, Any] = {"started": time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime()),
-                               "cpus": os.cpu_count(), "load_average": [round(x, 2) for x in os.getloadavg()],
-                               "platform": platform.platform(), "python": platform.python_version()}
+    machine = _machine()
     # Scratch of an earlier run in the same folder (a replicator's checkpoint, cluster data) would
     # make this run resume instead of measuring from scratch.
     shutil.rmtree(workdir, ignore_errors=True)
@@ -54,6 +55,42 @@ def run(options: BenchOptions) -> dict[str, Path]:
         bench.close()
         shutil.rmtree(workdir / "A", ignore_errors=True)
     return write()
+
+
+def run_wide(options: BenchOptions) -> dict[str, Path]:
+    """The wide run (:mod:`strait_bench.wide`): strait and MM2 of ``options.systems`` once each."""
+    out = options.out_dir()
+    workdir = out / "work"
+    shutil.rmtree(workdir, ignore_errors=True)
+    report: dict[str, Any] = {"options": _options_dict(options), "machine": _machine(), "runs": []}
+
+    def write() -> dict[str, Path]:
+        report["machine"]["load_average_end"] = [round(x, 2) for x in os.getloadavg()]
+        out.mkdir(parents=True, exist_ok=True)
+        paths = {"json": out / "wide.json", "markdown": out / "wide.md"}
+        paths["json"].write_text(json.dumps(report, indent=2, default=str))
+        paths["markdown"].write_text(wide.markdown(report))
+        return paths
+
+    bench = Bench(options, workdir)
+    try:
+        bench.source.start(timeout=180)
+        runner = wide.WideRun(options, bench.source, workdir)
+        load = runner.load(wide.WideShape.of(options))
+        for system in (s for s in options.systems if s in ("strait", "mm2")):
+            log.info("measuring the wide run system=%s", system)
+            report["runs"].append(runner.measure(system, load))
+            write()
+    finally:
+        bench.close()
+        shutil.rmtree(workdir / "A", ignore_errors=True)
+    return write()
+
+
+def _machine() -> dict[str, Any]:
+    return {"started": time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime()), "cpus": os.cpu_count(),
+            "load_average": [round(x, 2) for x in os.getloadavg()], "platform": platform.platform(),
+            "python": platform.python_version()}
 
 
 def _scaling(bench: Bench, options: BenchOptions, workload: Any, baseline: list[dict[str, Any]],

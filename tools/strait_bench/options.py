@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import argparse
 import os
+import re
 import time
 from collections.abc import Sequence
 from dataclasses import dataclass, field, replace
@@ -65,6 +66,12 @@ class BenchOptions:
     head_start: bool = True  # strait copies from its driver while its query starts (--no-head-start: not)
     eos_latency: bool = True  # the exactly-once systems' fixed-rate latency runs (--no-eos-latency: none)
     mm2_properties: tuple[tuple[str, str], ...] = ()  # added to or replacing MM2's generated ones
+    # the wide run (strait_bench.wide) instead of the main one: (topics, partitions per topic)
+    wide: tuple[int, int] | None = None
+    wide_records: int = 1_000_000
+    wide_record_size: int = 100
+    wide_trickle_rate: int = 1_000  # records/s over every partition after the bulk copy
+    wide_trickle_seconds: float = 150.0  # longer than two of strait's 60 s epochs
 
     @property
     def megabytes(self) -> float:
@@ -116,6 +123,14 @@ def parse_args(argv: Sequence[str] | None = None) -> BenchOptions:
     parser.add_argument("--eos-latency", action=argparse.BooleanOptionalAction, default=True,
                         help="fixed-rate latency runs for strait-eos and mm2-eos too (--no-eos-latency: "
                         "throughput and duplicates only)")
+    parser.add_argument("--wide", metavar="TOPICSxPARTITIONS",
+                        help="instead of the main run, the wide run: this many small topics (e.g. 2000x5), "
+                        "strait and MM2 of --systems once each")
+    parser.add_argument("--wide-records", type=int, help="records loaded into the wide topics (1,000,000)")
+    parser.add_argument("--wide-record-size", type=int, help="value bytes per record of the wide run (100)")
+    parser.add_argument("--wide-trickle-rate", type=int,
+                        help="records/s over every wide partition once the bulk is copied (1,000)")
+    parser.add_argument("--wide-trickle-seconds", type=float, help="seconds of that trickle (150)")
     args = parser.parse_args(argv)
     return options_from(args)
 
@@ -127,11 +142,14 @@ def options_from(args: argparse.Namespace) -> BenchOptions:
         "partitions", "records", "record_size", "repeats", "latency_seconds", "latency_warmup_seconds",
         "epoch_seconds", "cores",
         "scaling_partitions",
-        "broker_heap", "jvm_heap", "out") if getattr(args, name) is not None}
+        "broker_heap", "jvm_heap", "out", "wide_records", "wide_record_size", "wide_trickle_rate",
+        "wide_trickle_seconds") if getattr(args, name) is not None}
     options = replace(options, **given, head_start=args.head_start, eos_latency=args.eos_latency,
                       mm2_properties=tuple(_key_value(item) for item in args.mm2_property))
     if args.rates:
         options = replace(options, rates=tuple(int(r) for r in args.rates.split(",") if r.strip()))
+    if args.wide:
+        options = replace(options, wide=parse_shape(args.wide))
     if args.systems:
         options = replace(options, systems=tuple(s.strip() for s in args.systems.split(",") if s.strip()))
     if args.skip_scaling or args.scaling:
@@ -151,6 +169,14 @@ def _key_value(item: str) -> tuple[str, str]:
     return key.strip(), value.strip()
 
 
+def parse_shape(text: str) -> tuple[int, int]:
+    """``TOPICSxPARTITIONS`` (e.g. ``2000x5``) as (topics, partitions); ValueError naming the option otherwise."""
+    match = re.fullmatch(r"\s*(\d+)\s*[xX]\s*(\d+)\s*", text)
+    if not match or int(match.group(1)) < 1 or int(match.group(2)) < 1:
+        raise ValueError(f"--wide {text!r}: expected TOPICSxPARTITIONS with both at least 1, e.g. 2000x5")
+    return int(match.group(1)), int(match.group(2))
+
+
 def validate(options: BenchOptions) -> None:
     """Raise SystemExit-worthy ValueError for sizes that cannot be measured."""
     unknown = sorted(set(options.systems) - set(SYSTEMS))
@@ -163,3 +189,9 @@ def validate(options: BenchOptions) -> None:
         raise ValueError("--rates must be positive records per second")
     if options.latency_warmup_seconds < 0:
         raise ValueError("--latency-warmup-seconds must not be negative")
+    if options.wide is not None:
+        for name in ("wide_records", "wide_record_size", "wide_trickle_rate"):
+            if getattr(options, name) < 1:
+                raise ValueError(f"--{name.replace('_', '-')} must be at least 1")
+        if options.wide_trickle_seconds <= 0:
+            raise ValueError("--wide-trickle-seconds must be positive")

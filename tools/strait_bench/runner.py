@@ -40,6 +40,21 @@ def _started(log_text: str) -> bool:
     return " query started " in log_text and (" copies partitions=" not in log_text or " ended reason=" in log_text)
 
 
+def wait_started(process: ManagedProcess, timeout: float) -> float:
+    """Wait until strait's start-up is over (:func:`_started`), then STEADY_AFTER_SECONDS; the seconds waited."""
+    began = time.monotonic()
+    deadline = began + timeout
+    while not _started(process.log_path.read_text(errors="replace")):
+        if not process.alive() or time.monotonic() > deadline:
+            raise BenchError(f"{process.name} did not finish starting its query; log {process.log_path}:\n"
+                             f"{tail(process.log_path)}")
+        time.sleep(POLL_SECONDS)
+    time.sleep(STEADY_AFTER_SECONDS)
+    waited = time.monotonic() - began
+    log.info("steady after start-up steady_after_s=%.1f", waited)
+    return waited
+
+
 @dataclass(frozen=True)
 class Workload:
     """A loaded source topic (``last_keys``: each partition's last record's key, None if it has none)."""
@@ -231,18 +246,8 @@ class Bench:
                          f"{workload.records} records on {remote}; log {process.log_path}")
 
     def _steady(self, process: ManagedProcess) -> float:
-        """Wait until strait's start-up is over (:func:`_started`); the seconds waited."""
-        began = time.monotonic()
-        deadline = began + self.options.timeout_seconds
-        while not _started(process.log_path.read_text(errors="replace")):
-            if not process.alive() or time.monotonic() > deadline:
-                raise BenchError(f"{process.name} did not finish starting its query; log {process.log_path}:\n"
-                                 f"{tail(process.log_path)}")
-            time.sleep(POLL_SECONDS)
-        time.sleep(STEADY_AFTER_SECONDS)
-        waited = time.monotonic() - began
-        log.info("latency runs begin steady_after_s=%.1f", waited)
-        return waited
+        """Wait until strait's start-up is over (:func:`wait_started`); the seconds waited."""
+        return wait_started(process, self.options.timeout_seconds)
 
     def _latencies(self, process: ManagedProcess, target: KafkaCluster, workload: Workload,
                    probes: str) -> dict[str, Any]:

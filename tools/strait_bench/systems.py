@@ -50,13 +50,16 @@ def strait_config(source: KafkaCluster, target: KafkaCluster, topics: Sequence[s
 
 def batch_seconds(metrics_url: str) -> tuple[float, float]:
     """(sum, count) of the replicator's epoch (micro-batch) durations so far, from its /metrics page."""
+    return histogram_totals(metrics_url, "strait_replicator_batch_duration_seconds")
+
+
+def histogram_totals(metrics_url: str, name: str) -> tuple[float, float]:
+    """(sum, count) of the histogram ``name`` (all its label sets) on a /metrics page."""
     with urllib.request.urlopen(metrics_url, timeout=10) as response:
         text = response.read().decode()
     found = {sample.name: sample.value for family in text_string_to_metric_families(text)
-             for sample in family.samples
-             if sample.name.startswith("strait_replicator_batch_duration_seconds_")}
-    return (found.get("strait_replicator_batch_duration_seconds_sum", 0.0),
-            found.get("strait_replicator_batch_duration_seconds_count", 0.0))
+             for sample in family.samples if sample.name in (f"{name}_sum", f"{name}_count")}
+    return found.get(f"{name}_sum", 0.0), found.get(f"{name}_count", 0.0)
 
 
 def start_strait(source: KafkaCluster, target: KafkaCluster, topics: Sequence[str], options: BenchOptions,
