@@ -100,6 +100,9 @@ IDLE_WAIT_SECONDS = 0.1
 # the progress is written (with what the previous settle's acknowledged syncs cover: a restart
 # copies again about two of these).
 SETTLE_SECONDS = 0.5
+# What one copy writes into the progress topic at most, about (at least once; a copy of many
+# partitions writes each one less often: a restart then copies again up to that many seconds of them).
+PROGRESS_RECORDS_PER_SECOND = 1_000
 STOP_CHECK_SECONDS = 0.1
 # Once a stop is requested, what is still unacknowledged gets this long: the process exits a few
 # seconds after SIGTERM. A cluster that does not answer (a dead source holding the offset syncs)
@@ -287,6 +290,16 @@ class SyncWriter:
                               f"on cluster {where.alias} failed: {detail}", self.errors)
 
 
+def progress_spacing(partitions: int) -> float:
+    """Seconds between two progress records of one partition while a copy of ``partitions`` runs at
+    least once: none for up to PROGRESS_RECORDS_PER_SECOND * SETTLE_SECONDS partitions (each settle
+    writes them), then growing so that one copy writes about PROGRESS_RECORDS_PER_SECOND. Every reader
+    of the progress topic reads every record: 10,000 moving partitions wrote 20,000 a second, and the
+    planner fell minutes behind."""
+    return partitions / PROGRESS_RECORDS_PER_SECOND if partitions > PROGRESS_RECORDS_PER_SECOND * SETTLE_SECONDS \
+        else 0.0
+
+
 class ProgressWriter:
     """Writes a partition's progress record (:mod:`strait.progress`) to the target whenever its report
     changed, with the run's live totals (:mod:`strait_replicator.live`).
@@ -300,19 +313,27 @@ class ProgressWriter:
         self.run = run or LiveRun(-1)
         self.errors: list[KafkaError] = []
         self.written: dict[tuple[str, int], PartitionReport] = {}
+        self._written_at: dict[tuple[str, int], float] = {}  # monotonic time of each partition's last write
 
     def _on_delivery(self, err: KafkaError | None, _msg: Any) -> None:
         if err is not None:
             self.errors.append(err)
 
-    def write(self, reports: Mapping[tuple[str, int], tuple[PartitionReport, int]], final: bool = False) -> None:
-        """Produce the progress of each partition whose (report, target offset of its last record) changed."""
+    def write(self, reports: Mapping[tuple[str, int], tuple[PartitionReport, int]], final: bool = False,
+              spaced: bool = False) -> None:
+        """Produce the progress of each partition whose (report, target offset of its last record) changed;
+        ``spaced``: each partition at most once per :func:`progress_spacing` of the reports' partitions."""
         location = self.settings.progress
         if location is None:
             return
+        now = time.monotonic()
+        spacing = progress_spacing(len(reports)) if spaced and not final else 0.0
         for (topic, partition), (report, target_offset) in reports.items():
             if report.acked <= 0 or (self.written.get((topic, partition)) == report and not final):
                 continue
+            if spacing and now - self._written_at.get((topic, partition), -math.inf) < spacing:
+                continue
+            self._written_at[(topic, partition)] = now
             progress = Progress(report.acked, target_offset, live_value(self.run, report, final))
             key, value = progress_record(self.settings.source_alias, topic, partition, progress)
             produce_when_ready(self.producer, location.topic, key=key, value=value, partition=0,
@@ -836,7 +857,7 @@ class CopyLoop:
             self._acked = self._settles.pop(0)[1]
         self.source.note_lag()
         self.progress.write({key: (part.report(self._acked[key][0]), self._acked[key][1])
-                             for key, part in self.copied.items()})
+                             for key, part in self.copied.items()}, spaced=True)
         self.progress.check()
 
 def sync_points_of(source_offsets: np.ndarray, target_offsets: np.ndarray) -> list[SyncPoint]:
