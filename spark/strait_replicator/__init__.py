@@ -9,3 +9,14 @@ reports no target offsets). Running tasks report what they copied about every ha
 to. Tasks and driver exchange everything through the target cluster; the driver alone reads Spark's
 checkpoint (:mod:`strait_replicator.state`), so local mode and a multi-host cluster run one design.
 """
+
+import faulthandler
+
+# Every process that imports the data plane (the driver, Spark's Python planner and workers) runs
+# native clients (librdkafka, the C copy loop): a crash there prints each thread's Python stack to
+# stderr, which Spark passes to the driver's log, instead of only an EOF on the JVM's side.
+if not faulthandler.is_enabled():
+    try:
+        faulthandler.enable()
+    except (RuntimeError, ValueError, OSError):  # no stderr with a file descriptor: nowhere to print
+        pass

@@ -589,7 +589,7 @@ def _partitions_of(task: CopyTask) -> frozenset[Key]:
 
 
 def _wanted_until(limits: EpochLimits) -> float:
-    return time.time() + limits.task_seconds() + LINGER_SECONDS
+    return time.time() + limits.task_seconds() + max(LINGER_SECONDS, limits.linger_seconds)
 
 
 NAMED_IN_LOG = 10  # a log line names this many partitions, then counts the rest (a copier may hold thousands)

@@ -38,6 +38,11 @@ log = logging.getLogger(__name__)
 RECORDS_PER_SECOND_PER_TASK = 50_000
 # A backlog a task copies in about a second: below it, tasks keep their partitions from epoch to epoch.
 SMALL_BACKLOG = 50_000
+# A copier waits for the next epoch's task at least this many times as long as planning the last epoch
+# took (10,000 partitions: 22 s on 2 busy cores, and the copiers' 20 s wait ran out between epochs).
+LINGER_PER_PLANNING_SECOND = 3.0
+# Partitions whose resume a log line names one by one; the rest are counted (a wide flow moves thousands).
+RESUMES_LOGGED = 100
 
 
 @dataclass(frozen=True)
@@ -119,6 +124,7 @@ class EpochPlanner:
         self._planned_starts: Offsets = {}  # where that epoch's partitions start (read from the progress then)
         self._ends_unknown = False  # the last epoch was planned without the source's ends
         self._floor = dict(plan.on_target)  # the copy evidence of partitions whose progress was not seen yet
+        self._planning_seconds = 0.0  # how long planning the last epoch took
 
     def initial(self) -> EpochOffsets:
         """The offset before the query's first epoch: the resume points."""
@@ -127,6 +133,13 @@ class EpochPlanner:
     def next_epoch(self) -> EpochOffsets:
         """The next epoch; the last one again when a stop was requested or nothing is planned (Spark
         then starts no epoch)."""
+        began = time.monotonic()
+        try:
+            return self._next_epoch()
+        finally:
+            self._planning_seconds = time.monotonic() - began
+
+    def _next_epoch(self) -> EpochOffsets:
         last = self._last or self.initial()
         if self.sources.stop_requested(read=True):
             return last
@@ -182,6 +195,8 @@ class EpochPlanner:
             records_per_second=self.plan.records_per_second / max(1, len(groups)),
             # a stop read while planning comes before where the tasks watch from: they end at once
             ends_at=time.time() + (0.0 if self.sources.stop_requested(read=False) else seconds),
+            # the next epoch's tasks come about one planning later than usual: its copiers wait for them
+            linger_seconds=LINGER_PER_PLANNING_SECOND * self._planning_seconds,
         )
         read_to, holds = self.sources.progress_positions(), self.sources.holds()
         return [CopyTask(epoch.epoch, tuple(group), limits, read_to, replayed, holds) for group in groups]
@@ -191,10 +206,11 @@ class EpochPlanner:
         if not moved:
             return
         setup_logging()  # this runs in a Python worker of the driver's: its lines go to the driver's stderr
-        for (topic, p), at in moved:
+        for (topic, p), at in moved[:RESUMES_LOGGED]:
             log.info("flow=%s epoch=%d topic=%s partition=%d resumes at offset %d: the progress or the resume "
                      "evidence on the target (the epoch started at %d)", self.plan.spec.flow, epoch.epoch, topic,
                      p, at, epoch.start[(topic, p)])
+        _log_more_resumes(self.plan.spec.flow, epoch.epoch, len(moved))
 
     def _source_ends(self, last: EpochOffsets) -> Offsets | None:
         """The source's end offsets for the next epoch.
@@ -251,11 +267,18 @@ def resumed_ranges(task: CopyTask, progress: Offsets, flow: str) -> list[CopyRan
     the copies got to, when that is further."""
     starts = {(r.topic, r.partition): r.start for r in task.ranges if r.start is not None}
     points = {key: max(start, progress.get(key, start)) for key, start in starts.items()}
-    for (topic, partition), offset in sorted(points.items()):
-        if offset != starts[(topic, partition)]:
-            log.info("flow=%s epoch=%d topic=%s partition=%d resumes at offset %d: the progress on the target "
-                     "(planned at %d)", flow, task.epoch, topic, partition, offset, starts[(topic, partition)])
+    moved = [(key, offset) for key, offset in sorted(points.items()) if offset != starts[key]]
+    for (topic, partition), offset in moved[:RESUMES_LOGGED]:
+        log.info("flow=%s epoch=%d topic=%s partition=%d resumes at offset %d: the progress on the target "
+                 "(planned at %d)", flow, task.epoch, topic, partition, offset, starts[(topic, partition)])
+    _log_more_resumes(flow, task.epoch, len(moved))
     return [CopyRange(r.topic, r.partition, points.get((r.topic, r.partition), r.start)) for r in task.ranges]
+
+
+def _log_more_resumes(flow: str, epoch: int, moved: int) -> None:
+    if moved > RESUMES_LOGGED:
+        log.info("flow=%s epoch=%d %d more partitions resume at their progress on the target", flow, epoch,
+                 moved - RESUMES_LOGGED)
 
 
 def logged_epoch(entry: dict[str, Any], plan: SourcePlan) -> EpochOffsets:

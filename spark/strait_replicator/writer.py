@@ -189,6 +189,9 @@ class EpochLimits:
     max_records: int
     records_per_second: float = 0.0
     ends_at: float = 0.0
+    # how long a copier waits after the epoch's end for the next epoch's task at least (0: its own
+    # default): the planner raises it when planning an epoch takes long (thousands of partitions)
+    linger_seconds: float = 0.0
 
     def task_seconds(self) -> float:
         """How long a task starting now copies (at least MIN_TASK_SECONDS: a late or retried task still copies)."""

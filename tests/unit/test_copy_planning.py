@@ -361,3 +361,27 @@ def test_a_local_checkpoint_is_read_without_sparks_jvm(tmp_path: Path, as_uri: b
     else:
         with pytest.raises(AssertionError, match="the JVM was asked"):
             CheckpointLog(str(tmp_path), no_session).newest_epoch()
+
+
+class _SlowClusters(_Clusters):
+    """Clusters whose source ends take ``seconds`` to list (the planner's clock moved on by then)."""
+
+    def __init__(self, latest: Offsets, clock: list[float], seconds: float) -> None:
+        super().__init__(latest)
+        self.clock, self.seconds = clock, seconds
+
+    def source_ends(self, wait: bool) -> Offsets | None:
+        self.clock[0] += self.seconds
+        return super().source_ends(wait)
+
+
+@pytest.mark.parametrize(("seconds", "linger"), [(0.5, 1.5), (22.0, 66.0)])
+def test_copiers_wait_longer_for_the_next_epoch_when_planning_is_slow(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch, seconds: float, linger: float) -> None:
+    from strait_replicator import planner as planner_module
+    clock = [1000.0]
+    monkeypatch.setattr(planner_module.time, "monotonic", lambda: clock[0])
+    planner = EpochPlanner(_plan(tmp_path, resume={("t", 0): 0, ("t", 1): 0}),
+                           _SlowClusters({("t", 0): 10, ("t", 1): 10}, clock, seconds))
+    tasks = planner.tasks(_planned(planner))
+    assert tasks and all(task.limits.linger_seconds == pytest.approx(linger) for task in tasks)

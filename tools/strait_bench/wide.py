@@ -66,10 +66,11 @@ class WideShape:
         return [TopicPartition(prefix + name, p) for name in self.names() for p in range(self.partitions)]
 
 
-def create_topics(cluster: KafkaCluster, shape: WideShape, timeout: float = 120.0) -> None:
-    """Create the shape's topics on ``cluster``, a batch per request, and wait for each."""
+def create_topics(cluster: KafkaCluster, shape: WideShape, prefix: str = "", timeout: float = 120.0) -> None:
+    """Create the shape's topics (each name behind ``prefix``) on ``cluster``, a batch per request,
+    and wait until each partition has a leader."""
     admin = cluster.admin()
-    names = shape.names()
+    names = [prefix + name for name in shape.names()]
     for first in range(0, len(names), CREATE_BATCH):
         batch = [NewTopic(name, shape.partitions, 1, config=dict(KEEP_FOREVER))
                  for name in names[first:first + CREATE_BATCH]]
@@ -78,16 +79,17 @@ def create_topics(cluster: KafkaCluster, shape: WideShape, timeout: float = 120.
                 future.result(timeout=timeout)
             except Exception as exc:  # noqa: BLE001 - named with its topic
                 raise BenchError(f"creating topic {name} on cluster {cluster.alias}: {exc}") from exc
-    _wait_for_leaders(admin, cluster, shape, timeout)
+    _wait_for_leaders(admin, cluster, names, shape.partitions, timeout)
 
 
-def _wait_for_leaders(admin: AdminClient, cluster: KafkaCluster, shape: WideShape, timeout: float) -> None:
-    """Wait until the cluster's metadata lists every partition of the shape with a leader."""
+def _wait_for_leaders(admin: AdminClient, cluster: KafkaCluster, names: list[str], partitions: int,
+                      timeout: float) -> None:
+    """Wait until the cluster's metadata lists every partition of the topics ``names`` with a leader."""
     deadline = time.monotonic() + timeout
-    wanted = set(shape.names())
+    wanted = set(names)
     while True:
         topics = admin.list_topics(timeout=30).topics
-        led = {name for name in wanted if name in topics and len(topics[name].partitions) == shape.partitions
+        led = {name for name in wanted if name in topics and len(topics[name].partitions) == partitions
                and all(p.leader >= 0 for p in topics[name].partitions.values())}
         if led == wanted:
             return
@@ -229,6 +231,10 @@ class WideRun:
                 process = systems.start_strait(self.source, target, pattern, self.options, self.options.cores,
                                                folder)
             else:
+                # MM2 4.3 creates every remote topic in one CreateTopics request, which KRaft refuses at
+                # this width ("Excessively large number of partitions per request"): it then copies
+                # nothing. The bench creates them first, as its operator would have to.
+                create_topics(target, load.shape, prefix=self._remote_prefix)
                 process = systems.start_mm2(self.source, target, pattern, self.options, folder,
                                             dict(self.options.mm2_properties))
             try:
@@ -236,6 +242,7 @@ class WideRun:
             finally:
                 process.stop(timeout=60)
             result.update(system=system, topics=load.shape.topics, partitions=load.shape.total_partitions,
+                          remote_topics_created_by="the bench" if replicator(system) == "mm2" else system,
                           log=str(process.log_path))
             log.info("wide measured system=%s result=%s", system, result)
             return result
@@ -356,6 +363,8 @@ def markdown(report: Mapping[str, Any]) -> str:
              "| metric | " + " | ".join(names) + " |", "|---|" + "---|" * len(names)]
     for key, label in rows:
         lines.append(f"| {label} | " + " | ".join(_value(run.get(key)) for run in runs) + " |")
+    lines.append("| remote topics created by | " + " | ".join(str(run.get("remote_topics_created_by", "–"))
+                                                          for run in runs) + " |")
     lines += ["", "Records/s written into internal topics under the trickle (cluster:topic):", ""]
     for run in runs:
         internal = run.get("internal_records_per_s") or {}
