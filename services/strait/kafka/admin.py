@@ -77,6 +77,9 @@ def admin_client(config: Mapping[str, str]) -> AdminClient:
     return AdminClient({**config, "logger": librdkafka_log})
 
 
+RETIRED_ADMIN_CLIENTS = 4  # renewed clients kept alive (each retry renews once, seconds apart)
+
+
 class RenewableAdmin:
     """An admin client that is replaced by a new one after a transient error.
 
@@ -88,6 +91,10 @@ class RenewableAdmin:
     def __init__(self, config: Mapping[str, str]) -> None:
         self._config = dict(config)
         self._client: AdminClient | None = None
+        # Clients dropped by renew, kept alive a while: a call given up on may still be answered, and
+        # destroying its client while librdkafka's thread sets the call's futures crashed the process
+        # (a segfault in the planner at 10,000 partitions).
+        self._retired: list[AdminClient] = []
 
     def get(self) -> AdminClient:
         """The current client (made on first use and after :meth:`renew`)."""
@@ -97,6 +104,8 @@ class RenewableAdmin:
 
     def renew(self, _cause: BaseException | None = None) -> None:
         """Drop the client: the next :meth:`get` makes a new one with fresh metadata."""
+        if self._client is not None:
+            self._retired = [*self._retired[-(RETIRED_ADMIN_CLIENTS - 1):], self._client]
         self._client = None
 
 
@@ -269,8 +278,8 @@ def list_offsets_per_leader(admin: AdminClient, alias: str, partitions: Sequence
         done |= more
     failures: list[KafkaAdminError] = []
     for leader in (first[future] for future in done):
-        try:
-            offsets.update(_results(calls[leader], alias, which, timeout=0.0, skip_unknown=True))
+        try:  # answered: its futures are being set one after another (10,000 of them take a while)
+            offsets.update(_results(calls[leader], alias, which, timeout=timeout, skip_unknown=True))
         except KafkaAdminError as exc:
             failures.append(exc)
             offsets.update({(tp.topic, tp.partition): -1 for tp in calls[leader]})
