@@ -88,3 +88,23 @@ def test_a_renewed_admin_client_is_kept_alive_for_its_calls_in_flight(monkeypatc
         renewable.renew()
     assert renewable._retired == clients[-admin.RETIRED_ADMIN_CLIENTS:]
     assert renewable.get() is not clients[-1]
+
+
+def test_a_new_listing_waits_for_a_given_up_call_being_answered_not_for_a_silent_one() -> None:
+    answering, silent = [Future() for _ in range(200)], [Future() for _ in range(3)]
+    answering[0].set_result(_Listed(0))  # librdkafka's thread began setting this call's futures
+    admin._give_up([answering, silent], request_timeout=30.0)
+
+    def set_the_rest() -> None:
+        for future in answering[1:]:
+            future.set_result(_Listed(1))
+            time.sleep(0.002)
+    threading.Thread(target=set_the_rest, daemon=True).start()
+    began = time.monotonic()
+    admin._after_calls_given_up()
+    assert all(future.done() for future in answering)
+    assert time.monotonic() - began < 5.0  # the silent call (its leader down) held nothing up
+    for future in silent:
+        future.set_result(_Listed(2))
+    admin._after_calls_given_up()
+    assert not admin._given_up

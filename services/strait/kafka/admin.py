@@ -7,7 +7,9 @@ MM2's settings (one partition, ``cleanup.policy=compact``).
 from __future__ import annotations
 
 import logging
-from concurrent.futures import FIRST_COMPLETED, wait
+import threading
+import time
+from concurrent.futures import FIRST_COMPLETED, Future, wait
 from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any, TypeVar
@@ -105,7 +107,7 @@ class RenewableAdmin:
     def renew(self, _cause: BaseException | None = None) -> None:
         """Drop the client: the next :meth:`get` makes a new one with fresh metadata."""
         if self._client is not None:
-            self._retired = [*self._retired[-(RETIRED_ADMIN_CLIENTS - 1):], self._client]
+            self._retired = [*self._retired, self._client][-RETIRED_ADMIN_CLIENTS:]
         self._client = None
 
 
@@ -234,6 +236,37 @@ def internal_topic(name: str, replication_factor: int = -1) -> TopicSpec:
 PartitionKey = tuple[str, int]
 
 
+# ListOffsets calls that returned before librdkafka's thread set all their futures (given up on, or
+# failed at one partition), with when they are set at the latest: confluent-kafka 2.16 crashed the
+# process (segfault, heap corruption) in a new list_offsets call made while its thread was setting
+# another call's futures, one after another. A new call first waits for the calls being set; one not
+# answered yet (its leader silent) does not hold it up.
+_given_up: list[tuple[list[Future], float]] = []
+_given_up_lock = threading.Lock()
+SETTING_MARGIN_SECONDS = 30.0
+
+
+def _give_up(calls: Iterable[Iterable[Future]], request_timeout: float) -> None:
+    """Remember the calls whose futures are not all set yet (see _given_up)."""
+    settled_by = time.monotonic() + request_timeout + SETTING_MARGIN_SECONDS
+    unset = [(futures, settled_by) for futures in (list(call) for call in calls)
+             if not all(future.done() for future in futures)]
+    if unset:
+        with _given_up_lock:
+            _given_up.extend(unset)
+
+
+def _after_calls_given_up() -> None:
+    """Wait until librdkafka's thread set every future of the given-up calls it began setting."""
+    with _given_up_lock:
+        now = time.monotonic()
+        _given_up[:] = [(futures, by) for futures, by in _given_up
+                        if by > now and not all(future.done() for future in futures)]
+        being_set = [(futures, by) for futures, by in _given_up if any(future.done() for future in futures)]
+    for futures, by in being_set:
+        wait(futures, timeout=max(0.0, by - time.monotonic()))
+
+
 def list_offsets(admin: AdminClient, alias: str, partitions: Sequence[TopicPartition], which: str,
                  isolation: IsolationLevel = IsolationLevel.READ_COMMITTED,
                  timeout: float = DEFAULT_TIMEOUT, skip_unknown: bool = False) -> dict[PartitionKey, int]:
@@ -246,9 +279,13 @@ def list_offsets(admin: AdminClient, alias: str, partitions: Sequence[TopicParti
     if not partitions:
         return {}
     spec = OffsetSpec.earliest() if which == "earliest" else OffsetSpec.latest()
+    _after_calls_given_up()
     futures = admin.list_offsets({TopicPartition(tp.topic, tp.partition): spec for tp in partitions},
                                  isolation_level=isolation, request_timeout=timeout)
-    return _results(futures, alias, which, timeout, skip_unknown)
+    try:
+        return _results(futures, alias, which, timeout, skip_unknown)
+    finally:
+        _give_up([futures.values()], timeout)
 
 
 def list_offsets_per_leader(admin: AdminClient, alias: str, partitions: Sequence[TopicPartition], which: str,
@@ -267,10 +304,24 @@ def list_offsets_per_leader(admin: AdminClient, alias: str, partitions: Sequence
     by_leader = _partitions_by_leader(admin, alias, partitions, timeout)
     offsets: dict[PartitionKey, int] = {(tp.topic, tp.partition): -1 for tp in by_leader.get(-1, [])}
     spec = OffsetSpec.earliest() if which == "earliest" else OffsetSpec.latest()
+    _after_calls_given_up()
+    # librdkafka gets a request timeout no shorter than DEFAULT_TIMEOUT, whatever this call waits: a
+    # ListOffsets of 10,000 partitions that timed out while its answer came (0.5 s quick tries, 1-3 s
+    # answers) completed twice and crashed the process (double free, segfault).
+    request_timeout = max(timeout, DEFAULT_TIMEOUT)
     calls = {leader: admin.list_offsets({tp: spec for tp in group}, isolation_level=isolation,
-                                        request_timeout=timeout)
+                                        request_timeout=request_timeout)
              for leader, group in by_leader.items() if leader >= 0}
-    # one call's futures complete together: waiting for one of each call is waiting for the call
+    try:
+        return _offsets_answered(calls, offsets, alias, which, timeout, grace)
+    finally:
+        _give_up([futures.values() for futures in calls.values()], request_timeout)
+
+
+def _offsets_answered(calls: Mapping[int, Mapping[TopicPartition, Future]], offsets: dict[PartitionKey, int],
+                      alias: str, which: str, timeout: float, grace: float) -> dict[PartitionKey, int]:
+    """``offsets`` with those of each leader's call (see :func:`list_offsets_per_leader`)."""
+    # a call's futures are set together, one after another: its first set means the call was answered
     first = {next(iter(futures.values())): leader for leader, futures in calls.items() if futures}
     done, pending = wait(first, timeout=timeout, return_when=FIRST_COMPLETED)
     if pending:
