@@ -54,6 +54,7 @@ typedef struct {
     uint64_t base_seq;        /* sequence number of the ring's head */
     int64_t bytes, reached, last_sent;
     int gone;
+    int moved;                /* sent, acknowledged, failed or reached further since changed() last looked */
 } Part;
 
 typedef struct {
@@ -167,6 +168,7 @@ static void on_delivery(rd_kafka_t *rk, const rd_kafka_message_t *message, void 
         return;
     Part *part = &self->parts[index];
     pthread_mutex_lock(&self->ring);
+    part->moved = 1;
     if (message->err) {
         add_failure(&self->delivery_failures, index, message->err, 0, rd_kafka_err2str(message->err));
     } else if (seq >= part->base_seq && seq - part->base_seq < part->len) {
@@ -270,6 +272,7 @@ static Sent send_record(NativeCopy *self, Py_ssize_t index, const rd_kafka_messa
     slot->acked = 0;
     part->bytes += (int64_t)message->len + (int64_t)message->key_len;
     part->last_sent = message->offset;
+    part->moved = 1;
     pthread_mutex_unlock(&self->ring);
     return SENT;
 }
@@ -318,8 +321,10 @@ static size_t send_batch(NativeCopy *self, rd_kafka_message_t **messages, size_t
         pthread_mutex_lock(&self->ring);
         int skip = part->gone || message->err;
         if (message->err == RD_KAFKA_RESP_ERR__PARTITION_EOF) {
-            if (message->offset > part->reached)
+            if (message->offset > part->reached) {
                 part->reached = message->offset;
+                part->moved = 1;
+            }
         } else if (message->err && !part->gone) {
             int fatal = message->err == RD_KAFKA_RESP_ERR__FATAL;
             rd_kafka_resp_err_t code = message->err;
@@ -333,6 +338,7 @@ static size_t send_batch(NativeCopy *self, rd_kafka_message_t **messages, size_t
                 self->active--;
             }
             add_failure(&self->read_failures, index, code, fatal, text);
+            part->moved = 1;
         }
         pthread_mutex_unlock(&self->ring);
         if (skip) {
@@ -783,6 +789,31 @@ static PyObject *NativeCopy_state(NativeCopy *self, PyObject *args) {
     return state;
 }
 
+/* changed() -> the indices of the partitions that moved (a record sent, acknowledged or failed, the
+ * end seen further) since the last call: a wide copy settles and reports those, not every partition. */
+static PyObject *NativeCopy_changed(NativeCopy *self, PyObject *noargs) {
+    (void)noargs;
+    PyObject *moved = PyList_New(0);
+    if (moved == NULL)
+        return NULL;
+    lock_ring(self);
+    for (Py_ssize_t i = 0; i < self->nparts; i++) {
+        if (!self->parts[i].moved)
+            continue;
+        PyObject *index = PyLong_FromSsize_t(i);
+        if (index == NULL || PyList_Append(moved, index) != 0) {
+            Py_XDECREF(index);
+            pthread_mutex_unlock(&self->ring);
+            Py_DECREF(moved);
+            return NULL;
+        }
+        Py_DECREF(index);
+        self->parts[i].moved = 0;
+    }
+    pthread_mutex_unlock(&self->ring);
+    return moved;
+}
+
 /* drop(part): copy no more of it (its topic is gone from the source). */
 static PyObject *NativeCopy_drop(NativeCopy *self, PyObject *args) {
     Py_ssize_t index;
@@ -963,6 +994,7 @@ static PyMethodDef NativeCopy_methods[] = {
     {"poll", (PyCFunction)NativeCopy_poll, METH_VARARGS, "Serve the target's acknowledgements."},
     {"take", (PyCFunction)NativeCopy_take, METH_VARARGS, "Take a partition's leading acknowledged records."},
     {"state", (PyCFunction)NativeCopy_state, METH_VARARGS, "A partition's unsettled records and positions."},
+    {"changed", (PyCFunction)NativeCopy_changed, METH_NOARGS, "The partitions that moved since the last call."},
     {"drop", (PyCFunction)NativeCopy_drop, METH_VARARGS, "Copy no more of a partition; how many are left."},
     {"watermarks", (PyCFunction)NativeCopy_watermarks, METH_VARARGS, "A partition's cached watermarks."},
     {"flush", (PyCFunction)NativeCopy_flush, METH_VARARGS, "Wait for the target's acknowledgements."},

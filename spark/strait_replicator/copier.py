@@ -116,6 +116,7 @@ class Copier(threading.Thread):
         self._process = process_identity()
         self._released = False
         self._loop: CopyLoop | None = None
+        self._source: SourceCopy | None = None  # its copy, once started
         self._prepared: SourceCopy | None = None  # its copy, made before the claim, until it starts
         # exactly once: its copy's transactions, initialised before its claim, so that a newer claimant's
         # fence holds whenever it comes
@@ -155,9 +156,10 @@ class Copier(threading.Thread):
                            part.next_offset())
         return marked
 
-    def records_since(self, mark: Mapping[Key, tuple[Any, ...]]) -> int:
-        """Records copied since ``mark``."""
-        return sum(part.records - (mark[key][0] if key in mark else 0) for key, part in list(self.copied.items()))
+    def records(self) -> int:
+        """Records copied so far, over all its partitions (without a pass over them)."""
+        source = self._source
+        return 0 if source is None else source.records
 
     def rows_since(self, mark: Mapping[Key, tuple[Any, ...]]) -> list[tuple[Any, ...]]:
         """One summary row per partition (``writer.SUMMARY_FIELDS``) of what was copied since ``mark``."""
@@ -314,7 +316,7 @@ class Copier(threading.Thread):
             syncs = SyncWriter(settings, transactions if settings.syncs_in_transaction else syncs_producer)
             with self._lock:
                 self._progress = ProgressWriter(settings, transactions or self.producer, self._run)
-            self.copied = source.copied
+            self.copied, self._source = source.copied, source
             limits = EpochLimits(seconds=math.inf, max_records=sys.maxsize,
                                  records_per_second=self.task.limits.records_per_second)
             loop = CopyLoop(source, self.producer, syncs, limits, self._progress, transactions)
@@ -509,9 +511,10 @@ def _watched(copier: Copier, limits: EpochLimits, beat: Callable[[], None] | Non
     followed = False  # the copier watched is a successor
     while True:
         mark = copier.mark()  # {} while a new copier claims: its rows then count from its start
+        copied_before = _records(earlier) - sum(marked[0] for marked in mark.values())
         while not copier.ended.wait(WAIT_SECONDS):
             now = time.monotonic()
-            if now >= deadline or _records(earlier) + copier.records_since(mark) >= limits.max_records:
+            if now >= deadline or copied_before + copier.records() >= limits.max_records:
                 break
             if beat is not None and now >= next_beat:
                 beat()

@@ -31,6 +31,7 @@ from strait.kafka.admin import (
     list_offsets,
 )
 from strait.flow_spec import FlowSpec, flow_spec
+from strait.logs import log_first
 from strait.metrics import set_flow_state
 from strait.progress import (
     COPY_EVIDENCE, OffsetsTopic, Progress, Resume, ResumeError, decide_starts, gather_evidence, keys_of,
@@ -337,12 +338,16 @@ class FlowRunner:
         if any(resume.evidence == "mm2-offsets" for resume in decided.values()) and self._fenced_mm2(plan):
             decided = self._decide_starts(plan, keys)  # what MM2 committed before its fence, nothing after
         self._forget_resume()
-        for topic, (evidence, duplicates) in summarize(decided).items():
+        per_topic = summarize(decided)
+        for topic, (evidence, duplicates) in per_topic.items():
             self._resume_labels.append((self.flow_name, topic, evidence))
             metrics.RESUMED_FROM.labels(flow=self.flow_name, topic=topic, evidence=evidence).set(1)
             metrics.RESUME_DUPLICATES.labels(flow=self.flow_name, topic=topic).set(duplicates)
-            log.info("flow=%s topic=%s resumes evidence=%s duplicates_at_most=%s", self.flow_name, topic, evidence,
-                     duplicates if duplicates >= 0 else "unknown")
+        log_first(log, [(self.flow_name, topic, evidence, duplicates if duplicates >= 0 else "unknown")
+                        for topic, (evidence, duplicates) in per_topic.items()],
+                  "flow=%s topic=%s resumes evidence=%s duplicates_at_most=%s",
+                  "flow=%s %d more topics resume (their evidence: metric strait_replicator_resume_evidence)",
+                  self.flow_name)
         if self.publish is not None:
             self.publish(self.flow_name, resume_report(decided))
         return decided

@@ -18,6 +18,7 @@ from __future__ import annotations
 import logging
 import time
 
+from strait.logs import log_first
 from strait_replicator.copier import Copier
 from strait_replicator.planner import CopyTask, EpochPlanner, SourcePlan
 from strait_replicator.session import available_cores
@@ -62,8 +63,10 @@ class HeadStart:
         for copier in claimed:
             log.info("flow=%s head start copier=%s copies partitions=%d until the query's tasks take them",
                      plan.spec.flow, copier.id, len(copier.keys))
-            for topic, starts in sorted(_starts_by_topic(copier.task).items()):
-                log.info("flow=%s head start copier=%s topic=%s from=%s", plan.spec.flow, copier.id, topic, starts)
+            log_first(log, [(plan.spec.flow, copier.id, topic, starts)
+                            for topic, starts in sorted(_starts_by_topic(copier.task).items())],
+                      "flow=%s head start copier=%s topic=%s from=%s", "flow=%s head start copier=%s: %d more topics",
+                      plan.spec.flow, copier.id)
         return HeadStart(claimed) if claimed else None
 
     @property

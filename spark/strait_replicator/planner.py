@@ -26,7 +26,7 @@ from typing import Any, Protocol
 from pyspark.sql.datasource import InputPartition
 
 from strait.flow_spec import FlowSpec
-from strait.logs import setup_logging
+from strait.logs import log_first, setup_logging
 from strait.progress import keys_of
 from strait_replicator.live import Hold, ProgressLog
 from strait_replicator.state import CheckpointFormatError, EpochOffsets, Offsets, TopicPartitionKey
@@ -41,8 +41,8 @@ SMALL_BACKLOG = 50_000
 # A copier waits for the next epoch's task at least this many times as long as planning the last epoch
 # took (10,000 partitions: 22 s on 2 busy cores, and the copiers' 20 s wait ran out between epochs).
 LINGER_PER_PLANNING_SECOND = 3.0
-# Partitions whose resume a log line names one by one; the rest are counted (a wide flow moves thousands).
-RESUMES_LOGGED = 100
+# A wide flow moves thousands of partitions: past strait.logs.LOGGED_LINES named ones, this line counts the rest.
+_MORE_RESUMES = "flow=%s epoch=%d %d more partitions resume at their progress on the target"
 
 
 @dataclass(frozen=True)
@@ -206,11 +206,10 @@ class EpochPlanner:
         if not moved:
             return
         setup_logging()  # this runs in a Python worker of the driver's: its lines go to the driver's stderr
-        for (topic, p), at in moved[:RESUMES_LOGGED]:
-            log.info("flow=%s epoch=%d topic=%s partition=%d resumes at offset %d: the progress or the resume "
-                     "evidence on the target (the epoch started at %d)", self.plan.spec.flow, epoch.epoch, topic,
-                     p, at, epoch.start[(topic, p)])
-        _log_more_resumes(self.plan.spec.flow, epoch.epoch, len(moved))
+        flow = self.plan.spec.flow
+        log_first(log, [(flow, epoch.epoch, topic, p, at, epoch.start[(topic, p)]) for (topic, p), at in moved],
+                  "flow=%s epoch=%d topic=%s partition=%d resumes at offset %d: the progress or the resume evidence "
+                  "on the target (the epoch started at %d)", _MORE_RESUMES, flow, epoch.epoch)
 
     def _source_ends(self, last: EpochOffsets) -> Offsets | None:
         """The source's end offsets for the next epoch.
@@ -268,17 +267,10 @@ def resumed_ranges(task: CopyTask, progress: Offsets, flow: str) -> list[CopyRan
     starts = {(r.topic, r.partition): r.start for r in task.ranges if r.start is not None}
     points = {key: max(start, progress.get(key, start)) for key, start in starts.items()}
     moved = [(key, offset) for key, offset in sorted(points.items()) if offset != starts[key]]
-    for (topic, partition), offset in moved[:RESUMES_LOGGED]:
-        log.info("flow=%s epoch=%d topic=%s partition=%d resumes at offset %d: the progress on the target "
-                 "(planned at %d)", flow, task.epoch, topic, partition, offset, starts[(topic, partition)])
-    _log_more_resumes(flow, task.epoch, len(moved))
+    log_first(log, [(flow, task.epoch, topic, p, offset, starts[(topic, p)]) for (topic, p), offset in moved],
+              "flow=%s epoch=%d topic=%s partition=%d resumes at offset %d: the progress on the target "
+              "(planned at %d)", _MORE_RESUMES, flow, task.epoch)
     return [CopyRange(r.topic, r.partition, points.get((r.topic, r.partition), r.start)) for r in task.ranges]
-
-
-def _log_more_resumes(flow: str, epoch: int, moved: int) -> None:
-    if moved > RESUMES_LOGGED:
-        log.info("flow=%s epoch=%d %d more partitions resume at their progress on the target", flow, epoch,
-                 moved - RESUMES_LOGGED)
 
 
 def logged_epoch(entry: dict[str, Any], plan: SourcePlan) -> EpochOffsets:

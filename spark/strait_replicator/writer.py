@@ -18,7 +18,7 @@ import os
 import sys
 import time
 import zipimport
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass
 from typing import Any
 
@@ -323,18 +323,21 @@ class ProgressWriter:
             self.errors.append(err)
 
     def write(self, reports: Mapping[tuple[str, int], tuple[PartitionReport, int]], final: bool = False,
-              spaced: bool = False) -> None:
+              spaced: bool = False, partitions: int = 0) -> set[tuple[str, int]]:
         """Produce the progress of each partition whose (report, target offset of its last record) changed;
-        ``spaced``: each partition at most once per :func:`progress_spacing` of the reports' partitions."""
+        ``spaced``: each partition at most once per :func:`progress_spacing` of the copy's ``partitions``
+        (default: the reports'). Returns the partitions whose changed progress the spacing held back."""
+        deferred: set[tuple[str, int]] = set()
         location = self.settings.progress
         if location is None:
-            return
+            return deferred
         now = time.monotonic()
-        spacing = progress_spacing(len(reports)) if spaced and not final else 0.0
+        spacing = progress_spacing(partitions or len(reports)) if spaced and not final else 0.0
         for (topic, partition), (report, target_offset) in reports.items():
             if report.acked <= 0 or (self.written.get((topic, partition)) == report and not final):
                 continue
             if spacing and now - self._written_at.get((topic, partition), -math.inf) < spacing:
+                deferred.add((topic, partition))
                 continue
             self._written_at[(topic, partition)] = now
             progress = Progress(report.acked, target_offset, live_value(self.run, report, final))
@@ -342,6 +345,7 @@ class ProgressWriter:
             produce_when_ready(self.producer, location.topic, key=key, value=value, partition=0,
                                on_delivery=self._on_delivery)
             self.written[(topic, partition)] = report
+        return deferred
 
     def check(self) -> None:
         """Fail the task if a progress record was not written."""
@@ -400,16 +404,16 @@ class CopiedPartition:
         """Bytes of keys and values sent."""
         return self.sent().bytes
 
-    def settle(self, syncs: SyncWriter) -> None:
-        """Take the acknowledged records: emit their offset syncs, count them and their latencies."""
+    def settle(self, syncs: SyncWriter) -> int:
+        """Take the acknowledged records: emit their offset syncs, count them and their latencies; how many."""
         if self.native is None:
-            return
+            return 0
         offsets, timestamps, targets, ack_times = (
             np.frombuffer(data, dtype=kind)
             for data, kind in zip(self.native.take(self.index), (np.int64, np.int64, np.int64, np.float64)))
         done = len(offsets)
         if not done:
-            return
+            return 0
         if not self.repartitioned:
             self.syncs += syncs.send(self.topic, self.partition, sync_points_of(offsets, targets))
             self.last_target = int(targets[-1])
@@ -421,6 +425,7 @@ class CopiedPartition:
         self.first = first if self.first < 0 else self.first
         self.first_since_mark = first if self.first_since_mark < 0 else self.first_since_mark
         self.last = int(offsets[-1])
+        return done
 
     def next_offset(self) -> int:
         """Where the next epoch goes on: past the last record copied or the end seen, else the start
@@ -489,6 +494,7 @@ class SourceCopy:
                        for i, r in enumerate(ranges)]
         self.copied = {(part.topic, part.partition): part for part in self._parts}
         self.pending = dict(self.copied)  # partitions still copied
+        self.records = 0  # records settled, over every partition
         try:
             self.native = native_copy_class()(
                 consumer_settings(settings), copy_producer_settings(settings, transactional_id),
@@ -535,9 +541,21 @@ class SourceCopy:
             raise PassingWriteError(f"flow {self.settings.flow}: {remaining} records not acknowledged by cluster "
                                     f"{self.settings.target_alias} within {timeout:.0f}s")
 
-    def note_lag(self) -> None:
-        """Each partition's lag from the end offset the last fetch reported (no request to the broker)."""
-        for part in self._parts:
+    def settle(self, syncs: SyncWriter, everything: bool = True) -> list[CopiedPartition]:
+        """Settle the partitions whose copy moved since the last settle, or every one: their acknowledged
+        records become offset syncs and counts (:meth:`CopiedPartition.settle`). Returns those settled.
+
+        A wide copy's few moving partitions are settled without a pass over the thousands at rest."""
+        moved = [self._parts[i] for i in self.native.changed()]
+        parts = self._parts if everything else moved
+        for part in parts:
+            self.records += part.settle(syncs)
+        return parts
+
+    def note_lag(self, parts: Iterable[CopiedPartition] | None = None) -> None:
+        """Each partition's lag (of ``parts``, default all) from the end offset the last fetch reported
+        (no request to the broker)."""
+        for part in self._parts if parts is None else parts:
             _low, high = self.native.watermarks(part.index)
             reached = part.next_offset()
             position = reached if reached >= 0 else part.start
@@ -681,25 +699,25 @@ _FENCED = (KafkaError._FENCED, KafkaError.PRODUCER_FENCED, KafkaError.INVALID_PR
 
 
 def commit_copy(source: SourceCopy, syncs: SyncWriter, progress: ProgressWriter | None,
-                transactions: CopyTransactions, timeout: float, final: bool = False) -> None:
+                transactions: CopyTransactions, timeout: float, final: bool = False, everything: bool = True) -> None:
     """Exactly once: commit the copy's open transaction with the progress of everything sent into it.
 
     Its records are acknowledged first (target offsets known), then their offset syncs are written (into
     the transaction when they live on the target, else acknowledged on the source) and the progress
     records, which say that every record sent so far is copied, join the transaction: the commit makes
-    the records and the progress visible together, and an abort neither.
+    the records and the progress visible together, and an abort neither. Only the partitions that moved
+    since the last commit are settled and written, unless ``everything`` (or ``final``).
     """
     began = time.monotonic()
     source.flush(timeout)
     flushed = time.monotonic()
-    for part in source.copied.values():
-        part.settle(syncs)
+    parts = source.settle(syncs, everything=everything or final)
     if not source.settings.syncs_in_transaction:
         syncs.flush(timeout)
-    source.note_lag()
+    source.note_lag(parts)
     if progress is not None and progress.settings.progress is not None:
-        progress.write({key: (part.report(part.settled_position()), part.last_target)
-                        for key, part in source.copied.items()}, final=final)
+        progress.write({(part.topic, part.partition): (part.report(part.settled_position()), part.last_target)
+                        for part in parts}, final=final)
     written = time.monotonic()
     transactions.commit(timeout)
     ended = time.monotonic()
@@ -742,8 +760,7 @@ def finish_copy(source: SourceCopy, producer: Producer, syncs: SyncWriter, progr
         return
     settings = progress.settings
     source.flush(flush_timeout)
-    for part in source.copied.values():
-        part.settle(syncs)
+    for part in source.settle(syncs):
         unsettled = part.sent().unsettled
         if unsettled:
             raise ReplicationWriteError(
@@ -776,6 +793,10 @@ class CopyLoop:
         # those syncs are acknowledged
         self._settles: list[tuple[int, dict[tuple[str, int], tuple[int, int]]]] = []
         self._acked = {key: (-1, -1) for key in self.copied}
+        self._unreported: set[tuple[str, int]] = set()  # partitions whose acknowledged position moved since reported
+        # A pass over every partition (settle, lag, progress) this often; in between, only those that
+        # moved: a wide copy's partitions at rest cost nothing (SETTLE_SECONDS: every pass, up to 500).
+        self.full_pass_seconds = max(SETTLE_SECONDS, progress_spacing(len(self.copied)))
         self.stop: Callable[[], bool] | None = None
         # Nothing is written after this (wall clock): a copier's lease (strait_replicator.copier). The
         # native loop checks it before every record, so a copier frozen mid-batch (its host stopped)
@@ -792,7 +813,7 @@ class CopyLoop:
         limits, source = self.limits, self.source
         deadline = began + limits.task_seconds()
         cap = limits.max_records
-        next_settle = next_stop_check = now
+        next_settle = next_stop_check = next_full = now
         while source.pending and now < deadline and self.sent < cap:
             if now >= next_stop_check:
                 if self.stop is not None and self.stop():
@@ -818,7 +839,9 @@ class CopyLoop:
             if self.transactions is not None:
                 if now >= next_settle:
                     copied_before = self._committed_sent  # the first records copied become visible soon too
-                    self._commit()
+                    everything = now >= next_full
+                    self._commit(everything)
+                    next_full = now + self.full_pass_seconds if everything else next_full
                     now = time.monotonic()
                     backlog = fetched >= CONSUME_BATCH and copied_before > 0
                     next_settle = now + (BACKLOG_COMMIT_SECONDS if backlog else COMMIT_SECONDS)
@@ -826,41 +849,52 @@ class CopyLoop:
                     next_settle = min(next_settle, now + COMMIT_SECONDS)
                 continue
             if now >= next_settle or not fetched:  # idle: syncs follow their records closely
-                self._settle()
-                if now >= next_settle:
-                    self._report()
-                next_settle = now + SETTLE_SECONDS if now >= next_settle else next_settle
+                report = now >= next_settle
+                everything = report and now >= next_full
+                self._settle(everything)
+                if report:
+                    self._report(everything)
+                    next_full = now + self.full_pass_seconds if everything else next_full
+                    next_settle = now + SETTLE_SECONDS
 
-    def _commit(self) -> None:
-        """Exactly once: commit what was sent since the last commit, with its progress; open the next transaction."""
+    def _commit(self, everything: bool) -> None:
+        """Exactly once: commit what was sent since the last commit, with its progress (of every partition
+        when ``everything``, else of those that moved); open the next transaction."""
         assert self.transactions is not None
         self.source.pass_logs()
-        commit_copy(self.source, self.syncs, self.progress, self.transactions, commit_timeout(self.settings))
+        commit_copy(self.source, self.syncs, self.progress, self.transactions, commit_timeout(self.settings),
+                    everything=everything)
         self._committed_sent = self.sent
         self.transactions.begin()
 
-    def _settle(self) -> None:
-        """Turn acknowledged records into offset syncs and latency counts."""
+    def _settle(self, everything: bool) -> None:
+        """Turn acknowledged records into offset syncs and latency counts (of every partition when
+        ``everything``, else of those that moved)."""
         if self.source.errors:  # a record failed: what was acknowledged after it is not a copy in order
             return
-        for part in self.copied.values():
-            part.settle(self.syncs)
-        if self.progress is not None:
-            self._settles.append((self.syncs.sent, {key: p.settled() for key, p in self.copied.items()}))
+        parts = self.source.settle(self.syncs, everything)
+        if self.progress is not None and parts:
+            self._settles.append((self.syncs.sent, {(p.topic, p.partition): p.settled() for p in parts}))
 
-    def _report(self) -> None:
+    def _report(self, everything: bool) -> None:
         """Write the progress with the live totals: positions of the newest settle whose offset syncs
-        are all acknowledged."""
+        are all acknowledged (of every partition when ``everything``, else of those whose position moved)."""
         self.source.pass_logs()
         if self.progress is None:
             return
         self.syncs.producer.poll(0)
         self.syncs.check()
         while self._settles and self._settles[0][0] <= self.syncs.delivered:
-            self._acked = self._settles.pop(0)[1]
-        self.source.note_lag()
-        self.progress.write({key: (part.report(self._acked[key][0]), self._acked[key][1])
-                             for key, part in self.copied.items()}, spaced=True)
+            for key, acked in self._settles.pop(0)[1].items():
+                if self._acked[key] != acked:
+                    self._acked[key] = acked
+                    self._unreported.add(key)
+        parts = list(self.copied.values()) if everything else [self.copied[key] for key in self._unreported]
+        self.source.note_lag(parts)
+        self._unreported = self.progress.write(
+            {(p.topic, p.partition): (p.report(self._acked[(p.topic, p.partition)][0]),
+                                      self._acked[(p.topic, p.partition)][1]) for p in parts},
+            spaced=True, partitions=len(self.copied))
         self.progress.check()
 
 def sync_points_of(source_offsets: np.ndarray, target_offsets: np.ndarray) -> list[SyncPoint]:

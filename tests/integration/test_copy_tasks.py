@@ -17,6 +17,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from confluent_kafka import Producer
 
 from strait_lab.clients import Record, consume_all, create_topic, produce
 from strait_bench.bounded import copy_ranges
@@ -130,6 +131,43 @@ def test_a_copy_made_before_its_starts_are_known_fetches_nothing_until_started_t
     on_target = records_by_partition(target_cluster, remote)
     assert [r.value for r in on_target[0]] == _values(sent, 0)[4:]
     assert [r.value for r in on_target[1]] == _values(sent, 1)
+
+
+def _copy_until(source: writer.SourceCopy, topic: str, sent: int, ends: dict[int, int], timeout: float = 30.0) -> None:
+    """Run the copy until ``sent`` records are sent and each partition's fetch saw its end at ``ends``."""
+    copied, deadline = 0, time.monotonic() + timeout
+    while copied < sent or any(source.copied[(topic, p)].sent().reached < end for p, end in ends.items()):
+        assert time.monotonic() < deadline, f"{copied} of {sent} records copied"
+        copied += source.copy(100, 0.2, time.time() + 60)[0]
+
+
+def test_a_copy_settles_only_the_partitions_that_moved_unless_asked_for_every_one(
+        source_cluster: KafkaCluster, target_cluster: KafkaCluster, topics: tuple[str, str, str]) -> None:
+    """A copier of 5,000 partitions passed over all of them every half second (settle, lag, progress)
+    and spent its time there instead of copying: a settle now takes the partitions whose records were
+    sent, acknowledged or whose end moved since the last one, and every partition only when asked."""
+    topic, remote, syncs = topics
+    settings = _settings(source_cluster, target_cluster, topic, remote, syncs)
+    _send(source_cluster, topic, 0, 10)
+    source = writer.SourceCopy([CopyRange(topic, 0, 0), CopyRange(topic, 1, 0)], settings)
+    sync_writer = writer.SyncWriter(settings, Producer(writer.syncs_producer_settings(settings.syncs_producer)))
+    try:
+        source.start()
+        _copy_until(source, topic, 10, {0: 5, 1: 5})
+        source.flush(30.0)
+        assert sorted(p.partition for p in source.settle(sync_writer, everything=False)) == [0, 1]
+        assert source.records == 10
+        assert source.settle(sync_writer, everything=False) == [], "nothing moved since the last settle"
+        produce(source_cluster.client_config(), topic, [Record(b"k", b"v", partition=1)] * 2)
+        _copy_until(source, topic, 2, {1: 7})
+        source.flush(30.0)
+        assert [p.partition for p in source.settle(sync_writer, everything=False)] == [1]
+        assert source.records == 12
+        assert len(source.settle(sync_writer, everything=True)) == 2
+        sync_writer.flush(30.0)
+    finally:
+        assert source.close(10.0) == 0
+    assert {p: len(records) for p, records in records_by_partition(target_cluster, remote).items()} == {0: 5, 1: 7}
 
 
 def test_the_native_loop_keeps_every_field_and_a_repartitioned_copy_places_records_by_key(

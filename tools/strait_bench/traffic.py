@@ -47,7 +47,8 @@ def payloads(size: int, count: int = 256) -> list[bytes]:
     return [os.urandom(size) for _ in range(count)]
 
 
-def _producer(cluster: KafkaCluster, **extra: str) -> Producer:
+def bench_producer(cluster: KafkaCluster, **extra: str) -> Producer:
+    """The bench's own idempotent producer into ``cluster`` (its load and probes), with ``extra`` settings."""
     return Producer({**cluster.client_config(), "linger.ms": "5", "batch.size": "1048576",
                      "queue.buffering.max.kbytes": "1048576", "enable.idempotence": "true",
                      "logger": librdkafka_log, **extra})
@@ -66,7 +67,7 @@ def load_topic(cluster: KafkaCluster, topic: str, partitions: int, records: int,
     """Create the topic and produce ``records`` keyed records with headers; return the seconds it took."""
     create_topic(cluster.admin(), topic, partitions, config=KEEP_FOREVER)
     values = payloads(size)
-    producer = _producer(cluster)
+    producer = bench_producer(cluster)
     started = time.monotonic()
     for i in range(records):
         _send(producer, topic, b"key-%d" % i, values[i % len(values)])
@@ -274,7 +275,7 @@ class LatencyProbe:
         return latencies
 
     def _produce(self, rate: int, warmup: int, total: int, clock_started: threading.Event) -> None:
-        producer = _producer(self.source, **{"linger.ms": "0"})
+        producer = bench_producer(self.source, **{"linger.ms": "0"})
         started = time.monotonic()
         for i in range(warmup + total):
             due = started + i / rate

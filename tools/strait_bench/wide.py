@@ -18,22 +18,24 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from confluent_kafka import KafkaError, KafkaException, Producer, TopicPartition
-from confluent_kafka.admin import AdminClient, NewTopic, OffsetSpec
+from confluent_kafka import KafkaError, KafkaException, TopicPartition
+from confluent_kafka.admin import AdminClient, OffsetSpec
+
+from strait.errors import StraitError
+from strait.kafka.admin import TopicSpec
+from strait.kafka.admin import create_topics as create_topics_on
 
 from strait_bench import systems
 from strait_bench.monitor import TreeMonitor
 from strait_bench.options import BenchOptions, replicator
 from strait_bench.runner import wait_started
-from strait_bench.traffic import KEEP_FOREVER, BenchError, payloads
-from strait_lab.clients import librdkafka_log
+from strait_bench.traffic import KEEP_FOREVER, BenchError, bench_producer, payloads
 from strait_lab.kafka import KafkaCluster, KafkaClusterSpec
 from strait_lab.process import ManagedProcess, tail
 
 log = logging.getLogger(__name__)
 
 PREFIX = "wide-"
-CREATE_BATCH = 250  # topics per CreateTopics request
 POLL_SECONDS = 1.0  # reading 10,000 end offsets takes a while: poll less often than the main runs
 GB = 1e9
 
@@ -71,14 +73,11 @@ def create_topics(cluster: KafkaCluster, shape: WideShape, prefix: str = "", tim
     and wait until each partition has a leader."""
     admin = cluster.admin()
     names = [prefix + name for name in shape.names()]
-    for first in range(0, len(names), CREATE_BATCH):
-        batch = [NewTopic(name, shape.partitions, 1, config=dict(KEEP_FOREVER))
-                 for name in names[first:first + CREATE_BATCH]]
-        for name, future in admin.create_topics(batch, operation_timeout=timeout).items():
-            try:
-                future.result(timeout=timeout)
-            except Exception as exc:  # noqa: BLE001 - named with its topic
-                raise BenchError(f"creating topic {name} on cluster {cluster.alias}: {exc}") from exc
+    try:
+        create_topics_on(admin, cluster.alias, [TopicSpec(name, shape.partitions, 1, KEEP_FOREVER) for name in names],
+                         timeout=timeout)
+    except StraitError as exc:
+        raise BenchError(str(exc)) from exc
     _wait_for_leaders(admin, cluster, names, shape.partitions, timeout)
 
 
@@ -99,19 +98,13 @@ def _wait_for_leaders(admin: AdminClient, cluster: KafkaCluster, names: list[str
         time.sleep(1.0)
 
 
-def _producer(cluster: KafkaCluster) -> Producer:
-    return Producer({**cluster.client_config(), "linger.ms": "5", "batch.size": "1048576",
-                     "queue.buffering.max.kbytes": "1048576", "enable.idempotence": "true",
-                     "logger": librdkafka_log})
-
-
 def produce_round_robin(cluster: KafkaCluster, shape: WideShape, records: int, size: int,
                         first_key: int = 0, rate: float | None = None) -> float:
     """Produce ``records`` keyed records, one partition after another over every partition of the
     shape (at ``rate`` records/s when given); the seconds it took."""
     partitions = shape.partitions_of()
     values = payloads(size)
-    producer = _producer(cluster)
+    producer = bench_producer(cluster)
     step = max(1, min(1000, int(rate / 100))) if rate else 1000
     started = time.monotonic()
     for i in range(records):

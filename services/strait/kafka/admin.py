@@ -20,6 +20,7 @@ from confluent_kafka.admin import (
 )
 
 from strait.errors import StraitError
+from strait.logs import log_first
 
 T = TypeVar("T")
 log = logging.getLogger(__name__)
@@ -199,16 +200,20 @@ def create_topics(admin: AdminClient, alias: str, specs: Iterable[TopicSpec],
     """Create the topics that do not exist yet; returns the names actually created."""
     new = [NewTopic(s.name, s.partitions, s.replication_factor, config=dict(s.config)) for s in specs]
     created: list[str] = []
-    for batch in _batched(new, lambda t: t.num_partitions + 1 + len(t.config or {})):
-        for name, future in admin.create_topics(batch, operation_timeout=timeout, request_timeout=timeout).items():
-            try:
-                future.result(timeout=timeout)
-                created.append(name)
-                log.info("created cluster=%s topic=%s", alias, name)
-            except KafkaException as exc:
-                if exc.args[0].code() == KafkaError.TOPIC_ALREADY_EXISTS:
-                    continue
-                raise explain_error(exc, alias, f"creating topic {name}") from None
+    try:
+        for batch in _batched(new, lambda t: t.num_partitions + 1 + len(t.config or {})):
+            for name, future in admin.create_topics(batch, operation_timeout=timeout,
+                                                    request_timeout=timeout).items():
+                try:
+                    future.result(timeout=timeout)
+                    created.append(name)
+                except KafkaException as exc:
+                    if exc.args[0].code() == KafkaError.TOPIC_ALREADY_EXISTS:
+                        continue
+                    raise explain_error(exc, alias, f"creating topic {name}") from None
+    finally:
+        log_first(log, [(alias, name) for name in created], "created cluster=%s topic=%s",
+                  "created cluster=%s %d more topics", alias)
     return created
 
 
