@@ -546,8 +546,8 @@ class SourceCopy:
         records become offset syncs and counts (:meth:`CopiedPartition.settle`). Returns those settled.
 
         A wide copy's few moving partitions are settled without a pass over the thousands at rest."""
-        moved = [self._parts[i] for i in self.native.changed()]
-        parts = self._parts if everything else moved
+        moved = self.native.changed()  # read (and cleared) on every pass, a full one too
+        parts = self._parts if everything else [self._parts[i] for i in moved]
         for part in parts:
             self.records += part.settle(syncs)
         return parts
@@ -889,11 +889,10 @@ class CopyLoop:
                 if self._acked[key] != acked:
                     self._acked[key] = acked
                     self._unreported.add(key)
-        parts = list(self.copied.values()) if everything else [self.copied[key] for key in self._unreported]
-        self.source.note_lag(parts)
+        keys = list(self.copied) if everything else list(self._unreported)
+        self.source.note_lag(self.copied[key] for key in keys)
         self._unreported = self.progress.write(
-            {(p.topic, p.partition): (p.report(self._acked[(p.topic, p.partition)][0]),
-                                      self._acked[(p.topic, p.partition)][1]) for p in parts},
+            {key: (self.copied[key].report(self._acked[key][0]), self._acked[key][1]) for key in keys},
             spaced=True, partitions=len(self.copied))
         self.progress.check()
 
