@@ -29,7 +29,7 @@ from confluent_kafka.admin import AdminClient
 
 from strait.config.model import FlowConfig, StraitConfig, SyncsLocation
 from strait.errors import StraitError
-from strait.kafka.admin import admin_client, explain_error, topic_partitions
+from strait.kafka.admin import KafkaPermissionError, admin_client, explain_error, topic_partitions
 from strait.policy import should_replicate_topic
 from strait.offsets import PartitionTranslator, SyncPoint
 from strait.records import EXACT_SYNC_HEADER, Checkpoint, OffsetSync, RecordFormatError
@@ -215,31 +215,62 @@ class SyncsFollower:
         self._consumer.close()
 
 
+# A partition the tail probe could not read in time (its leader died) costs each later pass nothing for this long.
+PROBE_UNREADABLE_PAUSE_SECONDS = 10.0
+# A topic the probe may not read (no READ ACL) is tried again after this long: the grant may come.
+PROBE_DENIED_PAUSE_SECONDS = 300.0
+
+
 class TailProbe:
     """Checks on the source that no record the replicator would copy lies in an offset range.
 
     It reads with the replicator's isolation level (:func:`read_committed`), so the aborted records
-    and markers the copy skips do not count as records.
+    and markers the copy skips do not count as records. It needs READ on the source topics; without
+    it a commit past the last copied record waits for the copy to reach it (a warning says so).
     """
 
-    def __init__(self, settings: Mapping[str, str], timeout: float = 5.0) -> None:
+    def __init__(self, settings: Mapping[str, str], timeout: float = 5.0,
+                 unreadable_pause: float = PROBE_UNREADABLE_PAUSE_SECONDS) -> None:
         self._consumer = _consumer(read_committed(settings), **{"enable.partition.eof": True})
         self._timeout = timeout
+        self._unreadable_pause = unreadable_pause
         self._proven: set[tuple[str, int, int, int]] = set()  # offsets never change: a proof stays true
+        self._unreadable_until: dict[tuple[str, int], float] = {}  # (topic, partition) -> monotonic time
 
     def empty_between(self, topic: str, partition: int, start: int, end: int) -> bool:
-        """True when the source shows no record in ``[start, end)`` and its readable end is >= ``end``."""
+        """True when the source shows no record in ``[start, end)`` and its readable end is >= ``end``.
+
+        A partition that gave no answer within the timeout (its leader died and none is elected yet)
+        is not read again for a pause: until then it is not shown empty, at once.
+        """
         key = (topic, partition, start, end)
         if key in self._proven:
             return True
-        empty = self._read_between(topic, partition, start, end)
+        if time.monotonic() < self._unreadable_until.get((topic, partition), 0.0):
+            return False
+        try:
+            empty = self._read_between(topic, partition, start, end)
+        except KafkaPermissionError as exc:
+            self._unreadable_until[(topic, partition)] = time.monotonic() + PROBE_DENIED_PAUSE_SECONDS
+            log.warning("probe topic=%s partition=%d %s", topic, partition, exc)
+            return False
+        if empty is None:
+            self._unreadable_until[(topic, partition)] = time.monotonic() + self._unreadable_pause
+            log.info("probe topic=%s partition=%d no answer within %.0fs: not read again for %.0fs",
+                     topic, partition, self._timeout, self._unreadable_pause)
+            return False
+        self._unreadable_until.pop((topic, partition), None)
         if empty:
             if len(self._proven) > 100_000:
                 self._proven.clear()
             self._proven.add(key)
         return empty
 
-    def _read_between(self, topic: str, partition: int, start: int, end: int) -> bool:
+    def _read_between(self, topic: str, partition: int, start: int, end: int) -> bool | None:
+        """Whether ``[start, end)`` is empty and readable; None when the source gave no answer in time.
+
+        Raises KafkaPermissionError when the probe may not read the topic.
+        """
         self._consumer.assign([TopicPartition(topic, partition, start)])
         deadline = time.monotonic() + self._timeout
         try:
@@ -252,9 +283,14 @@ class TailProbe:
                     return message.offset() >= end
                 if error.code() == KafkaError._PARTITION_EOF:
                     return message.offset() >= end
+                if error.code() == KafkaError.TOPIC_AUTHORIZATION_FAILED:
+                    raise KafkaPermissionError(
+                        f"not authorized to read the source topic ({error.str()}): a group's commit past the last "
+                        f"copied record is translated once the copy reaches it; grant READ on topic {topic} to "
+                        f"strait's principal to translate it at once")
                 log.warning("probe topic=%s partition=%d error: %s", topic, partition, error)
                 return False
-            return False
+            return None
         finally:
             self._consumer.unassign()
 
@@ -308,11 +344,17 @@ def committed_offsets(settings: Mapping[str, str], alias: str, group: str, parti
     """The group's committed offsets on these partitions (those without a commit are left out).
 
     Read through a consumer that never joins the group: the AdminClient's offset listing can crash
-    the process in librdkafka when the group coordinator moves (confluent-kafka-python #1982).
+    the process in librdkafka when the group coordinator moves (confluent-kafka-python #1982). The
+    read does not ask for stable offsets: librdkafka asks for them under read_committed, and Kafka's
+    group coordinator then answers only once every write to the group's offsets partition is
+    replicated, so while that partition waits for a dead follower to leave its in-sync replicas the
+    read times out (every 5 s of such a stall held back each checkpoint pass). Unstable reads answer
+    with what is committed (replicated); offsets of a transaction still open are not among them.
     """
     if not partitions:
         return []
-    consumer = Consumer({**settings, "group.id": group, "enable.auto.commit": False, "logger": librdkafka_log})
+    consumer = Consumer({**settings, "group.id": group, "enable.auto.commit": False, "logger": librdkafka_log,
+                         "isolation.level": "read_uncommitted"})
     deadline = time.monotonic() + timeout
     try:
         while True:

@@ -4,8 +4,8 @@ Spark's epochs decide which task copies which partitions, restart what dies and 
 copier does the copying (:class:`~strait_replicator.writer.CopyLoop`) in a thread of the Python
 worker. An epoch's task renews the copier of its partitions when it finds it in its worker (the
 usual case: the copy never stops at an epoch's end), and starts one otherwise. A copier whose task
-does not come back within LINGER_SECONDS of its epoch's end stops by itself, and so does every
-copier of a query asked to stop.
+does not come back within LINGER_SECONDS of its epoch's end (longer when the planner saw the last
+tasks come late: wide flows) stops by itself, and so does every copier of a query asked to stop.
 
 A new copier first claims its partitions: a hold record in the flow's progress topic on the target
 (:class:`~strait_replicator.live.Hold`), which every copier of the flow watches. A copier holding
@@ -45,11 +45,13 @@ from strait.errors import StraitError
 from strait.flow_spec import FlowSpec
 from strait.logs import setup_logging
 from strait_replicator.live import Hold, LiveRun, hold_record, process_gone, process_identity, release_record
+from strait_replicator.native import return_freed_memory
 from strait_replicator.planner import CopyTask, SourcePlan, resumed_ranges
 from strait_replicator.writer import (STOP_FLUSH_SECONDS, CopiedPartition, CopyLoop, CopyRange, CopyTransactions,
                                       EpochLimits, FencedError, PassingWriteError, ProgressWriter, SourceCopy,
-                                      SyncWriter, copy_producer_settings, finish_copy, install_lazy_zip_invalidation,
-                                      producer_settings, syncs_producer_settings, transactional_id, write_error)
+                                      SyncWriter, copy_message_timeout_ms, copy_producer_settings, finish_copy,
+                                      install_lazy_zip_invalidation, producer_settings, syncs_producer_settings,
+                                      transactional_id, write_error)
 
 log = logging.getLogger(__name__)
 
@@ -104,8 +106,11 @@ class Copier(threading.Thread):
         self._wanted_until = _wanted_until(task.limits)
         self._run = LiveRun(task.epoch, self.id)
         self._progress: ProgressWriter | None = None
-        settings = producer_settings(self.settings.target_producer)
-        self._message_timeout = float(settings["message.timeout.ms"]) / 1000.0
+        settings = producer_settings(self.settings.target_producer)  # its holds, claim, progress and release
+        self._hold_timeout = float(settings["message.timeout.ms"]) / 1000.0
+        # its copy's producer (SourceCopy, made of the same ranges) may wait longer: nothing of this
+        # copier's is written once this has passed after its lease (Hold.fence_at)
+        self._message_timeout = copy_message_timeout_ms(self.settings, len(task.ranges)) / 1000.0
         self.producer = Producer({**settings, "logger": logging.getLogger("strait.librdkafka")})
         self.watch = progress_log.watch(dict(task.progress_from))
         self._since = -1  # the offset of its claim
@@ -212,6 +217,7 @@ class Copier(threading.Thread):
                 self._prepared.close(0.0)
             self.watch.close()
             self.ended.set()
+            return_freed_memory()  # its copy's queues: the process lives on (a Python worker, the driver)
 
     def _failing_for(self) -> float:
         """Seconds the writes of its partitions have failed for the moment only, as this Python worker
@@ -421,7 +427,7 @@ class Copier(threading.Thread):
         self.producer.produce(self.progress_log.topic, key=key, value=value, partition=0, on_delivery=delivered)
         if not wait:
             return -1
-        self.producer.flush(self._message_timeout + 1.0)  # its delivery report, even a timeout's, is then in
+        self.producer.flush(self._hold_timeout + 1.0)  # its delivery report, even a timeout's, is then in
         if not acked:
             raise HandOffError(f"flow {self.settings.flow}: the claim on partitions {_named(self.keys)} was not "
                                f"written to topic {self.progress_log.topic} on cluster "

@@ -416,7 +416,7 @@ class FlowRunner:
             resume=tuple(sorted((key, at.offset) for key, at in resume.items())),
             on_target=tuple(sorted((key, at.offset) for key, at in resume.items()
                                    if at.evidence in COPY_EVIDENCE)),
-            query=self._query_id, last_epoch=checkpoint.newest_epoch())
+            query=self._query_id, last_epoch=checkpoint.newest_epoch(), made_at=time.time())
 
     def _begin_head_start(self, source: SourcePlan) -> HeadStart | None:
         """Copy from the driver until the query's tasks run (:mod:`strait_replicator.headstart`)."""

@@ -41,6 +41,11 @@ SMALL_BACKLOG = 50_000
 # A copier waits for the next epoch's task at least this many times as long as planning the last epoch
 # took (10,000 partitions: 22 s on 2 busy cores, and the copiers' 20 s wait ran out between epochs).
 LINGER_PER_PLANNING_SECOND = 3.0
+# ... and at least this many times as long as the next tasks took to come last time: from the previous epoch's
+# end (for the first epoch, from when the driver made the plan) to its tasks. 10,000 partitions: the second
+# epoch's tasks came 44-50 s after the first ended, while its copiers waited 20 s and stopped; the first
+# tasks came 71 s after the plan was made.
+LINGER_PER_TURNAROUND_SECOND = 1.5
 # A wide flow moves thousands of partitions: past strait.logs.LOGGED_LINES named ones, this line counts the rest.
 _MORE_RESUMES = "flow=%s epoch=%d %d more partitions resume at their progress on the target"
 
@@ -62,6 +67,7 @@ class SourcePlan:
     # a replayed one neither, starts a partition below it until its progress is seen
     on_target: tuple[tuple[tuple[str, int], int], ...] = ()
     last_epoch: EpochOffsets | None = None  # the newest epoch in the checkpoint when the query started
+    made_at: float = 0.0  # when the driver made the plan (wall clock; 0: unknown): its first tasks are late from then
 
     def encode(self) -> str:
         """The plan as a data source option value."""
@@ -125,6 +131,8 @@ class EpochPlanner:
         self._ends_unknown = False  # the last epoch was planned without the source's ends
         self._floor = dict(plan.on_target)  # the copy evidence of partitions whose progress was not seen yet
         self._planning_seconds = 0.0  # how long planning the last epoch took
+        # when the last epoch's tasks ended, or the plan was made (wall clock): the next tasks are late from then
+        self._turnaround_from = plan.made_at or time.time()
 
     def initial(self) -> EpochOffsets:
         """The offset before the query's first epoch: the resume points."""
@@ -188,16 +196,18 @@ class EpochPlanner:
         ranges = [CopyRange(topic, p, starts[(topic, p)]) for topic, p in self.plan.keys()
                   if (topic, p) in starts and (topic, p) in epoch.until]
         groups = assign_partitions(ranges, epoch.until, self._task_count(len(ranges)))
-        seconds = self.plan.epoch_seconds
+        seconds, now = self.plan.epoch_seconds, time.time()
         limits = EpochLimits(
             seconds=seconds,
             max_records=max(1, self.plan.max_records_per_epoch // max(1, len(groups))),
             records_per_second=self.plan.records_per_second / max(1, len(groups)),
             # a stop read while planning comes before where the tasks watch from: they end at once
-            ends_at=time.time() + (0.0 if self.sources.stop_requested(read=False) else seconds),
-            # the next epoch's tasks come about one planning later than usual: its copiers wait for them
-            linger_seconds=LINGER_PER_PLANNING_SECOND * self._planning_seconds,
+            ends_at=now + (0.0 if self.sources.stop_requested(read=False) else seconds),
+            # the next epoch's tasks come about as late as this epoch's did: its copiers wait for them
+            linger_seconds=max(LINGER_PER_PLANNING_SECOND * self._planning_seconds,
+                               LINGER_PER_TURNAROUND_SECOND * max(0.0, now - self._turnaround_from)),
         )
+        self._turnaround_from = limits.ends_at
         read_to, holds = self.sources.progress_positions(), self.sources.holds()
         return [CopyTask(epoch.epoch, tuple(group), limits, read_to, replayed, holds) for group in groups]
 

@@ -325,6 +325,11 @@ class SessionStarter:
         return True
 
     def stop(self) -> None:
-        """Stop the session if it started."""
-        if self._session is not None:
+        """Stop the session if it started. Its JVM may be gone already: a Ctrl-C in a terminal (or a
+        SIGTERM to the process group) stops it with the replicator; that is said, not raised."""
+        if self._session is None:
+            return
+        try:
             self._session.stop()
+        except (Py4JError, ConnectionError) as exc:
+            log.info("Spark's JVM had already ended at the stop (%s): nothing left to stop", type(exc).__name__)

@@ -33,7 +33,7 @@ from strait.offsets import OffsetTranslationError, SyncPoint
 from strait.progress import Progress, progress_record
 from strait.records import EXACT_SYNC_HEADER, OffsetSync
 from strait_replicator.live import LiveRun, PartitionReport, live_value
-from strait_replicator.native import native_copy_class
+from strait_replicator.native import native_copy_class, return_freed_memory
 
 log = logging.getLogger(__name__)
 
@@ -60,6 +60,16 @@ PRODUCER_DEFAULTS = {
     # hold the partitions that long; 30 s still outlasts a leader election on the target.
     "message.timeout.ms": "30000",
 }
+# librdkafka sends one partition per ProduceRequest and an idempotent producer keeps at most 5 in flight
+# per connection, so a backlog spread over N partitions needs about N/5 round trips: at 10,000
+# partitions on a loaded 2-core machine, a hand-off's backlog outlasted the 30 s above and the copiers
+# lapsed and copied again; 120 s at 5,000 partitions a copier ended that (README, "The wide run"). An
+# at-least-once copy's default timeout therefore grows with its partitions, this much each, up to
+# librdkafka's own default; the hand-off's fence waits for it (strait_replicator.copier). Not exactly
+# once: its transactions' timeout would grow with it, and a transaction left open by a host gone and
+# never fenced holds read_committed readers back until the broker aborts it.
+MESSAGE_TIMEOUT_MS_PER_PARTITION = 24
+MAX_MESSAGE_TIMEOUT_MS = 300_000
 # Offset syncs need no fence (translation ignores an older copy's syncs that arrive late), so they keep
 # Kafka's own delivery timeout: an outage of the syncs topic's leader only delays them, and the
 # progress waits for them.
@@ -74,8 +84,10 @@ BACKLOG_COMMIT_SECONDS = 1.0
 # A transaction a copier left open (its host gone, unfenced) holds back read_committed consumers of its
 # partitions until the broker aborts it this long after it began; a claimant fences it sooner.
 TRANSACTION_TIMEOUT_MS = "30000"
-# A commit slower than this is logged with where its time went (acknowledgements, syncs, the commit).
+# A commit slower than this is logged with where its time went (acknowledgements, syncs, the commit):
+# a read_committed consumer waits for it. One line per copier at most this often, with the slowest.
 SLOW_COMMIT_SECONDS = 0.25
+SLOW_COMMIT_LOG_SECONDS = 10.0
 
 CONSUMER_DEFAULTS = {
     "fetch.max.bytes": "52428800",
@@ -100,6 +112,10 @@ IDLE_WAIT_SECONDS = 0.1
 # the progress is written (with what the previous settle's acknowledged syncs cover: a restart
 # copies again about two of these).
 SETTLE_SECONDS = 0.5
+# A copy that catches up after copying at least this many records since it last did hands the memory its
+# queues freed back to the system (glibc keeps it): a head start copier that copied a backlog while Spark
+# started held 550-730 MB in the driver, idle, at the bench's peak memory (the query starting beside it).
+TRIM_AFTER_RECORDS = 100_000
 # What one copy writes into the progress topic at most, about (at least once; a copy of many
 # partitions writes each one less often: a restart then copies again up to that many seconds of them).
 PROGRESS_RECORDS_PER_SECOND = 1_000
@@ -190,7 +206,7 @@ class EpochLimits:
     records_per_second: float = 0.0
     ends_at: float = 0.0
     # how long a copier waits after the epoch's end for the next epoch's task at least (0: its own
-    # default): the planner raises it when planning an epoch takes long (thousands of partitions)
+    # default): the planner raises it when planning takes long or the last tasks came late (thousands of partitions)
     linger_seconds: float = 0.0
 
     def task_seconds(self) -> float:
@@ -214,9 +230,24 @@ def producer_settings(config: Mapping[str, str] | Pairs) -> dict[str, str]:
     return settings
 
 
-def copy_producer_settings(settings: FlowSpec, transactional_id: str | None) -> dict[str, str]:
-    """The native copy's producer settings; transactional with ``transactional_id`` (exactly once)."""
-    given = producer_settings(settings.target_producer)
+def copy_message_timeout_ms(settings: FlowSpec, partitions: int) -> int:
+    """The delivery timeout of a copy of ``partitions`` partitions: the user's ``message.timeout.ms``
+    when given, else 30 s, or at least once MESSAGE_TIMEOUT_MS_PER_PARTITION for each partition when
+    that is more (at most MAX_MESSAGE_TIMEOUT_MS)."""
+    given = dict(settings.target_producer)
+    if "message.timeout.ms" in given:
+        return int(given["message.timeout.ms"])
+    base = int(PRODUCER_DEFAULTS["message.timeout.ms"])
+    if settings.exactly_once:
+        return base
+    return max(base, min(MAX_MESSAGE_TIMEOUT_MS, partitions * MESSAGE_TIMEOUT_MS_PER_PARTITION))
+
+
+def copy_producer_settings(settings: FlowSpec, transactional_id: str | None, partitions: int = 0) -> dict[str, str]:
+    """The producer settings of a copy of ``partitions`` partitions (its delivery timeout:
+    :func:`copy_message_timeout_ms`); transactional with ``transactional_id`` (exactly once)."""
+    given = {**producer_settings(settings.target_producer),
+             "message.timeout.ms": str(copy_message_timeout_ms(settings, partitions))}
     if transactional_id is None:
         return given
     # librdkafka wants a record's delivery timeout within its transaction's
@@ -225,8 +256,9 @@ def copy_producer_settings(settings: FlowSpec, transactional_id: str | None) -> 
 
 
 def commit_timeout(settings: FlowSpec) -> float:
-    """How long a commit may take: its records' delivery timeout, and a little for the commit itself."""
-    return float(producer_settings(settings.target_producer)["message.timeout.ms"]) / 1000.0 + 5.0
+    """How long an exactly-once copy's commit may take: its records' delivery timeout (which does not
+    grow with the partitions in that mode), and a little for the commit itself."""
+    return copy_message_timeout_ms(settings, 0) / 1000.0 + 5.0
 
 
 def transactional_id(flow: str, copier: str) -> str:
@@ -323,16 +355,17 @@ class ProgressWriter:
             self.errors.append(err)
 
     def write(self, reports: Mapping[tuple[str, int], tuple[PartitionReport, int]], final: bool = False,
-              spaced: bool = False, partitions: int = 0) -> set[tuple[str, int]]:
+              spaced_over: int = 0) -> set[tuple[str, int]]:
         """Produce the progress of each partition whose (report, target offset of its last record) changed;
-        ``spaced``: each partition at most once per :func:`progress_spacing` of the copy's ``partitions``
-        (default: the reports'). Returns the partitions whose changed progress the spacing held back."""
+        with ``spaced_over`` (a copy's partition count), each partition at most once per
+        :func:`progress_spacing` of that many. Returns the partitions whose changed progress the spacing
+        held back."""
         deferred: set[tuple[str, int]] = set()
         location = self.settings.progress
         if location is None:
             return deferred
         now = time.monotonic()
-        spacing = progress_spacing(partitions or len(reports)) if spaced and not final else 0.0
+        spacing = progress_spacing(spaced_over) if spaced_over and not final else 0.0
         for (topic, partition), (report, target_offset) in reports.items():
             if report.acked <= 0 or (self.written.get((topic, partition)) == report and not final):
                 continue
@@ -497,7 +530,7 @@ class SourceCopy:
         self.records = 0  # records settled, over every partition
         try:
             self.native = native_copy_class()(
-                consumer_settings(settings), copy_producer_settings(settings, transactional_id),
+                consumer_settings(settings), copy_producer_settings(settings, transactional_id, len(ranges)),
                 [(p.topic, p.partition, p.remote, p.target_partition) for p in self._parts])
         except ValueError as exc:
             raise self._setup_error(exc) from exc
@@ -620,6 +653,8 @@ class CopyTransactions:
         # every transaction begun ended in a commit or an abort the broker confirmed: nothing of this
         # copier's can still be committed later (only then may it release its partitions)
         self.settled = True
+        self._slow: list[tuple[float, float, float, float]] = []  # (seconds, flush, settle, commit) not logged yet
+        self._slow_logged = -math.inf
 
     def start(self, timeout: float) -> None:
         """Fence every earlier producer of this transactional.id, then open the first transaction."""
@@ -649,6 +684,18 @@ class CopyTransactions:
         if error is not None:
             self.abort(timeout)
             raise self._error("committing", error)
+
+    def note_slow(self, seconds: float, flush: float, settle: float, commit: float) -> None:
+        """A commit took ``seconds`` (SLOW_COMMIT_SECONDS or more): logged with where its time went, one
+        line with the slowest at most every SLOW_COMMIT_LOG_SECONDS."""
+        self._slow.append((seconds, flush, settle, commit))
+        now = time.monotonic()
+        if now - self._slow_logged < SLOW_COMMIT_LOG_SECONDS:
+            return
+        worst = max(self._slow)
+        log.info("flow=%s transactional_id=%s slow commits=%d slowest seconds=%.3f flush=%.3f settle=%.3f "
+                 "commit=%.3f", self.settings.flow, self.source.transactional_id, len(self._slow), *worst)
+        self._slow, self._slow_logged = [], now
 
     def abort(self, timeout: float) -> None:
         """Abort the open transaction, if any (nothing of it is ever read by a read_committed consumer)."""
@@ -722,9 +769,7 @@ def commit_copy(source: SourceCopy, syncs: SyncWriter, progress: ProgressWriter 
     transactions.commit(timeout)
     ended = time.monotonic()
     if ended - began >= SLOW_COMMIT_SECONDS:
-        log.debug("flow=%s transactional_id=%s slow commit seconds=%.3f flush=%.3f settle=%.3f commit=%.3f",
-                  source.settings.flow, source.transactional_id, ended - began, flushed - began,
-                  written - flushed, ended - written)
+        transactions.note_slow(ended - began, flushed - began, written - flushed, ended - written)
     syncs.check()
     if progress is not None:
         progress.check()
@@ -774,6 +819,20 @@ def finish_copy(source: SourceCopy, producer: Producer, syncs: SyncWriter, progr
         progress.check()
 
 
+class _Every:
+    """A pass due once per ``seconds``: :meth:`due` answers True when it is, and counts from then."""
+
+    def __init__(self, seconds: float, now: float) -> None:
+        self.seconds, self._next = seconds, now
+
+    def due(self, now: float) -> bool:
+        """Whether the pass is due at ``now`` (monotonic); when it is, the next one is ``seconds`` later."""
+        if now < self._next:
+            return False
+        self._next = now + self.seconds
+        return True
+
+
 class CopyLoop:
     """Copies the source's partitions as their records come, until the epoch or every partition ends.
 
@@ -789,6 +848,7 @@ class CopyLoop:
         self.settings, self.copied = source.settings, source.copied
         self.progress = progress if progress is not None and self.settings.progress is not None else None
         self.sent = 0
+        self._sent_at_trim = 0  # records sent when freed memory was last handed back
         # (syncs sent, each partition's settled position and last target offset) at each settle, until
         # those syncs are acknowledged
         self._settles: list[tuple[int, dict[tuple[str, int], tuple[int, int]]]] = []
@@ -813,7 +873,8 @@ class CopyLoop:
         limits, source = self.limits, self.source
         deadline = began + limits.task_seconds()
         cap = limits.max_records
-        next_settle = next_stop_check = next_full = now
+        next_settle = next_stop_check = now
+        full_pass = _Every(self.full_pass_seconds, now)
         while source.pending and now < deadline and self.sent < cap:
             if now >= next_stop_check:
                 if self.stop is not None and self.stop():
@@ -831,6 +892,9 @@ class CopyLoop:
                     continue
             sent, fetched = source.copy(want, IDLE_WAIT_SECONDS, self.write_until)
             self.sent += sent
+            if not fetched and self.sent - self._sent_at_trim >= TRIM_AFTER_RECORDS:
+                self._sent_at_trim = self.sent  # caught up: what the queues held is freed
+                return_freed_memory()
             now = time.monotonic()
             self.producer.poll(0)
             if time.time() > self.write_until:
@@ -839,9 +903,7 @@ class CopyLoop:
             if self.transactions is not None:
                 if now >= next_settle:
                     copied_before = self._committed_sent  # the first records copied become visible soon too
-                    everything = now >= next_full
-                    self._commit(everything)
-                    next_full = now + self.full_pass_seconds if everything else next_full
+                    self._commit(full_pass.due(now))
                     now = time.monotonic()
                     backlog = fetched >= CONSUME_BATCH and copied_before > 0
                     next_settle = now + (BACKLOG_COMMIT_SECONDS if backlog else COMMIT_SECONDS)
@@ -850,11 +912,10 @@ class CopyLoop:
                 continue
             if now >= next_settle or not fetched:  # idle: syncs follow their records closely
                 report = now >= next_settle
-                everything = report and now >= next_full
+                everything = report and full_pass.due(now)
                 self._settle(everything)
                 if report:
                     self._report(everything)
-                    next_full = now + self.full_pass_seconds if everything else next_full
                     next_settle = now + SETTLE_SECONDS
 
     def _commit(self, everything: bool) -> None:
@@ -862,7 +923,8 @@ class CopyLoop:
         when ``everything``, else of those that moved); open the next transaction."""
         assert self.transactions is not None
         self.source.pass_logs()
-        commit_copy(self.source, self.syncs, self.progress, self.transactions, commit_timeout(self.settings),
+        commit_copy(self.source, self.syncs, self.progress, self.transactions,
+                    commit_timeout(self.settings),
                     everything=everything)
         self._committed_sent = self.sent
         self.transactions.begin()
@@ -893,7 +955,7 @@ class CopyLoop:
         self.source.note_lag(self.copied[key] for key in keys)
         self._unreported = self.progress.write(
             {key: (self.copied[key].report(self._acked[key][0]), self._acked[key][1]) for key in keys},
-            spaced=True, partitions=len(self.copied))
+            spaced_over=len(self.copied))
         self.progress.check()
 
 def sync_points_of(source_offsets: np.ndarray, target_offsets: np.ndarray) -> list[SyncPoint]:

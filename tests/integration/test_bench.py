@@ -44,10 +44,13 @@ def test_bench_measures_every_system_and_writes_the_report(tmp_path: Path) -> No
         assert report["runs"][system][0]["duplicates"] >= 0
         # shared pages split between the tree's processes: never more than the RSS sum
         assert 0 < report["runs"][system][0]["peak_pss_mb"] <= report["runs"][system][0]["peak_rss_mb"]
+        parts = report["runs"][system][0]["peak_rss_parts_mb"]  # where the peak was: the parts add up to it
+        assert "java" in parts and sum(parts.values()) == pytest.approx(report["runs"][system][0]["peak_rss_mb"], 0.01)
         assert report["runs"][system][0]["latency"]["200"]["p99_ms"] > 0
     limit = report["runs"]["limit"][0]
     assert limit["workers"] == min(options.cores, 2)  # as many producers and consumers as strait's copy tasks
     assert min(limit["ingest_records_per_s"], limit["read_records_per_s"]) == limit["records_per_s"]
+    assert limit["both_at_once_records_per_s"] > 0  # the same producers and consumers, run together
     assert "epochs_ended" in report["runs"]["strait"][0]["latency"]["200"]  # counted for strait's windows
     for system in ("strait-eos", "mm2-eos"):  # read read_committed from the start after the replicator stopped
         assert report["runs"][system][0]["duplicates"] == 0, system

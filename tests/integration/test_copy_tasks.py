@@ -170,6 +170,24 @@ def test_a_copy_settles_only_the_partitions_that_moved_unless_asked_for_every_on
     assert {p: len(records) for p, records in records_by_partition(target_cluster, remote).items()} == {0: 5, 1: 7}
 
 
+def test_a_copy_that_caught_up_hands_its_freed_memory_back_once_per_stretch_of_records(
+        source_cluster: KafkaCluster, target_cluster: KafkaCluster, topics: tuple[str, str, str],
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    """glibc keeps what librdkafka's queues freed: a head start copier held 550-730 MB in the driver
+    after it caught up. A copy that catches up after TRIM_AFTER_RECORDS hands it back, then not again
+    until it copied as many more."""
+    topic, remote, syncs = topics
+    trims: list[int] = []
+    monkeypatch.setattr(writer, "TRIM_AFTER_RECORDS", 8)
+    monkeypatch.setattr(writer, "return_freed_memory", lambda: trims.append(1) or True)
+    _send(source_cluster, topic, 0, 10)
+    settings = _settings(source_cluster, target_cluster, topic, remote, syncs)
+    rows = copy_ranges([CopyRange(topic, 0, 0), CopyRange(topic, 1, 0)], settings,
+                       EpochLimits(seconds=2.0, max_records=1_000))
+    assert _ends(rows) == {0: 5, 1: 5}
+    assert trims == [1], "one trim once the 10 records were copied and the copy waited for more"
+
+
 def test_the_native_loop_keeps_every_field_and_a_repartitioned_copy_places_records_by_key(
         source_cluster: KafkaCluster, target_cluster: KafkaCluster, topics: tuple[str, str, str],
         unique_name: Callable[[str], str]) -> None:

@@ -28,6 +28,7 @@ from tests.oracle.mm2_oracle import (
     token_bytes,
     token_text,
 )
+from tests.support.waiting import wait_for
 from strait.policy import (
     DefaultReplicationPolicy,
     IdentityReplicationPolicy,
@@ -557,15 +558,24 @@ def test_mirror_client_topology_agrees_with_strait_names(
     for name in (heartbeats, checkpoints):
         create_topic(admin, name, partitions=1)
     bootstrap = text_token(target_cluster.bootstrap_servers)
+
+    def listed() -> set[str]:
+        return set(admin.list_topics(timeout=10).topics)
+
     try:
-        listed = set(admin.list_topics(timeout=10).topics)
+        # (a broker's metadata may lag a creation; other tests create and delete such topics meanwhile: the
+        # oracle's listing lies between what is listed before and after it)
+        wait_for(lambda: {heartbeats, checkpoints} <= listed(), 30, "the new topics in the cluster's metadata")
+        before = listed()
         java_heartbeats = {token_text(t) for t in oracle.ask("heartbeat-topics", bootstrap, "-")}
         java_checkpoints = {token_text(t) for t in oracle.ask("checkpoint-topics", bootstrap, "-")}
+        after = listed()
 
         assert heartbeats in java_heartbeats
         assert checkpoints in java_checkpoints
-        assert java_heartbeats == {t for t in listed if policy.is_heartbeats_topic(t)}
-        assert java_checkpoints == {t for t in listed if policy.is_checkpoints_topic(t)}
+        for java, kind in ((java_heartbeats, policy.is_heartbeats_topic),
+                           (java_checkpoints, policy.is_checkpoints_topic)):
+            assert {t for t in before & after if kind(t)} <= java <= {t for t in before | after if kind(t)}
         assert {first_hop, second_hop} <= {token_text(t) for t in oracle.ask("upstream-clusters", bootstrap, "-")}
         assert oracle.ask("replication-hops", bootstrap, "-", text_token(second_hop)) == ["1"]
         assert oracle.ask("replication-hops", bootstrap, "-", text_token(first_hop)) == ["2"]

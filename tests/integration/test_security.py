@@ -14,6 +14,7 @@ in any log, CLI output, /metrics page, Spark checkpoint file or Redis entry.
 
 from __future__ import annotations
 
+import logging
 import re
 import secrets
 import uuid
@@ -35,6 +36,7 @@ from confluent_kafka.admin import (
     ResourceType,
 )
 
+from strait.translation import TailProbe
 from strait_lab.clients import Record, create_topic, produce
 from strait_lab.kafka import KafkaCluster, KafkaClusterSpec
 from strait_lab.redis import RedisServer
@@ -78,6 +80,7 @@ FIRST = "it creates the topic before the other component that may"  # who wins i
 NEW_REMOTE = "it creates a remote topic (it copies the source topic's configs)"
 GROWTH = "source partitions grow"
 NOT_COMPACTED = "an internal topic was created without cleanup.policy=compact"
+AHEAD_OF_COPY = "a checkpoint pass finds a group committed past the last copied record"  # a race with the copy
 
 # Minimal ACLs of each component for one flow source->target with offset syncs on the target
 # (offset-syncs.topic.location=target), found by running with the authorizer's audit log: each
@@ -137,6 +140,8 @@ MINIMAL_ACLS: dict[str, tuple[Grant, ...]] = {
     "checkpoint": (
         Grant("source", GROUP, "{groups}", PREFIXED, (OP.DESCRIBE,)),
         Grant("source", TOPIC, "{topics}", PREFIXED, (OP.DESCRIBE,)),
+        # the tail probe reads the source between the last copied record and a group's commit ahead of it
+        Grant("source", TOPIC, "{topics}", PREFIXED, (OP.READ,), AHEAD_OF_COPY),
         Grant("source", GROUP, "strait-translation", LITERAL, (OP.DESCRIBE,)),
         Grant("target", TOPIC, "mm2-offset-syncs.{source}.internal", LITERAL, (OP.READ, OP.DESCRIBE)),
         Grant("target", TOPIC, "{source}.checkpoints.internal", LITERAL, (OP.WRITE, OP.DESCRIBE)),
@@ -247,6 +252,14 @@ def _bindings(component: str, side: str, topics: str, groups: str) -> list[AclBi
 def _add_acls(cluster: KafkaCluster, bindings: list[AclBinding]) -> None:
     admin = cluster.admin()  # kept alive while its futures run
     for future in admin.create_acls(bindings).values():
+        future.result(timeout=30)
+
+
+def _delete_acls(cluster: KafkaCluster, bindings: list[AclBinding]) -> None:
+    admin = cluster.admin()
+    filters = [AclBindingFilter(b.restype, b.name, b.resource_pattern_type, b.principal, b.host, b.operation,
+                                b.permission_type) for b in bindings]
+    for future in admin.delete_acls(filters).values():
         future.result(timeout=30)
 
 
@@ -399,7 +412,8 @@ def _translated(d: Deployment) -> dict[int, int]:
     return {p: copies[p][offset].offset or 0 for p, offset in COMMITTED.items()}
 
 
-def test_every_component_does_its_job_as_its_least_privileged_user(deployment: Deployment) -> None:
+def test_every_component_does_its_job_as_its_least_privileged_user(deployment: Deployment,
+                                                                   caplog: pytest.LogCaptureFixture) -> None:
     d, source, target = deployment, deployment.lab.source, deployment.lab.target
     remote = d.remote(d.orders)
     _replicated(d)
@@ -433,6 +447,27 @@ def test_every_component_does_its_job_as_its_least_privileged_user(deployment: D
     assert unused == [], "ACLs granted but never used: not minimal"
     replicator_on_source = {b.operation for b in _acls(source, f"User:{user('replicator')}")}
     assert replicator_on_source == {OP.READ, OP.DESCRIBE, OP.DESCRIBE_CONFIGS}, "no write right on the source"
+
+    # (after the audit's check, which this denial would fail) the tail probe as the checkpoint's user once its
+    # READ on the source topics is taken away (it keeps DESCRIBE on its probe's group): not shown empty, and a
+    # warning that names the topic and the grant
+    reads = [b for b in _bindings("checkpoint", "source", d.topics, d.groups)
+             if b.restype == TOPIC and b.operation == OP.READ]
+    _delete_acls(source, reads)
+
+    def denied() -> bool:
+        probe = TailProbe(source.client_config(user("checkpoint"), tls=True))
+        try:
+            assert not probe.empty_between(d.orders, 0, 0, 1)
+        finally:
+            probe.close()
+        return f"grant READ on topic {d.orders}" in caplog.text
+
+    try:
+        with caplog.at_level(logging.WARNING, logger="strait.translation"):
+            wait_for(denied, 60, "the probe denied READ, with a warning naming the topic and the grant")
+    finally:
+        _add_acls(source, reads)
 
 
 def test_acl_sync_never_grants_write_on_remote_topics(deployment: Deployment) -> None:

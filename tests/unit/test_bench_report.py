@@ -67,12 +67,14 @@ def test_unknown_system_is_refused() -> None:
 
 def _run(system: str, rps: float, cpu: float, p99: float) -> dict:
     return {"system": system, "records_per_s": rps, "mb_per_s": rps / 1000, "cpu_s_per_gb": cpu,
-            "peak_rss_mb": 500.0, "peak_pss_mb": 400.0 if system == "strait" else 500.0, "latency": {"5000": {"p50_ms": p99 / 2, "p99_ms": p99, "max_ms": p99 * 2}}}
+            "peak_rss_mb": 500.0, "peak_pss_mb": 400.0 if system == "strait" else 500.0, "peak_rss_at_s": 21.5,
+            "peak_rss_parts_mb": {"java": 300.0, "python strait": 200.0}, "latency": {"5000": {"p50_ms": p99 / 2, "p99_ms": p99, "max_ms": p99 * 2}}}
 
 
 def test_report_medians_ratios_goals_and_files(tmp_path: Path) -> None:
     runs = {"strait": [_run("strait", r, 40, 30) for r in (900, 1100, 1000)],
-            "mm2": [_run("mm2", 500, 50, 20)], "limit": [_run("limit", 2000, 10, 5)]}
+            "mm2": [_run("mm2", 500, 50, 20)],
+            "limit": [{**_run("limit", 2000, 10, 5), "both_at_once_records_per_s": 1250.0}]}
     scaling = [{"partitions": 12, "cores": 2, "records_per_s": 1000, "mb_per_s": 1.0, "cpu_s_per_gb": 40,
                 "peak_rss_mb": 500},
                {"partitions": 48, "cores": 2, "records_per_s": 1500, "mb_per_s": 1.5, "cpu_s_per_gb": 45,
@@ -111,6 +113,8 @@ def test_report_medians_ratios_goals_and_files(tmp_path: Path) -> None:
     assert "| start-up to first record vs MM2 | – | <= 1.00x | not measured |" in text
     assert "| 48 | 2 | 1,500 |" in text
     assert "| strait | 2 | 1,100 | 40.00 | 500 | 400 | – | 30.00 / 60.00 |" in text  # every repeat, not only medians
+    assert "| strait | 3 | 21.50 | java 300, python strait 200 |" in text  # where each peak RSS was
+    assert "strait's records/s are 0.80x the limit's producers and consumers run at once (1,250 records/s)" in text
     paths = report.write(document, tmp_path)
     assert paths["plot"].read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
 

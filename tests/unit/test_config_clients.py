@@ -5,6 +5,7 @@ from __future__ import annotations
 import pytest
 
 from strait.config.clients import jaas_options, librdkafka_settings
+from strait.errors import ConfigError
 
 SCRAM_MODULE = "org.apache.kafka.common.security.scram.ScramLoginModule"
 
@@ -27,3 +28,11 @@ def test_java_sasl_ssl_settings_as_mm2_users_write_them_reach_librdkafka() -> No
         "security.protocol": "SASL_SSL", "sasl.mechanism": "SCRAM-SHA-512", "sasl.username": "strait",
         "sasl.password": "pw", "ssl.ca.location": "/lab/ca.pem",
     }
+
+
+def test_javas_delivery_timeout_takes_librdkafkas_name_and_two_values_are_refused() -> None:
+    assert librdkafka_settings({"delivery.timeout.ms": "120000"}) == {"message.timeout.ms": "120000"}
+    assert librdkafka_settings({"delivery.timeout.ms": "60000", "message.timeout.ms": "60000"}) == \
+        {"message.timeout.ms": "60000"}
+    with pytest.raises(ConfigError, match=r"delivery.timeout.ms=60000 and message.timeout.ms=30000 name one setting"):
+        librdkafka_settings({"delivery.timeout.ms": "60000", "message.timeout.ms": "30000"})

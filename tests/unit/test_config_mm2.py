@@ -239,6 +239,15 @@ def test_a_bad_exactly_once_value_or_an_acks_it_cannot_use_is_refused_naming_the
     assert "max.in.flight.requests.per.connection=10 cannot be used" in message
     message = _error("A->B.enabled = true\nexactly.once.source.support = enabled\nB.producer.max.in.flight = 0\n")
     assert "max.in.flight=0 cannot be used" in message
+    message = _error("A->B.enabled = true\nexactly.once.source.support = enabled\nB.producer.transactional.id = mine\n")
+    assert "transactional.id is strait's own (one per copier, from the flow's name): remove it" in message
     allowed = parse_mm2_properties(BASE + "A->B.enabled = true\nexactly.once.source.support = enabled\n"
                                    "B.producer.max.in.flight.requests.per.connection = 5\n", "mm2.properties")
     assert [flow.exactly_once for flow in allowed.config.flows if flow.enabled] == [True]  # type: ignore[attr-defined]
+
+
+@pytest.mark.parametrize("line", ["B.producer.delivery.timeout.ms = 0\n", "B.producer.message.timeout.ms = soon\n"])
+def test_a_delivery_timeout_the_hand_off_cannot_wait_for_is_refused_naming_the_key(line: str) -> None:
+    message = _error("A->B.enabled = true\n" + line)
+    key, value = (part.strip() for part in line.removeprefix("B.producer.").split("="))
+    assert f"cluster B's producer settings: {key}={value} cannot be used" in message

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import time
+from dataclasses import replace
 from pathlib import Path
 
 import pytest
@@ -385,3 +386,23 @@ def test_copiers_wait_longer_for_the_next_epoch_when_planning_is_slow(
                            _SlowClusters({("t", 0): 10, ("t", 1): 10}, clock, seconds))
     tasks = planner.tasks(_planned(planner))
     assert tasks and all(task.limits.linger_seconds == pytest.approx(linger) for task in tasks)
+
+
+def test_copiers_wait_for_the_next_epoch_as_long_as_the_last_tasks_took_to_come(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """The first epoch's copiers wait 1.5 times the time from the plan to its tasks; later ones 1.5 times the
+    last turnaround (from the previous epoch's end to the next tasks)."""
+    from strait_replicator import planner as planner_module
+    wall = [1000.0]
+    monkeypatch.setattr(planner_module.time, "time", lambda: wall[0])
+    planner = EpochPlanner(replace(_plan(tmp_path, resume={("t", 0): 0, ("t", 1): 0}), made_at=990.0),
+                           _Clusters({("t", 0): 10, ("t", 1): 10}))
+    wall[0] += 26.0  # a wide flow's start: the query, listing every end, Spark's first batch
+    first = planner.tasks(_planned(planner))
+    assert first and all(task.limits.linger_seconds >= 1.5 * 36.0 for task in first)
+    wall[0] = first[0].limits.ends_at + 44.0  # the next epoch's tasks come 44 s after this one ended
+    second = planner.tasks(_planned(planner))
+    assert second and all(task.limits.linger_seconds >= 1.5 * 44.0 for task in second)
+    wall[0] = second[0].limits.ends_at + 1.0  # back to back: the shortest wait is the copier's own
+    third = planner.tasks(_planned(planner))
+    assert third and all(task.limits.linger_seconds < 20.0 for task in third)

@@ -48,13 +48,13 @@ def test_a_wide_copy_writes_a_moving_partition_once_per_spacing_and_all_at_the_e
     monkeypatch.setattr(writer.time, "monotonic", lambda: clock[0])
     progress, producer = _writer()
     partitions = 2_000  # spacing 2 s
-    progress.write(_reports(partitions, 1), spaced=True)
+    progress.write(_reports(partitions, 1), spaced_over=partitions)
     assert len(producer.keys) == partitions
     clock[0] += 0.5
-    progress.write(_reports(partitions, 2), spaced=True)
+    progress.write(_reports(partitions, 2), spaced_over=partitions)
     assert len(producer.keys) == partitions  # changed, but written 0.5 s ago
     clock[0] += 2.0
-    progress.write(_reports(partitions, 3), spaced=True)
+    progress.write(_reports(partitions, 3), spaced_over=partitions)
     assert len(producer.keys) == 2 * partitions
     clock[0] += 0.1
     progress.write(_reports(partitions, 4), final=True)  # a copy's end writes every partition

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import time
+
 import pytest
 
 from strait.config.model import FlowConfig, Selection
@@ -9,6 +11,7 @@ from strait.records import EXACT_SYNC_HEADER, OffsetSync
 from strait.translation import (
     CommittedOffset,
     SyncIndex,
+    TailProbe,
     translate_group,
     translate_offset,
 )
@@ -113,3 +116,20 @@ def test_strait_syncs_are_told_from_mm2_syncs_by_their_header() -> None:
     assert tagged.history("orders", 0).translate(7) == 5
     # MM2 syncs only after a break: records 1..4 may lie between, so resume right after the older sync
     assert untagged.history("orders", 0).translate(7) == 1
+
+
+def test_a_partition_the_probe_could_not_read_is_not_read_again_for_a_pause() -> None:
+    """A dead leader costs one probe timeout per pause, not one per checkpoint pass."""
+    probe = TailProbe({"bootstrap.servers": "127.0.0.1:1"}, timeout=0.3, unreadable_pause=60.0)
+    try:
+        started = time.monotonic()
+        assert not probe.empty_between("orders", 0, 5, 9)
+        assert time.monotonic() - started >= 0.3
+        started = time.monotonic()
+        assert not probe.empty_between("orders", 0, 5, 12)
+        assert time.monotonic() - started < 0.1
+        started = time.monotonic()
+        assert not probe.empty_between("orders", 1, 5, 9)  # another partition is still read
+        assert time.monotonic() - started >= 0.3
+    finally:
+        probe.close()

@@ -210,3 +210,47 @@ def test_exactly_once_a_delivery_timeout_longer_than_the_transactions_lengthens_
     spec = FlowSpec("A->B", "A", "B", DefaultReplicationPolicy(), target_producer={"message.timeout.ms": "90000"})
     settings = writer.copy_producer_settings(spec, "strait-A->B-c1")
     assert settings["transaction.timeout.ms"] == "90000"
+
+
+@pytest.mark.parametrize(("partitions", "seconds"), [(0, 30), (12, 30), (1_250, 30), (5_000, 120), (10_000, 240),
+                                                     (50_000, 300)])
+def test_a_wide_copy_waits_longer_for_its_deliveries(partitions: int, seconds: int) -> None:
+    spec = FlowSpec("A->B", "A", "B", DefaultReplicationPolicy())
+    assert writer.copy_message_timeout_ms(spec, partitions) == seconds * 1000
+    assert writer.copy_producer_settings(spec, None, partitions)["message.timeout.ms"] == str(seconds * 1000)
+
+
+def test_exactly_once_a_wide_copy_keeps_the_default_delivery_and_transaction_timeouts() -> None:
+    spec = FlowSpec("A->B", "A", "B", DefaultReplicationPolicy(), exactly_once=True)
+    assert writer.copy_message_timeout_ms(spec, 5_000) == 30_000
+    settings = writer.copy_producer_settings(spec, "strait-A->B-c1", 5_000)
+    assert settings["message.timeout.ms"] == "30000" and settings["transaction.timeout.ms"] == "30000"
+    assert writer.commit_timeout(spec) == 35.0
+
+
+@pytest.mark.parametrize("partitions", [12, 5_000])
+def test_the_users_delivery_timeout_holds_at_any_width(partitions: int) -> None:
+    spec = FlowSpec("A->B", "A", "B", DefaultReplicationPolicy(), target_producer={"message.timeout.ms": "45000"})
+    assert writer.copy_message_timeout_ms(spec, partitions) == 45_000
+    assert writer.copy_producer_settings(spec, None, partitions)["message.timeout.ms"] == "45000"
+
+
+def test_slow_commits_are_logged_with_where_their_time_went_at_most_once_per_interval(
+        monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture) -> None:
+    clock = [100.0]
+    monkeypatch.setattr(writer.time, "monotonic", lambda: clock[0])
+    source = SimpleNamespace(settings=SimpleNamespace(flow="A->B"), native=None, transactional_id="strait-A->B-c1")
+    transactions = writer.CopyTransactions(source)  # type: ignore[arg-type]
+    with caplog.at_level("INFO", logger=writer.__name__):
+        transactions.note_slow(0.3, 0.1, 0.05, 0.15)  # the first at once
+        clock[0] += 1
+        transactions.note_slow(0.9, 0.1, 0.1, 0.7)
+        transactions.note_slow(0.4, 0.3, 0.0, 0.1)
+        clock[0] += writer.SLOW_COMMIT_LOG_SECONDS
+        transactions.note_slow(0.5, 0.2, 0.1, 0.2)  # then the slowest of those since
+    lines = [r.getMessage() for r in caplog.records]
+    assert lines == [
+        "flow=A->B transactional_id=strait-A->B-c1 slow commits=1 slowest seconds=0.300 flush=0.100 settle=0.050 "
+        "commit=0.150",
+        "flow=A->B transactional_id=strait-A->B-c1 slow commits=3 slowest seconds=0.900 flush=0.100 settle=0.100 "
+        "commit=0.700"]

@@ -63,11 +63,20 @@ def records_of(worker: int, workers: int, records: int) -> int:
     return records // workers + (1 if worker < records % workers else 0)
 
 
+def _span(results: Sequence[WorkerResult]) -> float:
+    """Seconds from the first worker's first record to the last one's last (at least a millisecond)."""
+    return max(max(r.finished for r in results) - min(r.started for r in results), 1e-3)
+
+
 def combined_rate(results: Sequence[WorkerResult]) -> float:
     """Records per second of workers that ran at once: all their records over the span of all of them."""
-    records = sum(r.records for r in results)
-    span = max(r.finished for r in results) - min(r.started for r in results)
-    return records / max(span, 1e-3)
+    return sum(r.records for r in results) / _span(results)
+
+
+def both_at_once_rate(results: Sequence[WorkerResult], records: int) -> float:
+    """Records per second of producers writing ``records`` while consumers read as many, all at once: what
+    a copy of them that read and wrote with these clients on these cores would reach."""
+    return records / _span(results)
 
 
 def produce(bootstrap: str, topic: str, partitions: list[int], records: int, size: int,

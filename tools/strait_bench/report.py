@@ -164,7 +164,8 @@ def _rows(rates: Sequence[int]) -> list[tuple[str, str]]:
             ("cpu_s_per_gb_from_launch", "CPU-s per GB, launch to every record copied"),
             ("duplicates", "duplicates read on the target (records)"),
             ("ingest_records_per_s", "limit: target ingest (records/s)"),
-            ("read_records_per_s", "limit: source read (records/s)")]
+            ("read_records_per_s", "limit: source read (records/s)"),
+            ("both_at_once_records_per_s", "limit: producers and consumers at once (records/s)")]
     for rate in rates:
         rows += [(f"latency.{rate}.{q}_ms", f"latency @{rate:,}/s {q} (ms)") for q in ("p50", "p99", "max")]
         rows.append((f"latency.{rate}.epochs_ended", f"epochs ended in the @{rate:,}/s window"))
@@ -203,7 +204,9 @@ def markdown(report: Mapping[str, Any]) -> str:
         lines.append(f"| {goal['name']} | {_goal_value(goal, goal['ratio'])} | {goal['comparison']} "
                      f"{_goal_value(goal, goal['target'])} | {met} |")
     lines.append("")
+    lines += _both_at_once(medians)
     lines += _per_repeat(report["runs"], options.get("rates", ()))
+    lines += _peak_parts(report["runs"])
     if report["scaling"]:
         lines += ["## Scaling (strait)", "",
                   "| Spark | partitions | cores | records/s | MB/s | CPU-s per GB | peak RSS (MB) |",
@@ -244,6 +247,17 @@ def _goal_value(goal: Mapping[str, Any], value: float | None) -> str:
     return f"{value:,.0f}" if goal.get("unit") == "records" else f"{value:.2f}x"
 
 
+def _both_at_once(medians: Mapping[str, Mapping[str, float]]) -> list[str]:
+    """Beside the goals: strait's records/s against the limit's producers and consumers run at once, which
+    share the cores with both brokers as a copy does (the limit's goal takes the lower of the two run apart)."""
+    both = medians.get("limit", {}).get("both_at_once_records_per_s")
+    copied = medians.get("strait", {}).get("records_per_s")
+    if not both or not copied:
+        return []
+    return [f"Beside the goals: strait's records/s are {copied / both:.2f}x the limit's producers and consumers "
+            f"run at once ({both:,.0f} records/s), which share the cores with both brokers as a copy does.", ""]
+
+
 def _per_repeat(runs: Mapping[str, Sequence[Mapping[str, Any]]], rates: Sequence[int]) -> list[str]:
     """Every measurement of the medians above, one row each."""
     latency = [f"p99 / max @{rate:,}/s (ms)" for rate in rates]
@@ -258,6 +272,18 @@ def _per_repeat(runs: Mapping[str, Sequence[Mapping[str, Any]]], rates: Sequence
                       if str(r) in measured else "–" for r in rates]
             lines.append(f"| {SHORT[system]} | {number} | " + " | ".join(cells) + " |")
     return [*lines, ""]
+
+
+def _peak_parts(runs: Mapping[str, Sequence[Mapping[str, Any]]]) -> list[str]:
+    """Where each run's peak RSS was: seconds after launch, and the RSS of its biggest parts."""
+    rows = [f"| {SHORT[system]} | {number} | {_cell(run['peak_rss_at_s'])} | " +
+            ", ".join(f"{name} {size:,.0f}" for name, size in list(run["peak_rss_parts_mb"].items())[:5]) + " |"
+            for system in SYSTEMS for number, run in enumerate(runs.get(system, ()), start=1)
+            if run.get("peak_rss_parts_mb")]
+    if not rows:
+        return []
+    return ["## Where the peak RSS was", "", "| system | repeat | seconds after launch | RSS of its parts (MB) |",
+            "|---|---|---|---|", *rows, ""]
 
 
 def plot(report: Mapping[str, Any], path: Path) -> None:

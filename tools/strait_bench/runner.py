@@ -209,8 +209,7 @@ class Bench:
                 probed = end_offsets(target, systems.remote_topic(probes, self.source), workload.partitions)
                 result["duplicates"] = final.total - workload.records + probed.total - _probe_records(
                     result["latency"])
-            result["peak_rss_mb"] = round(monitor.peak_rss / 1e6, 1)
-            result["peak_pss_mb"] = round(monitor.peak_pss / 1e6, 1)
+            result.update(monitor.peak_report())
             result["cpu_seconds_total"] = round(monitor.sample(), 2)  # start-up and latency runs included
             log.info("measured system=%s partitions=%d cores=%d first=%d result=%s", system,
                      workload.partitions, cores, first.total, result)
@@ -289,17 +288,26 @@ class Bench:
         workers = min(self.options.cores, workload.partitions)
         topic = "limit"
         create_topic(target.admin(), topic, workload.partitions)
-        ingest, cpu_in, rss_in = self._run_limit_workers("produce", target, topic, [
-            {"partitions": limit.partitions_of(w, workers, workload.partitions),
-             "records": limit.records_of(w, workers, workload.records), "size": workload.record_size,
-             "producer": self.options.tuning.java(), "timeout": self.options.timeout_seconds}
-            for w in range(workers)], folder)
+
+        def produce_jobs(into: str) -> list[LimitJob]:
+            return [LimitJob("produce", target, into, {
+                "partitions": limit.partitions_of(w, workers, workload.partitions),
+                "records": limit.records_of(w, workers, workload.records), "size": workload.record_size,
+                "producer": self.options.tuning.java(), "timeout": self.options.timeout_seconds})
+                for w in range(workers)]
+
+        consume_jobs = [LimitJob("consume", self.source, workload.topic, {
+            "ends": {p: workload.source_ends.ends[p] for p in limit.partitions_of(w, workers, workload.partitions)},
+            "timeout": self.options.timeout_seconds}) for w in range(workers)]
+        ingest, cpu_in, rss_in = self._run_limit_workers(produce_jobs(topic), folder)
         ends = end_offsets(target, topic, workload.partitions)
         if ends.total != workload.records:
             raise BenchError(f"the limit's producers wrote {ends.total} of {workload.records} records to {topic}")
-        read, cpu_out, rss_out = self._run_limit_workers("consume", self.source, workload.topic, [
-            {"ends": {p: workload.source_ends.ends[p] for p in limit.partitions_of(w, workers, workload.partitions)},
-             "timeout": self.options.timeout_seconds} for w in range(workers)], folder)
+        read, cpu_out, rss_out = self._run_limit_workers(consume_jobs, folder)
+        # A copy reads and writes at once, on the same cores as both brokers: the same workers run together,
+        # the producers into a fresh topic while the consumers read the source again
+        create_topic(target.admin(), "limit-both", workload.partitions)
+        both, _cpu, _rss = self._run_limit_workers([*produce_jobs("limit-both"), *consume_jobs], folder, "both-")
         rates = limit.LimitRates(limit.combined_rate(ingest), limit.combined_rate(read))
         # a replicator reads and writes every record: the limit's CPU is both sides'; the workers timed
         # themselves, so no polling interval floors the time
@@ -307,25 +315,27 @@ class Bench:
         result.update(copied=ends.total, cpu_seconds_total=round(cpu_in + cpu_out, 2),
                       peak_rss_mb=round(max(rss_in, rss_out) / 1e6, 1), workers=workers,
                       ingest_records_per_s=round(rates.ingest_records_per_s, 1),
-                      read_records_per_s=round(rates.read_records_per_s, 1), latency=latency)
+                      read_records_per_s=round(rates.read_records_per_s, 1),
+                      both_at_once_records_per_s=round(limit.both_at_once_rate(both, workload.records), 1),
+                      latency=latency)
         log.info("limit workers=%d ingest=%.0f read=%.0f records/s", workers, rates.ingest_records_per_s,
                  rates.read_records_per_s)
         result.update(system="limit", partitions=workload.partitions, cores=None, log=str(folder / "limit"))
         return result
 
-    def _run_limit_workers(self, mode: str, cluster: KafkaCluster, topic: str, specs: list[dict[str, Any]],
-                           folder: Path) -> tuple[list[limit.WorkerResult], float, int]:
-        """Run one limit worker per spec at once; (their results, CPU-seconds between each one's first and
+    def _run_limit_workers(self, jobs: list[LimitJob], folder: Path,
+                           name: str = "") -> tuple[list[limit.WorkerResult], float, int]:
+        """Run one limit worker per job at once; (their results, CPU-seconds between each one's first and
         last record, summed peak RSS bytes)."""
         processes = []
-        for index, spec in enumerate(specs):
-            path = folder / "limit" / f"{mode}-{index}.json"
+        for index, job in enumerate(jobs):
+            path = folder / "limit" / f"{name}{job.mode}-{index}.json"
             path.parent.mkdir(parents=True, exist_ok=True)
-            path.write_text(json.dumps(spec))
+            path.write_text(json.dumps(job.spec))
             processes.append(ManagedProcess(
-                f"limit {mode}r {index}", [sys.executable, "-m", "strait_bench.limit", mode, "--bootstrap",
-                                           cluster.bootstrap_servers, "--topic", topic, "--spec", str(path)],
-                path.with_suffix(".log")))
+                f"limit {name}{job.mode}r {index}",
+                [sys.executable, "-m", "strait_bench.limit", job.mode, "--bootstrap", job.cluster.bootstrap_servers,
+                 "--topic", job.topic, "--spec", str(path)], path.with_suffix(".log")))
         try:
             for process in processes:
                 process.start()
@@ -343,6 +353,16 @@ def _batch_seconds(process: ManagedProcess) -> tuple[float, float] | None:
     """strait's epoch (micro-batch) duration totals; None for other systems."""
     url = process.env.get(systems.METRICS_URL_ENV)
     return systems.batch_seconds(url) if url else None
+
+
+@dataclass(frozen=True)
+class LimitJob:
+    """One limit worker: ``produce`` into or ``consume`` from ``topic`` on ``cluster``, as ``spec`` says."""
+
+    mode: str
+    cluster: KafkaCluster
+    topic: str
+    spec: dict[str, Any]
 
 
 def _worker_result(process: ManagedProcess) -> limit.WorkerResult:

@@ -265,8 +265,7 @@ class WideRun:
             if replicator(system) == "strait":  # the trickle measures it at rest, not its query's start
                 result["steady_after_s"] = round(wait_started(process, self.options.timeout_seconds), 1)
             result.update(self._trickle(process, target, load, monitor, remotes))
-            result["peak_rss_mb"] = round(monitor.peak_rss / 1e6, 1)
-            result["peak_pss_mb"] = round(monitor.peak_pss / 1e6, 1)
+            result.update(monitor.peak_report())
         return result
 
     def _trickle(self, process: ManagedProcess, target: KafkaCluster, load: WideLoad, monitor: TreeMonitor,

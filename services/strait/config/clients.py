@@ -39,6 +39,7 @@ def librdkafka_settings(settings: dict[str, str], jaas: str | None = None,
             out.setdefault(key, value)
     _translate_truststore(out)
     _translate_keystore(out)
+    _translate_delivery_timeout(out)
     algorithm = out.get("ssl.endpoint.identification.algorithm")
     if algorithm is not None:
         out["ssl.endpoint.identification.algorithm"] = algorithm.lower() or "none"
@@ -70,6 +71,19 @@ def jaas_credentials(jaas: str, resolve: Callable[[str], str] = str) -> dict[str
     if "username" not in options or "password" not in options:
         raise ConfigError('sasl.jaas.config: needs username="..." and password="..."')
     return {"sasl.username": resolve(options["username"]), "sasl.password": resolve(options["password"])}
+
+
+def _translate_delivery_timeout(out: dict[str, str]) -> None:
+    """Java's ``delivery.timeout.ms`` under librdkafka's name for the same setting, ``message.timeout.ms``:
+    strait reads a copier's delivery timeout by that one name for its hand-off's fence, so the two names
+    must not hold two values."""
+    java = out.pop("delivery.timeout.ms", None)
+    if java is None:
+        return
+    given = out.setdefault("message.timeout.ms", java)
+    if str(given).strip() != str(java).strip():
+        raise ConfigError(f"delivery.timeout.ms={java} and message.timeout.ms={given} name one setting (librdkafka "
+                          f"takes both): keep one of them")
 
 
 def _translate_truststore(out: dict[str, str]) -> None:

@@ -13,7 +13,7 @@ from dataclasses import dataclass
 
 from strait.config.keystores import KeyStoreError
 from strait.config.model import POLICY_NAMES, FlowConfig, StraitConfig
-from strait.config.secrets import Secret, url_password
+from strait.config.secrets import Secret, SecretRef, url_password
 from strait.errors import ConfigError
 from strait.filters import compile_pattern_list
 from strait.policy import IdentityReplicationPolicy, policy_from_name
@@ -95,8 +95,12 @@ def check_flows(config: StraitConfig, problems: Problems, label: Callable[[int, 
             problems.add(where, f"cluster aliases {shorter!r} and {longer!r} are ambiguous with separator "
                                 f"{flow.separator!r}: a topic named {longer}{flow.separator}x could come from either; "
                                 f"rename one of them or choose another separator")
-        if flow.exactly_once and flow.target in config.clusters:
-            problem = exactly_once_problem(config.clusters[flow.target].unresolved_settings("producer"))
+        if flow.target in config.clusters:
+            producer = config.clusters[flow.target].unresolved_settings("producer")
+            problem = delivery_timeout_problem(producer)
+            if problem:
+                problems.add(where, f"cluster {flow.target}'s producer settings: {problem}")
+            problem = exactly_once_problem(producer) if flow.exactly_once else None
             if problem:
                 problems.add(where, f"exactly_once: cluster {flow.target}'s producer settings: {problem}")
         if flow.name in seen:
@@ -110,6 +114,25 @@ def check_flows(config: StraitConfig, problems: Problems, label: Callable[[int, 
 _NOT_TRANSACTIONAL = {"acks": ("all", "-1"), "enable.idempotence": ("true",)}
 _IN_FLIGHT_KEYS = ("max.in.flight.requests.per.connection", "max.in.flight")  # librdkafka's name and alias
 _MOST_IN_FLIGHT = 5
+
+
+_DELIVERY_TIMEOUT_KEYS = ("message.timeout.ms", "delivery.timeout.ms")  # librdkafka's name and Java's
+
+
+def delivery_timeout_problem(producer: Mapping[str, object]) -> str | None:
+    """Why the target producer's delivery timeout cannot be used, or None: a copier that stopped
+    answering writes nothing once its lease and this timeout have passed, which is when another may
+    take its partitions over; librdkafka reads 0 as no timeout at all."""
+    for key in _DELIVERY_TIMEOUT_KEYS:
+        value = producer.get(key)
+        if value is None or isinstance(value, SecretRef):  # a reference is read when the copy starts
+            continue
+        text = str(value).strip()
+        if not text.isdecimal() or int(text) == 0:
+            return (f"{key}={value} cannot be used: a copier that stopped answering must write nothing once its "
+                    f"lease and this timeout have passed, for another to take its partitions over; set a "
+                    f"positive number of milliseconds (strait's default 30000) or remove it")
+    return None
 
 
 def exactly_once_problem(producer: Mapping[str, object]) -> str | None:
