@@ -79,6 +79,9 @@ IDLE_LINGER_SECONDS = 30.0
 IDLE_TICK_SECONDS = 0.5
 # A checkpointer replaced by a restart ends within a step; one waiting on a dead cluster is left behind.
 REPLACED_JOIN_SECONDS = 15.0
+# A pass slower than this is logged with where its time went, at most once per SLOW_PASS_LOG_SECONDS.
+SLOW_PASS_SECONDS = 3.0
+SLOW_PASS_LOG_SECONDS = 30.0
 
 @dataclass(frozen=True)
 class _Listing:
@@ -121,6 +124,7 @@ class FlowCheckpointer:
         self._corrupt_syncs = 0  # corrupt records of the syncs topic already counted
         self._next_setup = self._next_pass = self._next_sync = 0.0
         self._is_idle = False
+        self._slow_logged_at = float("-inf")
 
     @property
     def flow(self) -> FlowConfig:
@@ -362,14 +366,18 @@ class FlowCheckpointer:
     def _checkpoint_pass(self) -> None:
         assert self._clients is not None
         clients, flow = self._clients, self.flow
+        began = time.monotonic()
         groups = self._source_groups()
         partitions = replicated_partitions(clients.source_admin.get(), flow, SERVICE_ADMIN_TIMEOUT)
+        listed = time.monotonic()
         translations, waiting = self._translate(groups, partitions)
+        translated = time.monotonic()
         self._writer.begin_pass()
         emitted = sum(self._emit_fenced(group, result) for group, result in translations.items()) \
             if flow.emit_checkpoints.enabled else 0
         if emitted:
             self._writer.flush(clients.producer, flow.target)
+        self._note_slow_pass(began, listed, translated, len(groups), waiting)
         now = time.time()
         for group, result in translations.items():
             self._current_at.setdefault(group, now)
@@ -385,6 +393,17 @@ class FlowCheckpointer:
         self._translations = {**{g: self._translations[g] for g in waiting if g in self._translations},
                               **translations}
         log.debug("flow=%s groups=%d checkpoints_emitted=%d", self.name, len(groups), emitted)
+
+    def _note_slow_pass(self, began: float, listed: float, translated: float, groups: int,
+                        waiting: list[str]) -> None:
+        """Log a slow pass with where its time went (a dead leader, a coordinator moving), not too often."""
+        now = time.monotonic()
+        if now - began < SLOW_PASS_SECONDS or now - self._slow_logged_at < SLOW_PASS_LOG_SECONDS:
+            return
+        self._slow_logged_at = now
+        log.info("flow=%s slow checkpoint pass: %.1fs (groups and partitions listed %.1fs, commits read and "
+                 "translated %.1fs, checkpoints written %.1fs) groups=%d waiting_for_coordinator=%d",
+                 self.name, now - began, listed - began, translated - listed, now - translated, groups, len(waiting))
 
     def _translate(self, groups: list[str], partitions: list[TopicPartition]) \
             -> tuple[dict[str, list[PartitionTranslation]], list[str]]:

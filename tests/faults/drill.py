@@ -158,6 +158,13 @@ class KeyedLoad:
             times = list(self._ack_times)
         return longest_gap(times, start, end)
 
+    def longest_partition_stall(self, start: float, end: float) -> float:
+        """The longest time one partition went without an acknowledgement between two monotonic times:
+        how long the cluster held back writes to its worst partition (a dead leader, a shrinking ISR)."""
+        with self._lock:
+            per_partition = [sorted(acked.values()) for acked in self._acked_at]
+        return max((longest_gap(times, start, end) for times in per_partition), default=0.0)
+
     def produced_between(self, start: float, end: float) -> int:
         """Records produced between two monotonic times."""
         sent = list(self._sent_at)
