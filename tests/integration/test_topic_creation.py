@@ -9,6 +9,7 @@ import pytest
 from strait.kafka import admin
 from strait.kafka.admin import TopicSpec, create_topics
 from strait_lab.kafka import KafkaCluster
+from tests.support.waiting import wait_for
 
 
 def test_many_topics_are_created_across_requests(target_cluster: KafkaCluster, unique_name: Callable[[str], str],
@@ -17,6 +18,12 @@ def test_many_topics_are_created_across_requests(target_cluster: KafkaCluster, u
     names = [unique_name(f"many-{i}") for i in range(12)]
     created = create_topics(target_cluster.admin(), "B", [TopicSpec(name, 2, 1) for name in names])
     assert sorted(created) == sorted(names)
-    topics = target_cluster.admin().list_topics(timeout=10).topics
-    assert all(len(topics[name].partitions) == 2 for name in names)
+    admin_client = target_cluster.admin()
+
+    def partitions() -> dict[str, int]:
+        topics = admin_client.list_topics(timeout=10).topics
+        return {name: len(topics[name].partitions) for name in names if name in topics}
+
+    # the broker answering metadata may learn of the last topics a moment after the controller created them
+    wait_for(lambda: partitions() == dict.fromkeys(names, 2), 30, "every topic with 2 partitions in the metadata")
     assert create_topics(target_cluster.admin(), "B", [TopicSpec(name, 2, 1) for name in names]) == []
