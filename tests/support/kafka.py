@@ -149,18 +149,24 @@ class NumberedLoad:
 
 
 def commit_offsets(cluster: KafkaCluster, group: str, partitions: list[TopicPartition],
-                   timeout: float = 60.0) -> None:
-    """Commit a group's offsets (with their metadata) through the admin API, retrying while the
-    coordinator is still loading."""
+                   timeout: float = 120.0) -> None:
+    """Commit a group's offsets (with their metadata) through the admin API, asking again while the
+    coordinator is not there yet: a fresh cluster creates its offsets topic on the first group's request,
+    and a ZooKeeper-mode broker on a loaded machine took over 30 s to answer it (CI, Kafka 2.4)."""
     admin = cluster.admin()  # kept alive while its futures run
     deadline = time.monotonic() + timeout
     while True:
-        result = admin.alter_consumer_group_offsets([ConsumerGroupTopicPartitions(group, partitions)])[group]
-        errors = [tp.error for tp in result.result(timeout=30).topic_partitions if tp.error is not None]
+        future = admin.alter_consumer_group_offsets([ConsumerGroupTopicPartitions(group, partitions)],
+                                                    request_timeout=15)[group]
+        try:
+            errors: list[object] = [tp.error for tp in future.result(timeout=20).topic_partitions
+                                    if tp.error is not None]
+        except (KafkaException, TimeoutError) as exc:
+            errors = [exc]
         if not errors:
             return
         if time.monotonic() > deadline:
-            raise AssertionError(f"committing offsets of {group}: {errors[0]}")
+            raise AssertionError(f"committing offsets of {group} on {cluster.alias} for {timeout:.0f} s: {errors[0]!r}")
         time.sleep(0.5)
 
 
