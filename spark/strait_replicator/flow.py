@@ -128,6 +128,7 @@ class FlowRunner:
         self._records_at_fail = 0
         self._retry_at = 0.0
         self._next_refresh = 0.0
+        self._found_at_start: frozenset[str] | None = None  # without topic refresh: the topics it copies
         self._seen_batch: int | None = None
         self._stopping = threading.Event()
         self._query_id = ""
@@ -137,15 +138,19 @@ class FlowRunner:
 
     # -- planning --------------------------------------------------------------------------------
 
-    def make_plan(self, config: StraitConfig, flow: FlowConfig) -> FlowPlan:
-        """Discover the source's topics, make sure their remote topics and the syncs topic exist."""
+    def make_plan(self, config: StraitConfig, flow: FlowConfig, kept: frozenset[str] | None = None) -> FlowPlan:
+        """Discover the source's topics, make sure their remote topics and the syncs topic exist.
+
+        With ``kept`` (a flow without topic refresh, planned again after its query failed) only those
+        source topics are planned: the set found at start stays the set copied.
+        """
         source, target = config.cluster(flow.source), config.cluster(flow.target)
         source_admin = admin_client(source.librdkafka_config("admin"))
         target_admin = admin_client(target.librdkafka_config("admin"))
         source_id, source_topics = cluster_topics(source_admin, flow.source)
         target_id, target_topics = cluster_topics(target_admin, flow.target)
         check_distinct_clusters(flow.name, (flow.source, source_id), (flow.target, target_id))
-        topics = replicated_topics(flow, source_topics)
+        topics = [t for t in replicated_topics(flow, source_topics) if kept is None or t.source in kept]
         reconcile_remote_topics(flow, topics, target_topics, source_admin, target_admin)
         names = flow.topic_names()
         syncs = names.offset_syncs
@@ -178,16 +183,20 @@ class FlowRunner:
         if now < self._retry_at:
             return
         # MM2's refresh.topics.enabled=false: the topics found at start (or at a config change) are
-        # the ones copied; a failed query still re-plans.
+        # the ones copied; a failed query is planned again over the same topics.
         self._next_refresh = now + flow.refresh_topics.interval_seconds if flow.refresh_topics.enabled \
             else float("inf")
+        if flow.refresh_topics.enabled or force:
+            self._found_at_start = None
         try:
-            plan = self._plan_unless_stopped(config, flow, stop)
+            plan = self._plan_unless_stopped(config, flow, stop, self._found_at_start)
         except Exception as exc:  # an unreachable cluster must not stop the other flows
             self._fail("discovery", f"{type(exc).__name__}: {exc}", exc)  # some timeouts carry no text
             return
         if plan is None:
             return
+        if not flow.refresh_topics.enabled and self._found_at_start is None:
+            self._found_at_start = frozenset(t.source for t in plan.topics)
         if self._trouble.kind == "discovery" and self._query_healthy():  # both clusters answer again
             self._recovered()
         metrics.TOPICS_REPLICATED.labels(flow=self.flow_name).set(len(plan.topics))
@@ -195,8 +204,8 @@ class FlowRunner:
         if plan != self.plan or (self._pending is None and (self.query is None or not self.query.isActive)):
             self._restart(plan)
 
-    def _plan_unless_stopped(self, config: StraitConfig, flow: FlowConfig,
-                             stop: Callable[[], bool] | None) -> FlowPlan | None:
+    def _plan_unless_stopped(self, config: StraitConfig, flow: FlowConfig, stop: Callable[[], bool] | None,
+                             kept: frozenset[str] | None = None) -> FlowPlan | None:
         """:meth:`make_plan`, in a thread of its own when ``stop`` is given; None once ``stop()`` is
         true (a stop request, or a new configuration to plan from instead).
 
@@ -205,13 +214,13 @@ class FlowRunner:
         end by itself (its requests only create what is missing).
         """
         if stop is None:
-            return self.make_plan(config, flow)
+            return self.make_plan(config, flow, kept)
         done = threading.Event()
         outcome: list[FlowPlan | BaseException] = []
 
         def plan() -> None:
             try:
-                outcome.append(self.make_plan(config, flow))
+                outcome.append(self.make_plan(config, flow, kept))
             except BaseException as exc:  # noqa: BLE001 - handed to the control loop, which decides
                 outcome.append(exc)
             finally:

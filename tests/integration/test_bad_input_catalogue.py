@@ -94,7 +94,9 @@ def test_source_retention_deleting_unreplicated_records_is_counted_as_data_loss(
         [f"later-{i}".encode() for i in range(25, 30)]
     log_text = second.process.log_path.read_text()
     assert f"DATA LOSS topic={topic} partition=0 offsets=[10, 25) records=15" in log_text
-    assert second.sample("strait_flow_state", flow="A->B", state="running") == 1
+    # The loss is reported, not an error of the flow: it runs (on a loaded machine its query may have
+    # failed and be starting again: a Python worker not connecting back to Spark within Spark's 10 s)
+    wait_for(lambda: second.sample("strait_flow_state", flow="A->B", state="running") == 1, 120, "the flow running")
 
 
 def _stop_after_commit(process: StraitProcess, state: Path) -> None:

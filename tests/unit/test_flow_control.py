@@ -22,7 +22,7 @@ def test_a_new_configuration_gives_up_a_plan_waiting_on_a_cluster_that_does_not_
     runner = FlowRunner(lambda: None, "A->B", "unused", trigger_seconds=1.0, epoch_seconds=5.0)  # type: ignore[arg-type]
     answered = threading.Event()
 
-    def plan_against_a_dead_cluster(config: StraitConfig, flow: FlowConfig) -> Any:
+    def plan_against_a_dead_cluster(config: StraitConfig, flow: FlowConfig, kept: Any = None) -> Any:
         answered.wait(30)  # an admin request's timeout
         raise AssertionError("the plan was waited for")
     monkeypatch.setattr(runner, "make_plan", plan_against_a_dead_cluster)
@@ -36,3 +36,32 @@ def test_a_new_configuration_gives_up_a_plan_waiting_on_a_cluster_that_does_not_
         answered.set()
     assert time.monotonic() - began < 2.0, "the control loop waited for the plan after the new configuration"
     assert runner.plan is None and runner.query is None and runner.last_error is None
+
+
+def test_without_topic_refresh_a_failed_query_is_planned_again_over_the_topics_found_at_start(
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    """MM2's refresh.topics.enabled=false: a topic created after the start is not copied when the query
+    fails and is planned again (a Python worker slow to connect back on a loaded host), only after a
+    new configuration."""
+    runner = FlowRunner(lambda: None, "A->B", "unused", trigger_seconds=1.0, epoch_seconds=5.0)  # type: ignore[arg-type]
+    on_source = ["orders"]
+    asked: list[frozenset[str] | None] = []
+
+    def plan(config: StraitConfig, flow: FlowConfig, kept: frozenset[str] | None = None) -> Any:
+        asked.append(kept)
+        return SimpleNamespace(topics=tuple(SimpleNamespace(source=t) for t in on_source if kept is None or t in kept))
+    monkeypatch.setattr(runner, "make_plan", plan)
+    monkeypatch.setattr(runner, "_report_vanished", lambda plan: None)
+    restarted: list[tuple[str, ...]] = []
+    monkeypatch.setattr(runner, "_restart", lambda plan: restarted.append(tuple(t.source for t in plan.topics)))
+    flow = SimpleNamespace(refresh_topics=SimpleNamespace(enabled=False, interval_seconds=30.0))
+
+    runner.reconcile(None, flow, force=True)  # type: ignore[arg-type]
+    on_source.append("late")
+    runner.query = SimpleNamespace(isActive=False)  # type: ignore[assignment]  # the query failed
+    monkeypatch.setattr(runner, "_on_query_ended", lambda: setattr(runner, "query", None))
+    runner.reconcile(None, flow)  # type: ignore[arg-type]
+    runner.reconcile(None, flow, force=True)  # type: ignore[arg-type]  # a new configuration finds it
+
+    assert asked == [None, frozenset({"orders"}), None]
+    assert restarted == [("orders",), ("orders",), ("orders", "late")]
