@@ -109,8 +109,12 @@ class SyncIndex:
         return sorted(self._histories)
 
 
+# librdkafka wants a group.id even for a consumer that only assigns; it then looks up this group's coordinator
+TRANSLATION_GROUP = "strait-translation"
+
+
 def _consumer(settings: Mapping[str, str], **extra: object) -> Consumer:
-    return Consumer({**settings, "group.id": "strait-translation", "enable.auto.commit": False,
+    return Consumer({**settings, "group.id": TRANSLATION_GROUP, "enable.auto.commit": False,
                      "enable.auto.offset.store": False, "logger": librdkafka_log, **extra})
 
 
@@ -236,6 +240,7 @@ class TailProbe:
         self._unreadable_pause = unreadable_pause
         self._proven: set[tuple[str, int, int, int]] = set()  # offsets never change: a proof stays true
         self._unreadable_until: dict[tuple[str, int], float] = {}  # (topic, partition) -> monotonic time
+        self._group_denied_warned = float("-inf")  # monotonic time of the last warning about the group
 
     def empty_between(self, topic: str, partition: int, start: int, end: int) -> bool:
         """True when the source shows no record in ``[start, end)`` and its readable end is >= ``end``.
@@ -283,6 +288,9 @@ class TailProbe:
                     return message.offset() >= end
                 if error.code() == KafkaError._PARTITION_EOF:
                     return message.offset() >= end
+                if error.code() == KafkaError.GROUP_AUTHORIZATION_FAILED:
+                    self._warn_group_denied(error)
+                    continue  # the coordinator lookup failed, not the read: the assigned partition still answers
                 if error.code() == KafkaError.TOPIC_AUTHORIZATION_FAILED:
                     raise KafkaPermissionError(
                         f"not authorized to read the source topic ({error.str()}): a group's commit past the last "
@@ -293,6 +301,16 @@ class TailProbe:
             return None
         finally:
             self._consumer.unassign()
+
+    def _warn_group_denied(self, error: KafkaError) -> None:
+        """One warning per PROBE_DENIED_PAUSE_SECONDS that the probe's group coordinator lookup is refused."""
+        now = time.monotonic()
+        if now - self._group_denied_warned < PROBE_DENIED_PAUSE_SECONDS:
+            return
+        self._group_denied_warned = now
+        log.warning("probe group=%s not authorized to look up the group's coordinator (%s): the probe reads by "
+                    "assignment and goes on; grant DESCRIBE on group %s to strait's principal on the source",
+                    TRANSLATION_GROUP, error.str(), TRANSLATION_GROUP)
 
     def close(self) -> None:
         """Close the consumer."""

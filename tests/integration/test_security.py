@@ -36,7 +36,7 @@ from confluent_kafka.admin import (
     ResourceType,
 )
 
-from strait.translation import TailProbe
+from strait.translation import TRANSLATION_GROUP, TailProbe
 from strait_lab.clients import Record, create_topic, produce
 from strait_lab.kafka import KafkaCluster, KafkaClusterSpec
 from strait_lab.redis import RedisServer
@@ -44,7 +44,14 @@ from strait_lab.services import StraitProcess
 from tests.integration.test_configsync_support import alter, overrides
 from tests.support.cli import strait
 from tests.support.config import write_config
-from tests.support.kafka import commit_offsets, committed_records, count, group_offsets, records_by_partition
+from tests.support.kafka import (
+    commit_offsets,
+    committed_records,
+    count,
+    group_offsets,
+    offsets_end,
+    records_by_partition,
+)
 from tests.support.waiting import wait_for
 
 pytestmark = pytest.mark.slow
@@ -468,6 +475,29 @@ def test_every_component_does_its_job_as_its_least_privileged_user(deployment: D
             wait_for(denied, 60, "the probe denied READ, with a warning naming the topic and the grant")
     finally:
         _add_acls(source, reads)
+
+    # with READ but without DESCRIBE on its group, the probe's coordinator lookup is refused: it still reads by
+    # assignment and answers (here: nothing at the partition's end), with a warning naming the group's grant
+    lookup = [b for b in _bindings("checkpoint", "source", d.topics, d.groups)
+              if b.restype == GROUP and b.name == TRANSLATION_GROUP]
+    _delete_acls(source, lookup)
+    end = offsets_end(source, d.orders, 0)
+
+    def answered() -> bool:  # the refusal and the answer in the same call
+        caplog.clear()
+        probe = TailProbe(source.client_config(user("checkpoint"), tls=True))
+        try:
+            empty = probe.empty_between(d.orders, 0, end, end)
+        finally:
+            probe.close()
+        return empty and f"grant DESCRIBE on group {TRANSLATION_GROUP}" in caplog.text
+
+    try:
+        with caplog.at_level(logging.WARNING, logger="strait.translation"):
+            wait_for(answered, 60,
+                     "the probe refused its group's coordinator answering, with a warning naming the grant")
+    finally:
+        _add_acls(source, lookup)
 
 
 def test_acl_sync_never_grants_write_on_remote_topics(deployment: Deployment) -> None:
