@@ -149,6 +149,8 @@ class Replicator:
             client = self.client = connect(self.settings.coordination_url())
             self._marks = MarkPublisher(client, self.settings.namespace)
         watcher = follow_config(self.feed, self.settings, client, metrics.SERVICE)
+        threading.Thread(target=stop_head_starts_when_set, args=(stop, lambda: list(self.runners.values())),
+                         name="head-start-stop", daemon=True).start()
         try:
             while not stop.is_set():
                 if self.session.failed():
@@ -178,6 +180,16 @@ class Replicator:
             self.client.set(resume_report_key(self.settings.namespace, flow), json.dumps(report, separators=(",", ":")))
         except Exception as exc:  # noqa: BLE001 - Redis down must not stop a query from starting
             log.warning("flow=%s resume report not stored in Redis: %s", flow, exc)
+
+
+def stop_head_starts_when_set(stop: threading.Event, runners: Callable[[], list[FlowRunner]]) -> None:
+    """Once ``stop`` is set, ask every head start's copiers to stop at once, whatever the main thread is
+    doing: a query's start is one call into Spark that took over 9 s on a loaded host, and a SIGTERM
+    in it left the copiers running until the process exited, without their final progress (the next
+    start copied 766 records again). Their stop, the final progress included, runs in their threads."""
+    stop.wait()
+    for runner in runners():
+        runner.stop_head_start()
 
 
 def main(settings: Settings, options: ReplicatorOptions = ReplicatorOptions()) -> int:

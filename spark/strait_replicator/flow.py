@@ -442,6 +442,12 @@ class FlowRunner:
                 self.live.not_a_task(copier.id)
         return head_start
 
+    def stop_head_start(self) -> None:
+        """Ask the head start's copiers, if any, to stop (returns at once; safe from another thread)."""
+        head_start = self.head_start
+        if head_start is not None:
+            head_start.stop()
+
     def _end_head_start(self, timeout: float = END_SECONDS) -> None:
         if self.head_start is not None:
             self.head_start.end(timeout)

@@ -74,10 +74,15 @@ class HeadStart:
         """Whether one of its copiers still copies (or hands over)."""
         return any(not copier.ended.is_set() for copier in self.copiers)
 
-    def end(self, timeout: float = END_SECONDS) -> None:
-        """Stop it (as a stop of its query would) and wait up to ``timeout`` for its final progress."""
+    def stop(self) -> None:
+        """Ask each copier to stop (as a stop of its query would): it writes its final progress in its own
+        thread. Returns at once; safe from any thread."""
         for copier in self.copiers:
             copier.stop()
+
+    def end(self, timeout: float = END_SECONDS) -> None:
+        """Stop it (as a stop of its query would) and wait up to ``timeout`` for its final progress."""
+        self.stop()
         deadline = time.monotonic() + timeout
         for copier in self.copiers:
             if not copier.ended.wait(max(0.0, deadline - time.monotonic())):

@@ -6,9 +6,12 @@ and after a SIGKILL), and a remote topic that already holds records no evidence 
 
 from __future__ import annotations
 
+import os
 import shutil
+import signal
 import time
 from collections.abc import Callable
+from contextlib import suppress
 from pathlib import Path
 
 import pytest
@@ -24,6 +27,70 @@ pytestmark = pytest.mark.slow
 
 PARTITIONS = 3
 RATE = 1_000  # records/s, spread over the partitions
+
+
+def _java_in_group(pgid: int) -> list[int]:
+    """Pids of the Java processes in process group ``pgid`` (a replicator's Spark driver JVM)."""
+    found = []
+    for entry in os.listdir("/proc"):
+        if not entry.isdigit():
+            continue
+        try:
+            argv = (Path("/proc") / entry / "cmdline").read_bytes().split(b"\0")
+            if os.getpgid(int(entry)) == pgid and argv and argv[0].endswith(b"java"):
+                found.append(int(entry))
+        except (OSError, ProcessLookupError):
+            continue
+    return found
+
+
+def test_a_sigterm_while_the_query_starts_writes_the_head_starts_final_progress(
+    source_cluster: KafkaCluster, target_cluster: KafkaCluster, unique_name: Callable[[str], str],
+    tmp_path: Path, lab_root: Path,
+) -> None:
+    """A SIGTERM that finds the control loop inside a call into Spark (a query start took over 9 s on a loaded
+    host; here the driver JVM is frozen once the session is up): the head start's copiers still write their final
+    progress before the process exits, so a start with the state dir gone copies nothing twice."""
+    topic = unique_name("frozen")
+    create_topic(source_cluster.admin(), topic, partitions=PARTITIONS, config={"retention.ms": "-1"})
+    config = write_config(tmp_path / "s.yaml", flow_config(source_cluster, target_cluster, [topic]))
+    state = tmp_path / "state"
+    load = NumberedLoad(source_cluster, topic, PARTITIONS, RATE)
+    runs: list[StraitProcess] = []
+    frozen: list[int] = []
+    try:
+        first = StraitProcess("replicator", ["--config", str(config), "--state-dir", str(state)],
+                              lab_root / "replicator", name=f"replicator-frozen-0-{topic}")
+        runs.append(first)
+        first.start(timeout=120)
+        wait_for(lambda: "executors offer" in first.log_text(), 120, "the Spark session up")
+        assert first.process.pid is not None
+        frozen = _java_in_group(first.process.pid)
+        assert frozen, "no Spark driver JVM found in the replicator's process group"
+        for pid in frozen:
+            os.kill(pid, signal.SIGSTOP)  # the control loop's next call into Spark, the query's start, hangs
+        before = count(target_cluster, f"A.{topic}")
+        # about 3 s: the control loop (a pass a second) is in its call into the frozen JVM by then
+        wait_for(lambda: count(target_cluster, f"A.{topic}") > before + 3 * RATE, 60, "the head start copying")
+        assert "query started" not in first.log_text()
+        os.kill(first.process.pid, signal.SIGTERM)  # to the main process only: the JVM stays frozen
+        wait_for(lambda: not first.process.alive(), 30, "the replicator's exit after its stop grace")
+        first.stop()  # what is left of its process group
+        shutil.rmtree(state, ignore_errors=True)
+        second = StraitProcess("replicator", ["--config", str(config), "--state-dir", str(state)],
+                               lab_root / "replicator", name=f"replicator-frozen-1-{topic}")
+        runs.append(second)
+        second.start(timeout=120)
+        wait_for(lambda: resume_evidence(second, topic), 120, "the second run's resume line")
+        assert resume_evidence(second, topic)[0] == ("strait-progress", "0"), \
+            "the head start wrote the progress of every record it copied before the process exited"
+    finally:
+        load.stop()
+        for pid in frozen:
+            with suppress(ProcessLookupError):
+                os.kill(pid, signal.SIGKILL)
+        for process in runs:
+            process.stop()
 
 
 def test_a_replicator_whose_state_is_lost_goes_on_where_the_copies_end(

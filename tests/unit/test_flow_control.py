@@ -10,7 +10,9 @@ from typing import Any
 import pytest
 
 from strait.config.model import FlowConfig, StraitConfig
+from strait_replicator.app import stop_head_starts_when_set
 from strait_replicator.flow import FlowRunner
+from strait_replicator.headstart import HeadStart
 
 pytestmark = pytest.mark.unit
 
@@ -65,3 +67,30 @@ def test_without_topic_refresh_a_failed_query_is_planned_again_over_the_topics_f
 
     assert asked == [None, frozenset({"orders"}), None]
     assert restarted == [("orders",), ("orders",), ("orders", "late")]
+
+
+def test_a_stop_reaches_the_head_start_while_the_control_loop_is_inside_a_query_start() -> None:
+    """A SIGTERM while the control loop waits in Spark (a query's start took over 9 s on a loaded host):
+    the head start's copiers are asked to stop at once, so they write their final progress before the
+    process exits, not never."""
+    class Copier:
+        def __init__(self) -> None:
+            self.stopped = threading.Event()
+
+        def stop(self) -> None:
+            self.stopped.set()
+
+    copiers = (Copier(), Copier())
+    runner = FlowRunner(lambda: None, "A->B", "unused", trigger_seconds=1.0, epoch_seconds=5.0)  # type: ignore[arg-type]
+    runner.head_start = HeadStart(copiers)  # type: ignore[arg-type]
+    stop = threading.Event()
+    watcher = threading.Thread(target=stop_head_starts_when_set, args=(stop, lambda: [runner]), daemon=True)
+    watcher.start()
+    assert not any(copier.stopped.is_set() for copier in copiers)
+    stop.set()
+    # no call from the control loop, which is blocked elsewhere: the watcher alone asks them
+    assert all(copier.stopped.wait(2.0) for copier in copiers), "the head start was not asked to stop"
+    watcher.join(2.0)
+    assert not watcher.is_alive()
+    runner.head_start = None
+    runner.stop_head_start()  # nothing to stop: no error
