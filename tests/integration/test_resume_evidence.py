@@ -63,7 +63,8 @@ def test_a_sigterm_while_the_query_starts_writes_the_head_starts_final_progress(
                               lab_root / "replicator", name=f"replicator-frozen-0-{topic}")
         runs.append(first)
         first.start(timeout=120)
-        wait_for(lambda: "executors offer" in first.log_text(), 120, "the Spark session up")
+        # polled often: the JVM is frozen before the control loop's next pass (up to 1 s) starts the query
+        wait_for(lambda: "executors offer" in first.log_text(), 120, "the Spark session up", interval=0.05)
         assert first.process.pid is not None
         frozen = _java_in_group(first.process.pid)
         assert frozen, "no Spark driver JVM found in the replicator's process group"
@@ -72,7 +73,7 @@ def test_a_sigterm_while_the_query_starts_writes_the_head_starts_final_progress(
         before = count(target_cluster, f"A.{topic}")
         # about 3 s: the control loop (a pass a second) is in its call into the frozen JVM by then
         wait_for(lambda: count(target_cluster, f"A.{topic}") > before + 3 * RATE, 60, "the head start copying")
-        assert "query started" not in first.log_text()
+        assert "query started" not in first.log_text(), "the query started before the JVM was frozen"
         os.kill(first.process.pid, signal.SIGTERM)  # to the main process only: the JVM stays frozen
         wait_for(lambda: not first.process.alive(), 30, "the replicator's exit after its stop grace")
         first.stop()  # what is left of its process group
