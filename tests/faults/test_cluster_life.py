@@ -47,6 +47,10 @@ TIMED = pytest.mark.usefixtures("alone_from_here")  # the verdict rests on timin
 pytestmark = [pytest.mark.faults, pytest.mark.slow]
 
 STALL_MARGIN_SECONDS = 3.0
+# The copy may be this much behind what the source can serve. A record read from the dying leader just before
+# its kill (by the watch, not yet by the copy) waits for the new leader with every reader: as long as the source
+# held the load's writes to its worst partition (CI, a saturated machine: held 12.0 s, behind 12.8 s, the copy's
+# longest stall 1.0 s), so the bound is counted from there.
 MOST_BEHIND_SECONDS = 5.0
 CHECKPOINT_DELAY_SECONDS = 15.0  # from a commit of the group to a new checkpoint of it
 # ... or from the source's own write stall to it: the offset syncs a checkpoint rests on are writes to the
@@ -300,7 +304,9 @@ def test_long_single_broker_outage(rig: Rig, mode: Mode, replicas: Callable[...,
         drill.finish(note=f"behind at most {behind:.1f}s; checkpoint at most {answer:.1f}s after a commit (gap "
                           f"{gap:.1f}s, the group's own commit gap {commit_gap:.1f}s); caught up {caught_up:.1f}s "
                           f"after the broker's return")
-        assert behind <= MOST_BEHIND_SECONDS, f"the copy fell {behind:.1f}s behind during the outage"
+        assert behind <= held + MOST_BEHIND_SECONDS, (
+            f"the copy fell {behind:.1f}s behind during the outage (bound {MOST_BEHIND_SECONDS:.0f}s after the "
+            f"source held a partition's writes {held:.1f}s)")
         assert caught_up <= RETURN_CATCH_UP_SECONDS, f"the copy caught up {caught_up:.1f}s after the broker's return"
         assert answer <= bound, (
             f"a commit of {group.group} waited {answer:.1f}s for a new checkpoint (bound {bound:.1f}s: "
