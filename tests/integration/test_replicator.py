@@ -26,6 +26,7 @@ from strait.offsets import PartitionTranslator, SyncPoint
 from strait.records import OffsetSync
 from strait_replicator.session import PLANNER_MODULES, available_cores
 from tests.integration.compat_support import FULL as COMPAT_FULL
+from tests.integration.replicator_support import driver_jvm_pids
 from tests.support.cli import strait
 from tests.support.config import flow_config, write_config
 from tests.support.kafka import count, records_by_partition
@@ -163,10 +164,9 @@ def _planner_daemons(process: StraitProcess) -> list[str]:
 
 def _driver_jvm_maps(process: StraitProcess) -> str:
     """The memory map of the replicator's Spark driver JVM (its java child)."""
-    for child in psutil.Process(process.process.pid).children(recursive=True):
-        if child.name() == "java":
-            with open(f"/proc/{child.pid}/maps", encoding="utf-8") as maps:
-                return maps.read()
+    for pid in driver_jvm_pids(process):
+        with open(f"/proc/{pid}/maps", encoding="utf-8") as maps:
+            return maps.read()
     raise AssertionError("the replicator has no java child process")
 
 

@@ -18,7 +18,7 @@ import pytest
 from strait_lab.clients import Record, create_topic, produce
 from strait_lab.kafka import KafkaCluster
 from strait_lab.services import StraitProcess
-from tests.integration.replicator_support import resume_evidence
+from tests.integration.replicator_support import driver_jvm_pids, resume_evidence
 from tests.support.config import flow_config, write_config
 from tests.support.kafka import NumberedLoad, count, numbered_copies, produce_numbered, records_by_partition
 from tests.support.waiting import wait_for
@@ -27,21 +27,6 @@ pytestmark = pytest.mark.slow
 
 PARTITIONS = 3
 RATE = 1_000  # records/s, spread over the partitions
-
-
-def _java_in_group(pgid: int) -> list[int]:
-    """Pids of the Java processes in process group ``pgid`` (a replicator's Spark driver JVM)."""
-    found = []
-    for entry in os.listdir("/proc"):
-        if not entry.isdigit():
-            continue
-        try:
-            argv = (Path("/proc") / entry / "cmdline").read_bytes().split(b"\0")
-            if os.getpgid(int(entry)) == pgid and argv and argv[0].endswith(b"java"):
-                found.append(int(entry))
-        except (OSError, ProcessLookupError):
-            continue
-    return found
 
 
 def test_a_sigterm_while_the_query_starts_writes_the_head_starts_final_progress(
@@ -65,15 +50,15 @@ def test_a_sigterm_while_the_query_starts_writes_the_head_starts_final_progress(
         first.start(timeout=120)
         # polled often: the JVM is frozen before the control loop's next pass (up to 1 s) starts the query
         wait_for(lambda: "executors offer" in first.log_text(), 120, "the Spark session up", interval=0.05)
-        assert first.process.pid is not None
-        frozen = _java_in_group(first.process.pid)
-        assert frozen, "no Spark driver JVM found in the replicator's process group"
+        frozen = driver_jvm_pids(first)
+        assert frozen, "no Spark driver JVM found under the replicator"
         for pid in frozen:
             os.kill(pid, signal.SIGSTOP)  # the control loop's next call into Spark, the query's start, hangs
         before = count(target_cluster, f"A.{topic}")
         # about 3 s: the control loop (a pass a second) is in its call into the frozen JVM by then
         wait_for(lambda: count(target_cluster, f"A.{topic}") > before + 3 * RATE, 60, "the head start copying")
         assert "query started" not in first.log_text(), "the query started before the JVM was frozen"
+        assert first.process.pid is not None
         os.kill(first.process.pid, signal.SIGTERM)  # to the main process only: the JVM stays frozen
         wait_for(lambda: not first.process.alive(), 30, "the replicator's exit after its stop grace")
         first.stop()  # what is left of its process group
