@@ -117,6 +117,7 @@ def _start_engine(host: DockerHost) -> subprocess.Popen[bytes]:
                                 "or run the compose tests as root")
     if shutil.which("dockerd") is None or shutil.which("debootstrap") is None:
         _apt_install("docker.io", "debootstrap")
+    _remove_stale_pid_file(Path("/var/run/docker.pid"))
     log_path = host.workdir / "dockerd.log"
     log.info("starting dockerd log=%s", log_path)
     with open(log_path, "ab") as out:
@@ -128,6 +129,21 @@ def _start_engine(host: DockerHost) -> subprocess.Popen[bytes]:
             raise EngineUnavailable(f"dockerd did not answer within 60 s; see {log_path}")
         time.sleep(1)
     return process
+
+
+def _remove_stale_pid_file(pid_file: Path) -> None:
+    """A dockerd that died with its machine leaves its pid file, and a new one refuses to start."""
+    try:
+        pid = int(pid_file.read_text().strip() or 0)
+    except (OSError, ValueError):
+        return
+    try:
+        if Path(f"/proc/{pid}/comm").read_text().strip() == "dockerd":
+            return  # a live dockerd has it: its own refusal then says what to do
+    except OSError:
+        pass  # no such process
+    log.info("removing dockerd's stale pid file %s (pid %s is gone)", pid_file, pid)
+    pid_file.unlink(missing_ok=True)
 
 
 def _apt_install(*packages: str) -> None:
