@@ -29,6 +29,7 @@ from strait_lab.services import StraitProcess
 from tests.oracle.mm2_oracle import ORACLE_SOURCE, Mm2Oracle
 from tests.support.jvm import use_quick_jvms
 from tests.support.machine import MachineShare, machine_busy_seconds, note_in_timeline
+from tests.support.progress import LiveReport, fail_past_deadline, machine_facts
 from tests.support.summary import summaries_since
 
 _MARKER_BY_FOLDER = {"unit": "unit", "integration": "integration", "e2e": "e2e"}
@@ -39,11 +40,14 @@ _began_key = pytest.StashKey[float]()
 
 
 def pytest_configure(config: pytest.Config) -> None:
-    """Test JVMs compile with C1 only; in a pytest-xdist worker: join the run's machine lock, and hand
-    out ports no other worker does."""
+    """Test JVMs compile with C1 only; the process writing the output reports failures as they come
+    (tests/support/progress.py); in a pytest-xdist worker: join the run's machine lock, and hand out
+    ports no other worker does."""
     config.stash[_began_key] = time.time()
     use_quick_jvms()
     worker = getattr(config, "workerinput", None)
+    if worker is None:  # the process that writes the run's output
+        config.pluginmanager.register(LiveReport(config, config.stash[_began_key]), "strait-live-report")
     config.stash[_machine_key] = MachineShare(cache_dir() / "test-machine-lock" if worker else None)
     if worker:
         os.environ["STRAIT_PORT_SHARD"] = f"{worker['workerid'].removeprefix('gw')}/{worker['workercount']}"
@@ -173,6 +177,17 @@ def pytest_runtest_protocol(item: pytest.Item, nextitem: pytest.Item | None) -> 
     finally:
         machine.end_test()
         note_in_timeline(item.nodeid, began, time.time(), (busy, machine_busy_seconds()))
+
+
+def pytest_report_header(config: pytest.Config) -> str:
+    """The machine the run is on (cores, memory, disk, speed): CI shows only a run's output."""
+    return machine_facts(str(config.rootpath))
+
+
+@pytest.hookimpl(tryfirst=True)
+def pytest_runtest_setup(item: pytest.Item) -> None:
+    """A test that would begin past the run's deadline fails at once (tests/support/progress.py)."""
+    fail_past_deadline(item.config.stash[_began_key])
 
 
 def pytest_terminal_summary(terminalreporter: pytest.TerminalReporter, config: pytest.Config) -> None:
