@@ -29,7 +29,7 @@ from strait_lab.services import StraitProcess
 from tests.oracle.mm2_oracle import ORACLE_SOURCE, Mm2Oracle
 from tests.support.jvm import use_quick_jvms
 from tests.support.machine import MachineShare, machine_busy_seconds, note_in_timeline
-from tests.support.progress import LiveReport, fail_past_deadline, machine_facts
+from tests.support.progress import LiveReport, fail_past_deadline, machine_facts, measure_slowness, scale_timeouts
 from tests.support.summary import summaries_since
 
 _MARKER_BY_FOLDER = {"unit": "unit", "integration": "integration", "e2e": "e2e"}
@@ -40,13 +40,14 @@ _began_key = pytest.StashKey[float]()
 
 
 def pytest_configure(config: pytest.Config) -> None:
-    """Test JVMs compile with C1 only; the process writing the output reports failures as they come
-    (tests/support/progress.py); in a pytest-xdist worker: join the run's machine lock, and hand out
-    ports no other worker does."""
+    """Test JVMs compile with C1 only; the process writing the output measures the machine's slowness
+    (its workers inherit it) and reports failures as they come (tests/support/progress.py); in a
+    pytest-xdist worker: join the run's machine lock, and hand out ports no other worker does."""
     config.stash[_began_key] = time.time()
     use_quick_jvms()
     worker = getattr(config, "workerinput", None)
     if worker is None:  # the process that writes the run's output
+        measure_slowness()
         config.pluginmanager.register(LiveReport(config, config.stash[_began_key]), "strait-live-report")
     config.stash[_machine_key] = MachineShare(cache_dir() / "test-machine-lock" if worker else None)
     if worker:
@@ -54,12 +55,13 @@ def pytest_configure(config: pytest.Config) -> None:
 
 
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
-    """Mark each test by its folder (tests/unit, tests/integration, tests/e2e); under xdist, order
-    them for the scheduler (:func:`_run_order`)."""
+    """Mark each test by its folder (tests/unit, tests/integration, tests/e2e); scale its time limit
+    by the machine's slowness; under xdist, order them for the scheduler (:func:`_run_order`)."""
     for item in items:
         for part in Path(str(item.fspath)).parts:
             if part in _MARKER_BY_FOLDER:
                 item.add_marker(_MARKER_BY_FOLDER[part])
+    scale_timeouts(items, float(config.getini("timeout") or 0))
     worker = getattr(config, "workerinput", None)
     if worker:
         _run_order(items, int(worker["workercount"]))

@@ -45,7 +45,7 @@ from tests.support.cli import strait
 from tests.support.config import flow_config, write_config
 from tests.support.kafka import records_by_partition
 from tests.support.machine import MachineShare
-from tests.support.waiting import wait_for
+from tests.support.waiting import slack, wait_for
 
 pytestmark = [pytest.mark.slow, pytest.mark.faults]
 
@@ -329,7 +329,7 @@ def test_source_killed_failover_reports_exact_rpo_and_bounded_reread(
         thread.join()
     print(f"RTO: failover done {rto:.1f}s after the kill (the command took {took:.1f}s, exit {code}); "
           f"RPO {report['rpo_records']} records")
-    assert rto < 30, f"failover took {rto:.1f}s from the kill"
+    assert rto < slack(30), f"failover took {rto:.1f}s from the kill"
     assert report["config_version"] is not None
     _v, config = load_stored_config(redis.Redis.from_url(redis_url))
     assert not config.flow(flow).enabled, "the flow must be stopped by the failover"
@@ -344,7 +344,7 @@ def test_source_killed_failover_reports_exact_rpo_and_bounded_reread(
     if kill == "behind":
         assert report["rpo_records"] > 0 and code == 3, "the copy ran behind: the drill must see records lost"
     else:
-        assert report["rpo_records"] <= RATE, f"RPO {report['rpo_records']} records: more than a second of the load"
+        assert report["rpo_records"] <= RATE * slack(1), f"RPO {report['rpo_records']} records: more than a second of the load"
     assert sum(lost.values()) >= report["rpo_records"]
 
     moved = {p["partition"]: p for g in report["groups"] if g["group"] == group for p in g["partitions"]}
@@ -401,7 +401,7 @@ def test_source_frozen_failover_then_stranded_records_copied_on_request(
         rto = time.monotonic() - frozen_at
         print(f"RTO: failover done {rto:.1f}s after the freeze (the command took {took:.1f}s, exit {code}); "
               f"RPO {report['rpo_records']} records; reason: {report['reason']}")
-        assert rto < 30 and "did not answer" in report["reason"]
+        assert rto < slack(30) and "did not answer" in report["reason"]
         lost = _lost_checks(report, load, _read_remote(target_cluster, remote))
         resumed = _resume_on_target(target_cluster, group, remote)
     finally:

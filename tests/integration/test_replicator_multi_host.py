@@ -42,7 +42,7 @@ from strait_lab.services import StraitProcess
 from strait_lab.spark import SPARK_ENV, SparkStandalone, spark_bin
 from tests.support.config import cluster_entry, flow_config, strait_config, write_config
 from tests.support.kafka import NumberedLoad, committed_records, count, records_by_partition
-from tests.support.waiting import wait_for
+from tests.support.waiting import slack, wait_for
 
 pytestmark = pytest.mark.slow
 
@@ -212,7 +212,7 @@ def test_workers_that_share_no_disk_with_the_driver_copy_under_load_and_survive_
         # Its executors and their Python workers go with the driver: no copier of the old driver's is
         # left to interleave with the new driver's tasks (they copy once it has started).
         # (The executors notice the lost driver at once; on a loaded 2-core CI their JVMs took over 30 s to end once.)
-        _gone, alive = psutil.wait_procs(list(copiers), timeout=max(1.0, OLD_COPIERS_GONE_SECONDS
+        _gone, alive = psutil.wait_procs(list(copiers), timeout=max(1.0, slack(OLD_COPIERS_GONE_SECONDS)
                                                                      - (time.monotonic() - killed_at)))
         assert not alive, (f"the old driver's Spark Python processes outlived it by "
                            f"{time.monotonic() - killed_at:.0f} s: {_described(alive)}")

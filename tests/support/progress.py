@@ -1,6 +1,7 @@
 """What a test run says while it runs, for a reader who only sees its output (CI keeps no report of
 a run it had to end): the machine it runs on, each failure and each slow test the moment it ends,
-and a deadline past which the tests left fail at once, so pytest still prints its summary.
+and a deadline past which the tests left fail at once, so pytest still prints its summary. And how
+much slower than a quick machine this one is, which the tests' waits scale by.
 """
 
 from __future__ import annotations
@@ -11,22 +12,40 @@ import time
 
 import pytest
 
+from strait_lab.process import SLOWNESS_VARIABLE, slowness
+
 SLOW_TEST_SECONDS = 60.0
 DEFAULT_DEADLINE_MINUTES = 78.0  # CI ends a run at 90 minutes, set-up included
+QUICK_LOOP_SECONDS = 0.33  # a 10M-step Python loop on the quick machines the tests' bounds were set on
+MOST_SLOWNESS = 3.0
 
 
-def machine_facts(path: str) -> str:
-    """Cores, memory, free disk under ``path`` and a pure-Python loop's time, in one line."""
-    memory = _meminfo_gib()
-    disk = shutil.disk_usage(path)
+def loop_seconds() -> float:
+    """Seconds for a 10M-step pure-Python loop: this machine's single-core speed, in one number."""
     began = time.perf_counter()
     total = 0
     for step in range(10_000_000):
         total += step
-    loop = time.perf_counter() - began
+    return time.perf_counter() - began
+
+
+def measure_slowness() -> float:
+    """Set ``STRAIT_TEST_SLOWNESS`` for this run and its workers, unless the user set it: this machine's
+    loop time against a quick machine's, between 1 and 3. The factor it returns is the one in force."""
+    if SLOWNESS_VARIABLE not in os.environ:
+        factor = min(MOST_SLOWNESS, max(1.0, loop_seconds() / QUICK_LOOP_SECONDS))
+        os.environ[SLOWNESS_VARIABLE] = f"{factor:.2f}"
+    return slowness()
+
+
+def machine_facts(path: str) -> str:
+    """Cores, memory, free disk under ``path``, load, a pure-Python loop's time and the waits' factor."""
+    memory = _meminfo_gib()
+    disk = shutil.disk_usage(path)
     return (f"machine: {os.cpu_count()} cores, {memory.get('MemTotal', 0):.1f} GiB memory "
             f"({memory.get('MemAvailable', 0):.1f} available), {disk.free / 2**30:.0f} GiB free disk, "
-            f"load {os.getloadavg()[0]:.1f}, a 10M-step Python loop {loop:.2f} s (0.33 s on a quick one)")
+            f"load {os.getloadavg()[0]:.1f}, a 10M-step Python loop {loop_seconds():.2f} s "
+            f"({QUICK_LOOP_SECONDS} s on a quick one); waits scaled by {SLOWNESS_VARIABLE}={slowness():.2f}")
 
 
 def _meminfo_gib() -> dict[str, float]:
@@ -83,3 +102,14 @@ def _reason(report: pytest.TestReport) -> str:
     crash = getattr(report.longrepr, "reprcrash", None)
     text = crash.message if crash is not None else str(report.longrepr or "").strip()
     return " ".join(text.split())[:400]
+
+
+def scale_timeouts(items: list[pytest.Item], default_seconds: float) -> None:
+    """Give each test pytest-timeout's limit (its own mark's, else ``default_seconds``) times :func:`slowness`."""
+    factor = slowness()
+    if factor <= 1.0:
+        return
+    for item in items:
+        mark = item.get_closest_marker("timeout")
+        seconds = (mark.args[0] if mark.args else mark.kwargs.get("timeout", default_seconds)) if mark else default_seconds
+        item.add_marker(pytest.mark.timeout(float(seconds) * factor), append=False)

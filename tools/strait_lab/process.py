@@ -17,9 +17,10 @@ import time
 from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
 
-from strait_lab.errors import ProcessStartError
+from strait_lab.errors import ProcessStartError, SetupError
 
 log = logging.getLogger(__name__)
+SLOWNESS_VARIABLE = "STRAIT_TEST_SLOWNESS"
 _ERROR_LINE = re.compile(r"\b(ERROR|FATAL|Exception|Error:)")
 
 _CONSOLE_LOG4J2 = """\
@@ -31,6 +32,17 @@ appender.console.layout.pattern = [%d] %p %m (%c)%n
 rootLogger.level = {level}
 rootLogger.appenderRef.stdout.ref = STDOUT
 """
+
+
+def slowness() -> float:
+    """How many times a quick machine's time this one needs for the same work: ``STRAIT_TEST_SLOWNESS``
+    (the test run measures it at its start; 1 when unset, never below 1). Waits for a process to be
+    ready scale by it, so a slow machine fails no wait a quick one passes."""
+    text = os.environ.get(SLOWNESS_VARIABLE, "1")
+    try:
+        return max(1.0, float(text))
+    except ValueError:
+        raise SetupError(f"{SLOWNESS_VARIABLE}={text!r} is not a number: set a factor such as 1.5, or unset it") from None
 
 
 def console_log4j2(level: str = "INFO") -> str:
@@ -148,7 +160,9 @@ class ManagedProcess:
             )
 
     def wait_until(self, ready: Callable[[], bool], timeout: float, what: str) -> None:
-        """Poll ``ready`` until it is true; fail early if the child dies, or at the timeout."""
+        """Poll ``ready`` until it is true; fail early if the child dies, or at the timeout (times
+        :func:`slowness`)."""
+        timeout *= slowness()
         deadline = time.monotonic() + timeout
         while time.monotonic() < deadline:
             self.check_alive()
