@@ -149,9 +149,7 @@ def run_service(service: str, settings: Settings, body: Callable[[threading.Even
             _exit_after(service, grace, f"signal {signal.Signals(signum).name}", code=0)
         stop.request()
 
-    for sig in (signal.SIGINT, signal.SIGTERM):
-        signal.signal(sig, on_signal)
-    _watch_stop_signals(on_signal)
+    _handle_stop_signals(on_signal)
     # In containers Prometheus scrapes from another host: STRAIT_METRICS_ADDR=0.0.0.0 there.
     port = serve_metrics(settings.metrics_port, addr=settings.metrics_addr)
     print(f"{service} metrics on http://127.0.0.1:{port}/metrics", flush=True)
@@ -166,17 +164,31 @@ def run_service(service: str, settings: Settings, body: Callable[[threading.Even
     return 0
 
 
-def _watch_stop_signals(on_signal: Callable[[int, object], None]) -> None:
-    """Take SIGINT and SIGTERM in a thread of their own too, through the interpreter's wakeup file.
+def _handle_stop_signals(on_signal: Callable[[int, object], None]) -> None:
+    """Run ``on_signal`` for each SIGINT and SIGTERM in a thread of its own, never in the main thread.
 
-    Python runs a signal's handler in the main thread between two bytecodes, so a signal that lands
-    just as the main thread enters a blocking call (a sleep, a wait without timeout) waits until that
-    call returns: seen in a test, a SIGTERM was still unhandled 30 s later. The interpreter's C-level
-    handler writes each signal's number to the wakeup file as it arrives, so this thread sees it
-    whatever the main thread is doing (the handler then runs twice, which changes nothing).
+    Python runs a signal's handler in the main thread between two bytecodes, wherever that thread is:
+    a handler that set the stop event there deadlocked when the signal landed while the main thread
+    held the event's own lock (inside ``stop.wait()``; seen in CI, reproduced with a stream of
+    signals), and a handler waits until a blocking call of the main thread returns (a SIGTERM was
+    still unhandled 30 s later). So the main thread's handler only writes the signal's number to a
+    pipe, which takes no lock, and a watcher thread reads it and acts. The interpreter's C-level
+    handler writes the number to the same pipe (its wakeup file) the moment the signal arrives, so
+    the watcher sees it even while the main thread is blocked; the handler's own write keeps that
+    true if a library replaced the wakeup file (each signal may come twice: ``on_signal`` is
+    idempotent).
     """
     read_end, write_end = os.pipe()
     os.set_blocking(write_end, False)
+
+    def note(signum: int, _frame: object) -> None:
+        try:
+            os.write(write_end, bytes([signum]))
+        except BlockingIOError:
+            pass  # the pipe is full of signals the watcher has not read yet: this one adds nothing
+
+    for sig in (signal.SIGINT, signal.SIGTERM):
+        signal.signal(sig, note)
     signal.set_wakeup_fd(write_end, warn_on_full_buffer=False)
 
     def watch() -> None:

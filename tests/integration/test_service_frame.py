@@ -19,8 +19,14 @@ SCRIPT = textwrap.dedent("""
     from strait.settings import Settings
 
     def body(stop, port):
-        if sys.argv[1] != "clean":
+        if sys.argv[1] not in ("clean", "holding"):
             threading.Thread(target=lambda: time.sleep(3600), name="stuck").start()  # not a daemon
+        if sys.argv[1] == "holding":
+            # The lock Event.wait() holds for a moment on entry (CPython keeps it in _cond): a stop
+            # signal landing then had its handler deadlock on it in the main thread.
+            with stop._cond:
+                print("ready", flush=True)
+                time.sleep(2)
         print("ready", flush=True)
         if sys.argv[1] == "fail":
             raise RuntimeError("the body failed")
@@ -87,3 +93,11 @@ def test_a_thread_left_running_after_a_clean_stop_does_not_keep_the_process() ->
     code, err = _ended_within(process, 55)
     assert code == 0
     assert "still running 5s after its work ended: exiting now" in err
+
+
+def test_a_stop_signal_landing_while_the_main_thread_holds_the_stop_events_lock_ends_the_process() -> None:
+    process = _start("holding", grace="60")
+    process.send_signal(signal.SIGTERM)
+    code, err = _ended_within(process, 30)
+    assert code == 0
+    assert "exiting now" not in err, err

@@ -240,7 +240,11 @@ def run_foreground(spec: LabSpec, workdir: Path, on_ready: Any = None, stop: thr
     state = LabState(workdir / STATE_FILE)
     state.write({"supervisor_pid": os.getpid(), "status": "starting"})
     stop = stop or threading.Event()
-    previous = {sig: signal.signal(sig, lambda *_: stop.set()) for sig in (signal.SIGINT, signal.SIGTERM)}
+    # The handler runs in the main thread, maybe inside stop.wait() holding the event's lock: setting
+    # the event there could deadlock, so it only notes the signal, and the loop below looks each second.
+    signalled: list[int] = []
+    previous = {sig: signal.signal(sig, lambda signum, _frame: signalled.append(signum))
+                for sig in (signal.SIGINT, signal.SIGTERM)}
     lab: Lab | None = None
     failed = False
     try:
@@ -264,7 +268,7 @@ def run_foreground(spec: LabSpec, workdir: Path, on_ready: Any = None, stop: thr
         if on_ready:
             on_ready(description)
         reported: set[str] = set()
-        while not stop.wait(1.0):
+        while not stop.wait(1.0) and not signalled:
             if on_tick:
                 on_tick()
             for process in lab.processes():
