@@ -279,6 +279,21 @@ def kafka_cluster_factory(lab_root: Path) -> Iterator[Callable[..., KafkaCluster
         cluster.stop()
 
 
+@pytest.fixture
+def kafka_cluster_for_test(kafka_cluster_factory: Callable[..., KafkaCluster]) -> Iterator[Callable[..., KafkaCluster]]:
+    """``kafka_cluster_factory`` for clusters only this test uses: killed when it ends (an idle cluster
+    left running to the session's end costs 1.5-2 % of a core, and a run started a dozen of them)."""
+    started: list[KafkaCluster] = []
+
+    def start(alias: str, **spec: object) -> KafkaCluster:
+        started.append(kafka_cluster_factory(alias, **spec))
+        return started[-1]
+
+    yield start
+    for cluster in started:
+        cluster.kill()
+
+
 @pytest.fixture(scope="session")
 def source_cluster(kafka_cluster_factory: Callable[..., KafkaCluster]) -> KafkaCluster:
     """Cluster A, the replication source (1 broker)."""

@@ -150,11 +150,11 @@ def test_watchers_see_each_new_version_without_restarting(client: redis.Redis, r
 
 
 def test_a_stored_config_connects_to_a_real_scram_cluster(
-    client: redis.Redis, kafka_cluster_factory: Callable[..., KafkaCluster], monkeypatch: pytest.MonkeyPatch,
+    client: redis.Redis, kafka_cluster_for_test: Callable[..., KafkaCluster], monkeypatch: pytest.MonkeyPatch,
     tmp_path: Path,
 ) -> None:
     """MM2-style JAAS settings with references, stored, loaded elsewhere, resolved, and used by librdkafka."""
-    cluster = kafka_cluster_factory("S", sasl=True, scram_users={"admin": "admin-secret", "repl": "Repl-Pw-9"})
+    cluster = kafka_cluster_for_test("S", sasl=True, scram_users={"admin": "admin-secret", "repl": "Repl-Pw-9"})
     (tmp_path / "secrets.properties").write_text("repl.password = Repl-Pw-9\n")
     mm2 = tmp_path / "mm2.properties"
     mm2.write_text(

@@ -292,7 +292,7 @@ def _kill_at_an_epoch_boundary(checkpoint: Path, source: KafkaCluster) -> None:
     ("behind", False, True),
 ], ids=["at-boundary", "behind-group-sync-off", "behind-group-sync-on", "behind-exactly-once"])
 def test_source_killed_failover_reports_exact_rpo_and_bounded_reread(
-    kafka_cluster_factory: Callable[..., KafkaCluster], target_cluster: KafkaCluster, redis_url: str,
+    kafka_cluster_for_test: Callable[..., KafkaCluster], target_cluster: KafkaCluster, redis_url: str,
     services: Callable[..., StraitProcess], unique_name: Callable[[str], str], tmp_path: Path, kill: str,
     group_sync: bool, exactly_once: bool, machine: MachineShare,
 ) -> None:
@@ -301,7 +301,7 @@ def test_source_killed_failover_reports_exact_rpo_and_bounded_reread(
     dies the moment a micro-batch begins: the copy goes on through boundaries, so the RPO (exact as
     ever) is at most a second of the load. ``exactly-once``: the flow in that mode, the target read
     read_committed: the same exactness, and the group reads every record once."""
-    source = kafka_cluster_factory(next(_aliases))
+    source = kafka_cluster_for_test(next(_aliases))
     topic, group = unique_name("dr"), unique_name("dr-group")
     flow, remote = f"{source.alias}->{target_cluster.alias}", f"{source.alias}.{topic}"
     heartbeat = _start(source, target_cluster, redis_url, services, tmp_path, topic, syncs_on_target=True,
@@ -374,12 +374,12 @@ def test_source_killed_failover_reports_exact_rpo_and_bounded_reread(
 
 
 def test_source_frozen_failover_then_stranded_records_copied_on_request(
-    kafka_cluster_factory: Callable[..., KafkaCluster], target_cluster: KafkaCluster, redis_url: str,
+    kafka_cluster_for_test: Callable[..., KafkaCluster], target_cluster: KafkaCluster, redis_url: str,
     services: Callable[..., StraitProcess], unique_name: Callable[[str], str], tmp_path: Path,
 ) -> None:
     """SIGSTOP (a network cut as the clients see it), offset syncs on the source (the default): the RPO
     comes from the source view in Redis; after SIGCONT the stranded records are listed, then copied."""
-    source = kafka_cluster_factory(next(_aliases))
+    source = kafka_cluster_for_test(next(_aliases))
     topic, group = unique_name("dr-frozen"), unique_name("dr-frozen-group")
     flow, remote = f"{source.alias}->{target_cluster.alias}", f"{source.alias}.{topic}"
     heartbeat = _start(source, target_cluster, redis_url, services, tmp_path, topic, syncs_on_target=False,

@@ -117,6 +117,7 @@ def guide_lab(source_cluster: KafkaCluster, target_cluster: KafkaCluster,
                        process)
     finally:
         process.stop()
+        central.kill()  # only this module uses it
 
 
 def test_two_regions_aggregate_into_one_three_partition_topic_per_key(guide_lab: GuideLab) -> None:

@@ -172,6 +172,7 @@ def prepared(kafka_cluster_factory: Callable[..., KafkaCluster], target_cluster:
         for running in runs:
             for process in running.processes.values():
                 process.process.kill()  # a graceful stop against a dead cluster only costs time
+            running.source.kill()  # only this module uses Z and Y
         lab.down()  # a no-op once the test stopped it, the cleanup when it failed earlier
 
 

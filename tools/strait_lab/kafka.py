@@ -393,6 +393,13 @@ class KafkaCluster:
         if self.zookeeper_server is not None:
             self.zookeeper_server.stop()
 
+    def kill(self) -> None:
+        """SIGKILL every node and the ZooKeeper server if any: for a cluster whose data nobody reads again."""
+        for node in self.nodes:
+            node.kill()
+        if self.zookeeper_server is not None:
+            self.zookeeper_server.kill()
+
     def stop_node(self, n: int) -> None:
         """Stop one node cleanly (fault drills)."""
         self.nodes[n].stop()
