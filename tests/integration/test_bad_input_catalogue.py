@@ -10,7 +10,7 @@ from __future__ import annotations
 import json
 import os
 import signal
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
 from pathlib import Path
 
 import pytest
@@ -172,17 +172,14 @@ def _delete_topic(cluster: KafkaCluster, topic: str) -> None:
 
 
 @pytest.fixture
-def own_clusters(kafka_cluster_factory: Callable[..., KafkaCluster]) -> Iterator[tuple[KafkaCluster, KafkaCluster]]:
-    """A source and a target of the test's own, stopped after it.
+def own_clusters(kafka_cluster_for_test: Callable[..., KafkaCluster]) -> tuple[KafkaCluster, KafkaCluster]:
+    """A source and a target of the test's own, killed after it.
 
     The garbage the test writes into ``A.checkpoints.internal``, the offset syncs and ``A.heartbeats``
     must not reach other tests: MM2's own ``RemoteClusterUtils`` (the oracle of other tests) fails on
     a record it cannot decode, where strait skips it.
     """
-    source, target = kafka_cluster_factory("A"), kafka_cluster_factory("B")
-    yield source, target
-    target.stop()
-    source.stop()
+    return kafka_cluster_for_test("A"), kafka_cluster_for_test("B")
 
 
 def test_corrupt_offset_syncs_checkpoints_and_heartbeats_are_skipped_and_counted(

@@ -27,7 +27,8 @@ SCRIPT = textwrap.dedent("""
             with stop._cond:
                 print("ready", flush=True)
                 time.sleep(2)
-        print("ready", flush=True)
+        else:
+            print("ready", flush=True)
         if sys.argv[1] == "fail":
             raise RuntimeError("the body failed")
         if sys.argv[1] == "stuck":
